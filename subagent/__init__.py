@@ -1,0 +1,94 @@
+"""subagent: LLM sub-agents driven by an explicit finite-state machine.
+
+A :class:`SubAgent` gets a task, may use tools for a budget of work turns (``max_turns``),
+must then return a result that validates, and gets a separate budget of correction turns
+(``return_retries``) when its final answer is invalid. Every run returns a typed
+:class:`Step`; every turn is an OpenTelemetry span.
+"""
+
+from subagent.__about__ import __version__
+from subagent._agent import SubAgent
+from subagent._errors import (
+    ConfigurationError,
+    ErrorKind,
+    LLMError,
+    MissingVariableError,
+    ParserContractError,
+    RunFailedError,
+    ScriptExhaustedError,
+    SubAgentError,
+    TemplateError,
+)
+from subagent._events import EventHandler, RunEnded, RunEvent, RunStarted, TurnEnded, TurnStarted
+from subagent._parse_result import ParseResult
+from subagent._phases import Phase
+from subagent._records import (
+    FailReason,
+    Failure,
+    Step,
+    ToolResult,
+    TransportRetry,
+    Turn,
+    TurnOutcome,
+    TurnType,
+    UsageSummary,
+)
+from subagent._retry_policy import RetryPolicy
+from subagent._tools import Tool
+from subagent._validation import Validation
+from subagent.llm import (
+    LLM,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    ScriptedLLM,
+    StopReason,
+    StreamDelta,
+    ToolCall,
+    ToolDefinition,
+    Usage,
+)
+
+__all__ = [
+    "LLM",
+    "ConfigurationError",
+    "ErrorKind",
+    "EventHandler",
+    "FailReason",
+    "Failure",
+    "LLMError",
+    "LLMRequest",
+    "LLMResponse",
+    "Message",
+    "MissingVariableError",
+    "ParseResult",
+    "ParserContractError",
+    "Phase",
+    "RetryPolicy",
+    "RunEnded",
+    "RunEvent",
+    "RunFailedError",
+    "RunStarted",
+    "ScriptExhaustedError",
+    "ScriptedLLM",
+    "Step",
+    "StopReason",
+    "StreamDelta",
+    "SubAgent",
+    "SubAgentError",
+    "TemplateError",
+    "Tool",
+    "ToolCall",
+    "ToolDefinition",
+    "ToolResult",
+    "TransportRetry",
+    "Turn",
+    "TurnEnded",
+    "TurnOutcome",
+    "TurnStarted",
+    "TurnType",
+    "Usage",
+    "UsageSummary",
+    "Validation",
+    "__version__",
+]

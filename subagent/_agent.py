@@ -1,0 +1,375 @@
+"""``SubAgent``: an immutable agent definition, and ``run`` / ``run_sync``."""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar, cast
+
+import anyio
+import sniffio
+from opentelemetry.trace import TracerProvider
+from pydantic import BaseModel
+
+from subagent._conversation import ContextPolicy
+from subagent._errors import ConfigurationError, RunFailedError, TemplateError
+from subagent._events import EventHandler
+from subagent._output import build_contract
+from subagent._records import Step
+from subagent._retry_policy import RetryPolicy
+from subagent._run import AgentParts, RunOptions, execute_run
+from subagent._templates import Template, default_templates
+from subagent._tools import Tool, build_tools
+from subagent.llm import LLM, Message, messages_from
+
+__all__ = ["SubAgent"]
+
+OutputT = TypeVar("OutputT")
+
+# The model and tracer provider of the run in progress, so an agent used as a tool of
+# another agent runs on its parent's model and traces into its parent's provider.
+_CURRENT_LLM: contextvars.ContextVar[LLM | None] = contextvars.ContextVar(
+    "subagent_llm", default=None
+)
+_CURRENT_PROVIDER: contextvars.ContextVar[TracerProvider | None] = contextvars.ContextVar(
+    "subagent_tracer_provider", default=None
+)
+_POLICIES = ("collapse", "accumulate")
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    if type(value) is not int or value < minimum:
+        kind = type(value).__name__
+        raise ConfigurationError(name, f"must be an integer >= {minimum}, got {value!r} ({kind})")
+    return value
+
+
+def _check_seconds(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigurationError(name, f"must be a number of seconds > 0 or None, got {value!r}")
+    return float(value)
+
+
+def _check_policy(value: object) -> ContextPolicy:
+    if value not in _POLICIES:
+        raise ConfigurationError("context_policy", f"must be one of {_POLICIES}, got {value!r}")
+    return cast(ContextPolicy, value)
+
+
+def _check_llm(value: object, name: str = "llm") -> LLM | None:
+    if value is None:
+        return None
+    if not inspect.iscoroutinefunction(getattr(value, "complete", None)):
+        raise ConfigurationError(
+            name, f"{value!r} is not an LLM: it needs an `async def complete(request)` method"
+        )
+    return cast(LLM, value)
+
+
+@dataclass(frozen=True, eq=False)
+class SubAgent(Generic[OutputT]):
+    """An agent definition: what to do, what to return, with which tools and budgets.
+
+    Immutable and safe to share across concurrent runs; every run gets its own books.
+
+    Args:
+        name: The agent's name (in prompts, traces and records).
+        prompt: The task, a Mustache template rendered with the run's context.
+        output: What a valid answer is: a pydantic model or type (JSON is extracted from the
+            reply and validated), ``None``/``str`` (the reply's text), or a parser
+            ``(text, **kwargs) -> ParseResult``.
+        tools: Callables (sync or async) or :class:`Tool` objects, offered in ``normal``
+            turns only.
+        llm: The default model.
+        max_turns: The work budget: turns that may use tools (>= 1).
+        return_retries: The correction budget: extra turns granted only after the final work
+            turn produced an invalid answer (>= 0).
+        context_policy: ``collapse`` (default) keeps only the latest failed attempt of a
+            streak in the context; ``accumulate`` keeps all of them.
+        validators: Checks run on the parsed output: ``(output) -> Validation`` or
+            ``{"valid": bool, "errors": [...]}``, sync or async.
+        parser_kwargs: Keyword arguments for a parser ``output``.
+        prompts: Template overrides by name (``system``, ``retry_feedback``...).
+        settings: Model settings passed to the LLM (``temperature``, ``max_tokens``...).
+        retry_policy: Transport retries of a failed LLM call.
+        timeout: Seconds allowed for one LLM call.
+        mission_timeout: Seconds allowed for the whole run.
+        keep_tool_schemas: Keep tool schemas in ``must_return``/``retry`` requests and ask
+            for ``tool_choice="none"`` (friendlier to prompt caches); calls are refused either
+            way.
+        description: What the agent does, when it is used as a tool of another agent.
+    """
+
+    name: str
+    prompt: str = ""
+    output: type[OutputT] | Callable[..., Any] | None = None
+    tools: Sequence[Tool | Callable[..., Any]] = ()
+    llm: LLM | None = None
+    max_turns: int = 5
+    return_retries: int = 0
+    context_policy: ContextPolicy = "collapse"
+    validators: Sequence[Callable[[Any], Any]] = ()
+    parser_kwargs: Mapping[str, Any] | None = None
+    prompts: Mapping[str, str] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
+    timeout: float | None = None
+    mission_timeout: float | None = None
+    keep_tool_schemas: bool = False
+    description: str = ""
+    _parts: AgentParts = field(init=False, repr=False)
+    _task: Template = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ConfigurationError("name", f"must be a non-empty string, got {self.name!r}")
+        if not isinstance(self.prompt, str):
+            raise ConfigurationError("prompt", f"must be a Mustache string, got {self.prompt!r}")
+        _check_int("max_turns", self.max_turns, 1)
+        _check_int("return_retries", self.return_retries, 0)
+        _check_policy(self.context_policy)
+        _check_llm(self.llm)
+        _check_seconds("timeout", self.timeout)
+        _check_seconds("mission_timeout", self.mission_timeout)
+        if not isinstance(self.retry_policy, RetryPolicy):
+            raise ConfigurationError(
+                "retry_policy", f"must be a RetryPolicy, got {self.retry_policy!r}"
+            )
+        if not isinstance(self.settings, Mapping):
+            raise ConfigurationError("settings", f"must be a mapping, got {self.settings!r}")
+        for validator in self.validators:
+            if not callable(validator):
+                raise ConfigurationError("validators", f"{validator!r} is not callable")
+        try:
+            templates = default_templates().with_overrides(self.prompts)
+            task = Template("prompt", self.prompt)
+        except TemplateError as exc:
+            raise ConfigurationError("prompts" if "override" in str(exc) or "unknown" in str(exc)
+                                     else "prompt", str(exc)) from exc  # fmt: skip
+        tools = build_tools(self.tools)
+        contract = build_contract(self.output, self.parser_kwargs)
+        instructions = contract.instructions(templates)
+        listed = [{"name": t.name, "description": t.description or ""} for t in tools.values()]
+
+        def system(with_tools: bool) -> Message:
+            text = templates.render(
+                "system", agent_name=self.name, has_tools=with_tools and bool(listed),
+                tools=listed if with_tools else [], output_instructions=instructions,
+            )  # fmt: skip
+            return Message(role="system", content=text)
+
+        parts = AgentParts(
+            name=self.name,
+            templates=templates,
+            contract=contract,
+            tools=tools,
+            tool_definitions=[tool.definition for tool in tools.values()],
+            validators=tuple(self.validators),
+            system_with_tools=system(True),
+            system_without_tools=system(False),
+        )
+        object.__setattr__(self, "_parts", parts)
+        object.__setattr__(self, "_task", task)
+
+    async def run(
+        self,
+        context: Mapping[str, Any] | BaseModel | None = None,
+        *,
+        llm: LLM | None = None,
+        max_turns: int | None = None,
+        return_retries: int | None = None,
+        messages: Sequence[Message | Mapping[str, Any]] | str | None = None,
+        context_policy: ContextPolicy | None = None,
+        settings: Mapping[str, Any] | None = None,
+        retry_policy: RetryPolicy | None = None,
+        timeout: float | None = None,
+        mission_timeout: float | None = None,
+        tracer_provider: TracerProvider | None = None,
+        on_event: EventHandler | None = None,
+    ) -> Step[OutputT]:
+        """Run the agent once and return its :class:`~subagent.Step`.
+
+        A model's misbehaviour never raises: it ends in a failed step that keeps every turn.
+        Keyword arguments override the definition's defaults for this run only.
+
+        Args:
+            context: Values for the prompt template (a mapping or a pydantic model).
+            llm: The model (default: the agent's, else the calling agent's when nested).
+            max_turns: The work budget for this run.
+            return_retries: The correction budget for this run.
+            messages: Use these messages as the task instead of rendering ``prompt``.
+            context_policy: ``collapse`` or ``accumulate``.
+            settings: Model settings, merged over the agent's.
+            retry_policy: Transport retries for this run.
+            timeout: Seconds allowed for one LLM call.
+            mission_timeout: Seconds allowed for the whole run.
+            tracer_provider: Where spans go (default: the global provider, if configured).
+            on_event: Called with each :class:`~subagent.RunEvent`.
+
+        Raises:
+            ConfigurationError: An option is invalid (nothing was sent to the model).
+            MissingVariableError: The prompt needs a variable the context lacks.
+            ParserContractError: The output parser or a validator is broken.
+        """
+        options = self._options(
+            llm=llm, max_turns=max_turns, return_retries=return_retries,
+            context_policy=context_policy, settings=settings, retry_policy=retry_policy,
+            timeout=timeout, mission_timeout=mission_timeout, tracer_provider=tracer_provider,
+            on_event=on_event,
+        )  # fmt: skip
+        opening = self._opening(context, messages)
+        llm_token = _CURRENT_LLM.set(options.llm)
+        provider_token = _CURRENT_PROVIDER.set(options.tracer_provider)
+        try:
+            step = await execute_run(self._parts, options, opening)
+        finally:
+            _CURRENT_PROVIDER.reset(provider_token)
+            _CURRENT_LLM.reset(llm_token)
+        return cast(Step[OutputT], step)
+
+    def run_sync(
+        self,
+        context: Mapping[str, Any] | BaseModel | None = None,
+        *,
+        backend: str = "asyncio",
+        **options: Any,
+    ) -> Step[OutputT]:
+        """Run the agent from synchronous code (starts and stops an event loop).
+
+        Args:
+            context: Values for the prompt template.
+            backend: The anyio backend (``asyncio`` or ``trio``).
+            **options: The keyword arguments of :meth:`run`.
+
+        Raises:
+            RuntimeError: Called while an event loop is running in this thread.
+        """
+        try:
+            library = sniffio.current_async_library()
+        except sniffio.AsyncLibraryNotFoundError:
+            pass
+        else:
+            raise RuntimeError(
+                f"SubAgent.run_sync() cannot be called from a running {library} event loop; "
+                f"use `await agent.run(...)` instead"
+            )
+        return anyio.run(functools.partial(self.run, context, **options), backend=backend)
+
+    def as_tool(self, *, name: str | None = None, description: str | None = None) -> Tool:
+        """This agent as a tool of another agent.
+
+        The tool's parameters are the prompt's top-level variables (strings). It runs this
+        agent on its own model, or on the calling run's model when it has none, and returns
+        the output; a failed run becomes a tool error the caller's model sees.
+        """
+        variables = sorted(self._task.variables())
+        agent = self
+
+        async def call(**context: Any) -> Any:
+            step = await agent.run(context)
+            try:
+                step.raise_for_failure()
+            except RunFailedError as exc:
+                raise RuntimeError(f"agent {agent.name!r} failed: {exc}") from None
+            output = step.output
+            return output.model_dump(mode="json") if isinstance(output, BaseModel) else output
+
+        call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [
+                inspect.Parameter(v, inspect.Parameter.KEYWORD_ONLY, annotation=str)
+                for v in variables
+            ]
+        )
+        call.__annotations__ = dict.fromkeys(variables, str)
+        return Tool(
+            call,
+            name=name or self.name,
+            description=description or self.description or f"Delegate to the {self.name} agent.",
+        )
+
+    # --- per run ---
+
+    def _options(
+        self,
+        *,
+        llm: LLM | None,
+        max_turns: int | None,
+        return_retries: int | None,
+        context_policy: ContextPolicy | None,
+        settings: Mapping[str, Any] | None,
+        retry_policy: RetryPolicy | None,
+        timeout: float | None,
+        mission_timeout: float | None,
+        tracer_provider: TracerProvider | None,
+        on_event: EventHandler | None,
+    ) -> RunOptions:
+        model = _check_llm(llm) or self.llm or _CURRENT_LLM.get()
+        if model is None:
+            raise ConfigurationError(
+                "llm", f"agent {self.name!r} has no model: pass llm= to SubAgent or to run()"
+            )
+        if settings is not None and not isinstance(settings, Mapping):
+            raise ConfigurationError("settings", f"must be a mapping, got {settings!r}")
+        if retry_policy is not None and not isinstance(retry_policy, RetryPolicy):
+            raise ConfigurationError("retry_policy", f"must be a RetryPolicy, got {retry_policy!r}")
+        if on_event is not None and not callable(on_event):
+            raise ConfigurationError("on_event", f"must be callable, got {on_event!r}")
+        return RunOptions(
+            llm=model,
+            max_turns=self.max_turns
+            if max_turns is None
+            else _check_int("max_turns", max_turns, 1),
+            return_retries=(
+                self.return_retries
+                if return_retries is None
+                else _check_int("return_retries", return_retries, 0)
+            ),
+            context_policy=(
+                self.context_policy if context_policy is None else _check_policy(context_policy)
+            ),
+            retry_policy=retry_policy or self.retry_policy,
+            timeout=self.timeout if timeout is None else _check_seconds("timeout", timeout),
+            mission_timeout=(
+                self.mission_timeout
+                if mission_timeout is None
+                else _check_seconds("mission_timeout", mission_timeout)
+            ),
+            settings={**self.settings, **settings} if settings else dict(self.settings),
+            keep_tool_schemas=self.keep_tool_schemas,
+            tracer_provider=tracer_provider or _CURRENT_PROVIDER.get(),
+            on_event=on_event,
+        )
+
+    def _opening(
+        self,
+        context: Mapping[str, Any] | BaseModel | None,
+        messages: Sequence[Message | Mapping[str, Any]] | str | None,
+    ) -> list[Message]:
+        if messages is not None:
+            try:
+                opening = messages_from(messages)
+            except Exception as exc:
+                raise ConfigurationError("messages", f"invalid messages: {exc}") from exc
+            if not opening:
+                raise ConfigurationError("messages", "must not be empty")
+            return opening
+        if isinstance(context, BaseModel):
+            values: Mapping[str, Any] = context.model_dump()
+        elif context is None:
+            values = {}
+        elif isinstance(context, Mapping):
+            values = context
+        else:
+            raise ConfigurationError(
+                "context", f"must be a mapping or a pydantic model, got {type(context).__name__}"
+            )
+        if not self.prompt.strip():
+            raise ConfigurationError(
+                "prompt", f"agent {self.name!r} has an empty prompt and no messages were given"
+            )
+        return [Message(role="user", content=self._task.render(values).strip())]

@@ -1,0 +1,64 @@
+"""The conversation a run sends, and how failed attempts are collapsed out of it.
+
+``collapse`` (default): while the model keeps failing to return, a request carries the
+history up to the first failed attempt of the streak, then only the latest failed reply and
+its feedback. Tool exchanges end a streak and are never dropped. The message count stays
+constant across corrections. ``accumulate`` keeps every attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+from subagent.llm import Message
+
+__all__ = ["ContextPolicy", "Conversation"]
+
+ContextPolicy = Literal["collapse", "accumulate"]
+
+
+class Conversation:
+    """Messages of one run.
+
+    Args:
+        policy: ``collapse`` or ``accumulate``.
+        opening: The system prompt and the task.
+    """
+
+    __slots__ = ("_collapsed", "_history", "_latest_failure", "_policy")
+
+    def __init__(self, policy: ContextPolicy, opening: Iterable[Message]):
+        self._policy = policy
+        self._history: list[Message] = list(opening)
+        self._latest_failure: tuple[Message, ...] = ()
+        self._collapsed = 0
+
+    @property
+    def collapsed(self) -> int:
+        """Messages of earlier failed attempts left out (so far in the run)."""
+        return self._collapsed
+
+    def messages(self) -> tuple[Message, ...]:
+        """The messages to send now."""
+        return (*self._history, *self._latest_failure)
+
+    def add_failed_attempt(self, reply: Message, feedback: Message) -> None:
+        """Record a failed return attempt and the feedback about it."""
+        if self._policy == "accumulate":
+            self._history += (reply, feedback)
+            return
+        self._collapsed += len(self._latest_failure)
+        self._latest_failure = (reply, feedback)
+
+    def add_exchange(self, messages: Iterable[Message]) -> None:
+        """Record messages that are never dropped (tool calls and results, notices).
+
+        This ends a failure streak: its latest attempt joins the kept history.
+        """
+        self._end_streak()
+        self._history.extend(messages)
+
+    def _end_streak(self) -> None:
+        self._history.extend(self._latest_failure)
+        self._latest_failure = ()

@@ -1,0 +1,143 @@
+"""Exceptions raised by subagent.
+
+A model's misbehaviour never raises out of a run: it becomes feedback, or a failed
+:class:`~subagent.Step`. Exceptions are for programming errors (bad configuration, a parser
+that breaks its contract, a script that ran out) and for :meth:`Step.raise_for_failure`.
+Exceptions raised out of a run carry the turns made before them in ``.turns``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from subagent._records import Step, Turn
+
+__all__ = [
+    "ConfigurationError",
+    "ErrorKind",
+    "LLMError",
+    "MissingVariableError",
+    "ParserContractError",
+    "RunFailedError",
+    "ScriptExhaustedError",
+    "SubAgentError",
+    "TemplateError",
+]
+
+
+class SubAgentError(Exception):
+    """Base class of every exception raised by subagent.
+
+    Attributes:
+        turns: The turns a run made before this error ended it (empty otherwise).
+    """
+
+    turns: tuple[Turn, ...] = ()
+
+
+class ConfigurationError(SubAgentError, ValueError):
+    """A definition or run option is invalid. The message names the field and the value.
+
+    Attributes:
+        field: The offending field's name.
+    """
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class TemplateError(SubAgentError, ValueError):
+    """A prompt template is invalid or cannot be rendered."""
+
+
+class MissingVariableError(TemplateError, KeyError):
+    """A template refers to a variable that the render context does not define.
+
+    Attributes:
+        variable: The missing variable's name (dotted, as written in the template).
+        template: The template's name.
+    """
+
+    def __init__(self, variable: str, template: str):
+        super().__init__(
+            f"template {template!r} needs variable {variable!r}, which was not provided"
+        )
+        self.variable = variable
+        self.template = template
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class ErrorKind(StrEnum):
+    """The classified kind of a failed LLM call."""
+
+    RATE_LIMIT = "rate_limit"
+    SERVER_ERROR = "server_error"
+    TIMEOUT = "timeout"
+    CONNECTION = "connection"
+    AUTHENTICATION = "authentication"
+    PERMISSION = "permission"
+    BAD_REQUEST = "bad_request"
+    CONTENT_FILTER = "content_filter"
+    INVALID_RESPONSE = "invalid_response"
+    OTHER = "other"
+
+
+class LLMError(SubAgentError):
+    """A failed LLM call, classified so the runtime can decide whether to retry.
+
+    Args:
+        kind: What went wrong.
+        message: A human-readable description (the provider's message when there is one).
+        status_code: The HTTP status, when the call reached a server.
+        retry_after: Seconds the provider asked us to wait (``Retry-After``).
+        body: The provider's raw error body, for diagnosis.
+    """
+
+    def __init__(
+        self,
+        kind: ErrorKind | str,
+        message: str,
+        *,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+        body: str | None = None,
+    ):
+        self.kind = ErrorKind(kind)
+        self.message = message
+        self.status_code = status_code
+        self.retry_after = retry_after
+        self.body = body
+        status = f" (HTTP {status_code})" if status_code is not None else ""
+        super().__init__(f"{self.kind.value}{status}: {message}")
+
+
+class RunFailedError(SubAgentError):
+    """Raised by :meth:`Step.raise_for_failure` for a failed run.
+
+    Attributes:
+        reason: The :class:`~subagent.FailReason`.
+    """
+
+    def __init__(self, step: Step[Any]):
+        failure = step.failure
+        assert failure is not None
+        super().__init__(f"run failed ({failure.reason.value}): {failure.message}")
+        self.step = step
+        self.reason = failure.reason
+
+
+class ScriptExhaustedError(SubAgentError):
+    """A :class:`~subagent.ScriptedLLM` was called more often than its script allows."""
+
+
+class ParserContractError(SubAgentError):
+    """An output parser or validator raised, or returned something outside its contract.
+
+    This is a bug in the parser, not a model error: it is raised out of the run (with the
+    turns made so far in ``.turns``) instead of being fed back to the model.
+    """

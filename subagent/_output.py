@@ -1,0 +1,180 @@
+"""Output contracts: how a return attempt's text becomes a value, or feedback.
+
+Three routes, chosen from ``SubAgent(output=...)``:
+
+* ``None`` or ``str``: the reply's text is the output.
+* a pydantic model or any type pydantic can validate: JSON is extracted tolerantly from the
+  reply, then validated; failures become per-field feedback.
+* a parser callable ``(text, **kwargs) -> ParseResult`` (or the seed's dict form).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from subagent._errors import ConfigurationError, ParserContractError
+from subagent._json_extract import extract_json
+from subagent._parse_result import ParseResult, coerce_parse_result
+from subagent._templates import TemplateSet
+from subagent._text import fence, shorten
+
+__all__ = ["OutputContract", "build_contract", "detect_explicit_fail", "format_validation_errors"]
+
+_RECEIVED_LIMIT = 80
+
+
+class OutputContract:
+    """Turns a return attempt's text into a :class:`ParseResult`."""
+
+    #: The type the output validates to, for typing and the JSON response format.
+    output_type: Any = str
+
+    def instructions(self, templates: TemplateSet) -> str:
+        """What the system prompt says about the expected output."""
+        raise NotImplementedError
+
+    def parse(self, text: str, templates: TemplateSet) -> ParseResult:
+        """Parse ``text``; an error result carries feedback for the model."""
+        raise NotImplementedError
+
+
+class TextContract(OutputContract):
+    """The reply's text is the output."""
+
+    def instructions(self, templates: TemplateSet) -> str:
+        return templates.render("output_text")
+
+    def parse(self, text: str, templates: TemplateSet) -> ParseResult:
+        return ParseResult.success(text.strip())
+
+
+@dataclass(eq=False)
+class SchemaContract(OutputContract):
+    """JSON extracted from the reply and validated by pydantic."""
+
+    output_type: Any
+    _adapter: TypeAdapter[Any] = field(init=False, repr=False)
+    _schema_text: str = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        try:
+            self._adapter = TypeAdapter(self.output_type)
+            schema = self._adapter.json_schema()
+        except Exception as exc:
+            raise ConfigurationError(
+                "output", f"{self.output_type!r} cannot be validated by pydantic: {exc}"
+            ) from exc
+        self._schema_text = json.dumps(schema, separators=(",", ":"))
+
+    def instructions(self, templates: TemplateSet) -> str:
+        return templates.render("output_json", schema=self._schema_text)
+
+    def parse(self, text: str, templates: TemplateSet) -> ParseResult:
+        extraction = extract_json(text)
+        if not extraction.found:
+            return ParseResult.error(templates.render("json_not_found"))
+        if extraction.error is not None:
+            return ParseResult.error(
+                templates.render(
+                    "json_syntax_error",
+                    message=extraction.error,
+                    line=extraction.line,
+                    column=extraction.column,
+                    excerpt=extraction.excerpt,
+                    fence=fence(extraction.excerpt),
+                )
+            )
+        try:
+            value = self._adapter.validate_python(extraction.value)
+        except ValidationError as exc:
+            return ParseResult.error(
+                templates.render("invalid_output", errors=format_validation_errors(exc))
+            )
+        return ParseResult.success(value)
+
+
+@dataclass(eq=False)
+class ParserContract(OutputContract):
+    """A user parser following the think-with-retry contract."""
+
+    parser: Callable[..., Any]
+    kwargs: Mapping[str, Any]
+    output_type: Any = Any
+
+    @property
+    def name(self) -> str:
+        """The parser's name, for error messages."""
+        return getattr(self.parser, "__name__", type(self.parser).__name__)
+
+    def instructions(self, templates: TemplateSet) -> str:
+        text = getattr(self.parser, "instructions", None)
+        return text if isinstance(text, str) else templates.render("output_text")
+
+    def parse(self, text: str, templates: TemplateSet) -> ParseResult:
+        try:
+            result = self.parser(text, **self.kwargs)
+        except Exception as exc:
+            raise ParserContractError(
+                f"parser {self.name!r} raised {type(exc).__name__}: {exc} "
+                f"(a parser must return ParseResult.error(feedback) for bad replies)"
+            ) from exc
+        return coerce_parse_result(result, self.name)
+
+
+def build_contract(output: Any, parser_kwargs: Mapping[str, Any] | None) -> OutputContract:
+    """The contract for ``SubAgent(output=...)``."""
+    if output is None or output is str:
+        if parser_kwargs:
+            raise ConfigurationError("parser_kwargs", "is only used with a parser output")
+        return TextContract()
+    if not _is_parser(output):
+        if parser_kwargs:
+            raise ConfigurationError("parser_kwargs", "is only used with a parser output")
+        return SchemaContract(output)
+    return ParserContract(output, dict(parser_kwargs or {}))
+
+
+def _is_parser(output: Any) -> bool:
+    # Type forms such as list[int] or int | None are callable too; they are schemas.
+    if inspect.isclass(output) or not callable(output):
+        return False
+    return typing.get_origin(output) is None and not isinstance(output, types.UnionType)
+
+
+def detect_explicit_fail(text: str) -> str | None:
+    """The model's reason if ``text`` is the explicit fail ``{"fail": "<reason>"}``."""
+    if '"fail"' not in text:
+        return None
+    extraction = extract_json(text)
+    value = extraction.value
+    if extraction.ok and isinstance(value, dict) and len(value) == 1:
+        reason = value.get("fail")
+        if isinstance(reason, str):
+            return reason or "(no reason given)"
+    return None
+
+
+def format_validation_errors(exc: ValidationError) -> list[dict[str, str]]:
+    """Per-field feedback items: ``location``, ``message``, ``received`` ("" when missing)."""
+    items: list[dict[str, str]] = []
+    for error in exc.errors(include_url=False):
+        location = ".".join(str(part) for part in error["loc"]) or "(root)"
+        received = "" if error["type"] == "missing" else _short_repr(error.get("input"))
+        items.append({"location": location, "message": error["msg"], "received": received})
+    return items
+
+
+def _short_repr(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return shorten(text, _RECEIVED_LIMIT)

@@ -1,0 +1,83 @@
+"""The parser contract: a reply becomes data, or specific feedback for a correction turn."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from subagent._errors import ParserContractError
+
+__all__ = ["ParseResult", "coerce_parse_result"]
+
+
+@dataclass(frozen=True, slots=True)
+class ParseResult:
+    """What a parser made of a reply.
+
+    Build one with :meth:`success` or :meth:`error`.
+
+    Attributes:
+        ok: Whether the reply parsed.
+        data: The parsed value (single-value parsers).
+        sections: The parsed sections (multi-section parsers).
+        feedback: On error: what is missing or malformed, and how to fix it.
+    """
+
+    ok: bool
+    data: Any = None
+    sections: Mapping[str, str] | None = None
+    feedback: str = ""
+
+    @classmethod
+    def success(cls, data: Any = None, *, sections: Mapping[str, str] | None = None) -> ParseResult:
+        """A successful parse carrying ``data`` or ``sections``."""
+        return cls(True, data, sections)
+
+    @classmethod
+    def error(cls, feedback: str) -> ParseResult:
+        """A failed parse; ``feedback`` is shown to the model on the next turn."""
+        if not feedback:
+            raise ValueError("ParseResult.error needs non-empty feedback for the model")
+        return cls(False, feedback=feedback)
+
+    @property
+    def value(self) -> Any:
+        """The parsed output: ``sections`` when set, else ``data``."""
+        return self.sections if self.sections is not None else self.data
+
+
+def coerce_parse_result(result: object, parser_name: str) -> ParseResult:
+    """Accept a :class:`ParseResult` or the seed's dict form; reject anything else.
+
+    Raises:
+        ParserContractError: ``result`` is neither, naming the parser and what it returned.
+    """
+    if isinstance(result, ParseResult):
+        return result
+    if isinstance(result, Mapping):
+        status = result.get("status")
+        if status == "success":
+            sections = result.get("sections")
+            if sections is not None and not isinstance(sections, Mapping):
+                raise ParserContractError(
+                    f"parser {parser_name!r} returned 'sections' of type "
+                    f"{type(sections).__name__}; expected a mapping"
+                )
+            return ParseResult.success(result.get("data"), sections=sections)
+        if status == "error":
+            feedback = result.get("feedback")
+            if not isinstance(feedback, str) or not feedback:
+                raise ParserContractError(
+                    f"parser {parser_name!r} returned status 'error' without a non-empty "
+                    f"'feedback' string"
+                )
+            return ParseResult.error(feedback)
+        raise ParserContractError(
+            f"parser {parser_name!r} returned a dict with status {status!r}; "
+            f"expected 'success' or 'error'"
+        )
+    raise ParserContractError(
+        f"parser {parser_name!r} returned {type(result).__name__}; expected a ParseResult "
+        f"or a dict with 'status' 'success'/'error'"
+    )

@@ -1,0 +1,270 @@
+"""The records of a run: :class:`Step` (the result) and its :class:`Turn` list.
+
+Both are pydantic models and round-trip through JSON, so a run can be stored, shipped to
+another process, and read back typed (``Step[Answer].model_validate_json(text)``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import Any, Generic, Self, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+from subagent._errors import ErrorKind, RunFailedError
+from subagent.llm import StopReason, ToolCall, Usage
+
+__all__ = [
+    "FailReason",
+    "Failure",
+    "Step",
+    "ToolResult",
+    "TransportRetry",
+    "Turn",
+    "TurnOutcome",
+    "TurnType",
+    "UsageSummary",
+]
+
+OutputT = TypeVar("OutputT")
+
+
+class FailReason(StrEnum):
+    """Why a run failed."""
+
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    EXPLICIT_FAIL = "explicit_fail"
+    LLM_ERROR = "llm_error"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+
+
+class TurnType(StrEnum):
+    """The phase a turn started in."""
+
+    NORMAL = "normal"
+    MUST_RETURN = "must_return"
+    RETRY = "retry"
+
+
+class TurnOutcome(StrEnum):
+    """What a turn came to.
+
+    ``continue``: a tool turn that went through; ``success``: a valid return; ``error``: an
+    invalid return, a refused or failed tool call, or a cut-off reply (fed back as feedback);
+    ``fail``: the run ended here (explicit fail or an LLM error).
+    """
+
+    CONTINUE = "continue"
+    SUCCESS = "success"
+    ERROR = "error"
+    FAIL = "fail"
+
+
+class ToolResult(BaseModel):
+    """One executed (or refused) tool call.
+
+    Attributes:
+        call_id: The call's id.
+        name: The tool's name.
+        ok: Whether the tool ran and returned.
+        content: What the model was shown (the result, or the error).
+        error_type: The exception's type name when the call failed.
+        duration_s: Wall-clock seconds spent in the tool.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    call_id: str
+    name: str
+    ok: bool
+    content: str
+    error_type: str | None = None
+    duration_s: float = 0.0
+
+
+class TransportRetry(BaseModel):
+    """A failed LLM call that was repeated inside the same turn."""
+
+    model_config = ConfigDict(frozen=True)
+
+    attempt: int
+    kind: ErrorKind
+    message: str
+    delay_s: float
+
+
+class Turn(BaseModel):
+    """One LLM call and what the runtime did with the reply.
+
+    Attributes:
+        index: 1-based position in the run.
+        type: The phase the turn started in.
+        outcome: What the turn came to.
+        phase_before: The phase before the turn (same value as ``type``).
+        phase_after: The phase the run moved to.
+        reply: The reply text.
+        tool_calls: Tool calls the model requested.
+        tool_results: What each call produced (refused calls included).
+        error: What was wrong with this turn, when anything was.
+        error_type: A short class of the error (``invalid_output``, ``tool_error``,
+            ``tools_unavailable``, ``truncated``, ``validation_failed``, ``explicit_fail``,
+            or the LLM error kind).
+        feedback: The message sent to the model about this turn, if any.
+        stop_reason: The reply's normalised stop reason.
+        raw_stop_reason: The provider's own stop reason.
+        usage: Tokens of this turn's call.
+        messages_sent: Messages in the request.
+        messages_collapsed: Earlier failed-attempt messages left out of the request.
+        work_remaining: Work turns left after this turn.
+        retries_remaining: Correction turns left after this turn.
+        transport_retries: Failed calls repeated within this turn.
+        duration_s: Wall-clock seconds of the whole turn.
+    """
+
+    index: int
+    type: TurnType
+    outcome: TurnOutcome
+    phase_before: str
+    phase_after: str
+    reply: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_results: list[ToolResult] = Field(default_factory=list)
+    error: str | None = None
+    error_type: str | None = None
+    feedback: str | None = None
+    stop_reason: StopReason | None = None
+    raw_stop_reason: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    messages_sent: int = 0
+    messages_collapsed: int = 0
+    work_remaining: int = 0
+    retries_remaining: int = 0
+    transport_retries: list[TransportRetry] = Field(default_factory=list)
+    duration_s: float = 0.0
+
+
+class Failure(BaseModel):
+    """Why a run failed.
+
+    Attributes:
+        reason: The machine-readable reason.
+        message: A human-readable explanation (the model's own reason for explicit fails,
+            the last error for exhausted budgets, the classified error for LLM errors).
+        error_kind: The classified LLM error for ``llm_error`` and call timeouts.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    reason: FailReason
+    message: str
+    error_kind: ErrorKind | None = None
+
+
+class UsageSummary(BaseModel):
+    """Token usage of a run: the total and the split by turn type."""
+
+    total: Usage = Field(default_factory=Usage)
+    by_type: dict[TurnType, Usage] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, turns: Iterable[Turn]) -> UsageSummary:
+        """Sum the usage of ``turns``."""
+        total = Usage()
+        by_type: dict[TurnType, Usage] = {}
+        for turn in turns:
+            total = total + turn.usage
+            by_type[turn.type] = by_type.get(turn.type, Usage()) + turn.usage
+        return cls.model_construct(total=total, by_type=by_type)
+
+
+class Step(BaseModel, Generic[OutputT]):
+    """The result of a run.
+
+    Attributes:
+        agent: The agent's name.
+        output: The validated output (``None`` when the run failed).
+        failure: Why the run failed (``None`` when it succeeded).
+        turns: Every turn the run made, failed ones included.
+        usage: Token usage, total and by turn type.
+        stop_reasons: How many replies ended for each stop reason.
+        max_turns: The work budget the run had.
+        return_retries: The correction budget the run had.
+        duration_s: Wall-clock seconds of the run.
+    """
+
+    agent: str
+    output: OutputT | None = None
+    failure: Failure | None = None
+    turns: list[Turn] = Field(default_factory=list)
+    usage: UsageSummary = Field(default_factory=UsageSummary)
+    stop_reasons: dict[str, int] = Field(default_factory=dict)
+    max_turns: int
+    return_retries: int
+    duration_s: float = 0.0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ok(self) -> bool:
+        """Whether the run produced a valid output."""
+        return self.failure is None
+
+    @property
+    def llm_calls(self) -> int:
+        """Number of turns, i.e. LLM calls that got a reply or ended the run."""
+        return len(self.turns)
+
+    def raise_for_failure(self) -> Self:
+        """Return the step if it succeeded.
+
+        Raises:
+            RunFailedError: The run failed; the error carries this step.
+        """
+        if self.failure is not None:
+            raise RunFailedError(self)
+        return self
+
+    def summary(self) -> str:
+        """A one-line description, e.g. ``done in 3 turns (normal, must_return, retry)``."""
+        types = ", ".join(turn.type.value for turn in self.turns)
+        head = (
+            "done"
+            if self.failure is None
+            else f"failed ({self.failure.reason.value}: {self.failure.message})"
+        )
+        extra = ""
+        cut = self.stop_reasons.get(StopReason.LENGTH.value, 0)
+        if cut:
+            extra = f"; {cut} repl{'y' if cut == 1 else 'ies'} hit max_tokens"
+        return f"{head} in {len(self.turns)} turns ({types}){extra}"
+
+
+def count_stop_reasons(turns: Iterable[Turn]) -> dict[str, int]:
+    """Count the stop reasons of ``turns`` (turns without a reply are not counted)."""
+    return dict(Counter(t.stop_reason.value for t in turns if t.stop_reason is not None))
+
+
+def build_step(
+    *,
+    agent: str,
+    output: Any,
+    failure: Failure | None,
+    turns: list[Turn],
+    max_turns: int,
+    return_retries: int,
+    duration_s: float,
+) -> Step[Any]:
+    """Assemble a :class:`Step` from trusted parts without re-validating them."""
+    return Step[Any].model_construct(
+        agent=agent,
+        output=output,
+        failure=failure,
+        turns=turns,
+        usage=UsageSummary.of(turns),
+        stop_reasons=count_stop_reasons(turns),
+        max_turns=max_turns,
+        return_retries=return_retries,
+        duration_s=duration_s,
+    )

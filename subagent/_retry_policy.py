@@ -1,0 +1,86 @@
+"""Transport retries: which failed calls are repeated, and how long to wait before each."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from subagent._errors import ConfigurationError, ErrorKind, LLMError
+
+__all__ = ["DEFAULT_RETRYABLE", "RetryPolicy"]
+
+DEFAULT_RETRYABLE: frozenset[ErrorKind] = frozenset(
+    {
+        ErrorKind.RATE_LIMIT,
+        ErrorKind.SERVER_ERROR,
+        ErrorKind.TIMEOUT,
+        ErrorKind.CONNECTION,
+        ErrorKind.INVALID_RESPONSE,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How a failed LLM call is repeated inside the same turn.
+
+    Retries spend no turn and add nothing to the conversation. Only the kinds in
+    ``retry_on`` are retried; everything else (authentication, bad request, content filter)
+    ends the run at once as ``failed(llm_error)``.
+
+    Args:
+        max_attempts: Total attempts of one call, the first included (``1`` disables retries).
+        initial_delay: Seconds before the first retry.
+        multiplier: Growth factor of the delay per retry.
+        max_delay: Upper bound of one delay. A ``Retry-After`` longer than this is not
+            waited out: the call fails instead of hammering the server early.
+        jitter: Random spread as a fraction of the delay (``0.2`` = +/-20%).
+        retry_on: The retryable error kinds.
+    """
+
+    max_attempts: int = 3
+    initial_delay: float = 0.5
+    multiplier: float = 2.0
+    max_delay: float = 30.0
+    jitter: float = 0.2
+    retry_on: frozenset[ErrorKind] = field(default=DEFAULT_RETRYABLE)
+
+    def __post_init__(self) -> None:
+        if type(self.max_attempts) is not int or self.max_attempts < 1:
+            raise ConfigurationError(
+                "max_attempts", f"must be an integer >= 1, got {self.max_attempts!r}"
+            )
+        for name in ("initial_delay", "max_delay", "jitter"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ConfigurationError(name, f"must be a number >= 0, got {value!r}")
+        if isinstance(self.multiplier, bool) or self.multiplier < 1:
+            raise ConfigurationError("multiplier", f"must be >= 1, got {self.multiplier!r}")
+        if not isinstance(self.retry_on, frozenset):
+            object.__setattr__(self, "retry_on", _kinds(self.retry_on))
+
+    @classmethod
+    def none(cls) -> RetryPolicy:
+        """A policy that never retries."""
+        return cls(max_attempts=1)
+
+    def delay_before_retry(self, attempt: int, error: LLMError) -> float | None:
+        """Seconds to wait before the next attempt, or ``None`` to give up.
+
+        Args:
+            attempt: The 1-based number of the attempt that just failed.
+            error: Its classified error.
+        """
+        if attempt >= self.max_attempts or error.kind not in self.retry_on:
+            return None
+        if error.retry_after is not None:
+            return error.retry_after if error.retry_after <= self.max_delay else None
+        delay = min(self.initial_delay * self.multiplier ** (attempt - 1), self.max_delay)
+        if self.jitter:
+            delay *= 1 + random.uniform(-self.jitter, self.jitter)
+        return max(0.0, min(delay, self.max_delay))
+
+
+def _kinds(kinds: Iterable[ErrorKind | str]) -> frozenset[ErrorKind]:
+    return frozenset(ErrorKind(kind) for kind in kinds)

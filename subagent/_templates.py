@@ -1,0 +1,224 @@
+"""Prompt templates: Mustache, parsed by chevron, rendered strictly.
+
+chevron's own renderer HTML-escapes ``{{x}}`` (``"`` becomes ``&quot;``, corrupting JSON in
+feedback) and renders a missing variable as an empty string. Prompts need the opposite, so
+templates are tokenized once by chevron into a tree, and this module renders that tree:
+values are inserted verbatim, and a name that no scope defines raises
+:class:`~subagent.MissingVariableError` naming it.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import chevron.tokenizer
+
+from subagent._errors import MissingVariableError, TemplateError
+
+__all__ = ["Template", "TemplateSet", "default_templates", "prompts_dir"]
+
+_MISSING = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    kind: str  # "literal", "var", "section", "inverted", "partial"
+    key: str
+    children: tuple[_Node, ...] = ()
+
+
+def _build_tree(name: str, source: str) -> tuple[_Node, ...]:
+    stack: list[tuple[str, list[_Node]]] = [("", [])]
+    try:
+        for tag, key in chevron.tokenizer.tokenize(source):
+            if tag == "literal":
+                if key:
+                    stack[-1][1].append(_Node("literal", key))
+            elif tag in ("variable", "no escape"):
+                stack[-1][1].append(_Node("var", key))
+            elif tag in ("section", "inverted section"):
+                stack.append((f"{tag}:{key}", []))
+            elif tag == "end":
+                opened, children = stack.pop()
+                kind, _, opened_key = opened.partition(":")
+                node_kind = "section" if kind == "section" else "inverted"
+                stack[-1][1].append(_Node(node_kind, opened_key, tuple(children)))
+            elif tag == "partial":
+                stack[-1][1].append(_Node("partial", key))
+            # comments and delimiter changes render nothing
+    except chevron.tokenizer.ChevronError as exc:
+        raise TemplateError(f"template {name!r} is not valid Mustache: {exc}") from exc
+    if len(stack) != 1:
+        raise TemplateError(f"template {name!r} has an unclosed section {stack[-1][0]!r}")
+    return tuple(stack[0][1])
+
+
+def _lookup(key: str, scopes: list[Any]) -> Any:
+    if key == ".":
+        return scopes[-1]
+    head, _, rest = key.partition(".")
+    for scope in reversed(scopes):
+        value = _child(scope, head)
+        if value is not _MISSING:
+            break
+    else:
+        return _MISSING
+    while rest:
+        head, _, rest = rest.partition(".")
+        value = _child(value, head)
+        if value is _MISSING:
+            return _MISSING
+    return value
+
+
+def _child(scope: Any, name: str) -> Any:
+    if isinstance(scope, Mapping):
+        return scope.get(name, _MISSING)
+    if isinstance(scope, list | tuple) and name.isdigit():
+        index = int(name)
+        return scope[index] if index < len(scope) else _MISSING
+    if isinstance(scope, str | int | float | bool) or scope is None:
+        return _MISSING
+    return getattr(scope, name, _MISSING)
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """One compiled template.
+
+    Args:
+        name: The template's name (``system``, ``retry_feedback``...), used in errors.
+        source: The Mustache text.
+    """
+
+    name: str
+    source: str
+    _tree: tuple[_Node, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_tree", _build_tree(self.name, self.source))
+
+    def variables(self) -> set[str]:
+        """Top-level names the template reads outside any section."""
+        return {node.key.partition(".")[0] for node in self._tree if node.kind != "literal"}
+
+    def render(self, data: Mapping[str, Any], partials: TemplateSet | None = None) -> str:
+        """Render with ``data``; values are inserted verbatim (no HTML escaping).
+
+        Raises:
+            MissingVariableError: A variable or section name is not in any scope.
+        """
+        out: list[str] = []
+        self._render(self._tree, [data], out, partials)
+        return "".join(out)
+
+    def _render(
+        self,
+        nodes: tuple[_Node, ...],
+        scopes: list[Any],
+        out: list[str],
+        partials: TemplateSet | None,
+    ) -> None:
+        for node in nodes:
+            kind = node.kind
+            if kind == "literal":
+                out.append(node.key)
+                continue
+            if kind == "partial":
+                if partials is None or node.key not in partials:
+                    raise TemplateError(
+                        f"template {self.name!r} includes unknown partial {node.key!r}"
+                    )
+                partials[node.key]._render(partials[node.key]._tree, scopes, out, partials)
+                continue
+            value = _lookup(node.key, scopes)
+            if value is _MISSING:
+                raise MissingVariableError(node.key, self.name)
+            if kind == "var":
+                if value is not None:
+                    out.append(value if isinstance(value, str) else str(value))
+            elif kind == "section":
+                if not value:
+                    continue
+                if isinstance(value, list | tuple):
+                    for item in value:
+                        scopes.append(item)
+                        self._render(node.children, scopes, out, partials)
+                        scopes.pop()
+                else:
+                    scopes.append(value)
+                    self._render(node.children, scopes, out, partials)
+                    scopes.pop()
+            elif not value:  # inverted section
+                self._render(node.children, scopes, out, partials)
+
+
+def prompts_dir() -> Path:
+    """Where the shipped templates are: inside the installed package, or the checkout's root."""
+    packaged = Path(str(importlib.resources.files("subagent"))) / "prompts"
+    if packaged.is_dir():
+        return packaged
+    checkout = Path(__file__).resolve().parent.parent / "prompts"
+    if checkout.is_dir():
+        return checkout
+    raise TemplateError(f"prompt templates not found in {packaged} or {checkout}")
+
+
+class TemplateSet(Mapping[str, Template]):
+    """Named templates: the shipped defaults, optionally overridden by name."""
+
+    def __init__(self, templates: Mapping[str, Template]):
+        self._templates = dict(templates)
+
+    def __getitem__(self, name: str) -> Template:
+        return self._templates[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._templates)
+
+    def __len__(self) -> int:
+        return len(self._templates)
+
+    def render(self, name: str, /, **data: Any) -> str:
+        """Render template ``name`` with ``data`` (partials come from this set), stripped."""
+        return self._templates[name].render(data, self).strip()
+
+    def with_overrides(self, overrides: Mapping[str, str]) -> TemplateSet:
+        """A copy where each named template is replaced by the given Mustache source.
+
+        Raises:
+            TemplateError: A name is not a known template, or a source does not parse.
+        """
+        if not overrides:
+            return self
+        unknown = sorted(set(overrides) - set(self._templates))
+        if unknown:
+            raise TemplateError(
+                f"unknown prompt template(s) {unknown}; known: {sorted(self._templates)}"
+            )
+        merged = dict(self._templates)
+        for name, source in overrides.items():
+            if not isinstance(source, str):
+                raise TemplateError(
+                    f"prompt override {name!r} must be a Mustache string, "
+                    f"got {type(source).__name__}"
+                )
+            merged[name] = Template(name, source)
+        return TemplateSet(merged)
+
+
+@cache
+def default_templates() -> TemplateSet:
+    """The templates shipped in ``prompts/``, compiled once per process."""
+    directory = prompts_dir()
+    return TemplateSet(
+        {
+            path.stem: Template(path.stem, path.read_text(encoding="utf-8"))
+            for path in sorted(directory.glob("*.mustache"))
+        }
+    )

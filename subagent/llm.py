@@ -1,0 +1,308 @@
+"""The LLM protocol: requests, responses, and the adapters that speak it.
+
+An LLM is anything with ``async complete(request) -> response``. The runtime builds one
+:class:`LLMRequest` per turn (messages, the tools offered this turn, settings, turn info) and
+expects one :class:`LLMResponse` back (text, tool calls, a normalised :class:`StopReason`,
+usage). Transport failures are reported by raising :class:`~subagent.LLMError` with a
+classified :class:`~subagent.ErrorKind`; the runtime decides whether to retry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from enum import StrEnum
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from subagent._errors import ScriptExhaustedError
+
+__all__ = [
+    "LLM",
+    "LLMRequest",
+    "LLMResponse",
+    "Message",
+    "ScriptedLLM",
+    "ScriptedReply",
+    "StopReason",
+    "StreamDelta",
+    "StreamingLLM",
+    "ToolCall",
+    "ToolDefinition",
+    "TurnInfo",
+    "Usage",
+]
+
+
+class StopReason(StrEnum):
+    """Why the model stopped producing its reply, normalised across providers."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    TOOL_CALLS = "tool_calls"
+    CONTENT_FILTER = "content_filter"
+    ERROR = "error"
+    UNKNOWN = "unknown"
+
+
+class Usage(BaseModel):
+    """Token counts of one call, or a sum of calls."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage.model_construct(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+
+class ToolCall(BaseModel):
+    """A tool call requested by the model.
+
+    Attributes:
+        name: The tool's name.
+        arguments: The decoded arguments, or the raw string when the provider sent
+            arguments that are not a JSON object (reported back to the model as an error).
+        id: The provider's call id; the runtime assigns one when it is empty.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+    id: str = ""
+
+
+class Message(BaseModel):
+    """One chat message in OpenAI-compatible shape."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class ToolDefinition(BaseModel):
+    """What the model is told about one tool: its name, description and JSON schema."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+
+
+class TurnInfo(BaseModel):
+    """Where a request sits in its run, for adapters and logs.
+
+    Attributes:
+        index: The 1-based turn number.
+        type: ``normal``, ``must_return`` or ``retry``.
+        agent: The agent's name.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    type: str
+    agent: str = ""
+
+
+class LLMRequest(BaseModel):
+    """Everything an adapter needs for one call.
+
+    Attributes:
+        messages: The conversation to send.
+        tools: The tools offered this turn; empty in ``must_return`` and ``retry``.
+        tool_choice: ``"none"`` when tool schemas are kept for prompt caching but the model
+            must not call them; ``None`` leaves the provider's default.
+        settings: Provider settings (``temperature``, ``max_tokens``, ``response_format``...).
+        turn: Which turn of which run this request belongs to.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    messages: tuple[Message, ...]
+    tools: list[ToolDefinition] = Field(default_factory=list)
+    tool_choice: Literal["auto", "none", "required"] | None = None
+    settings: dict[str, Any] = Field(default_factory=dict)
+    turn: TurnInfo | None = None
+
+
+class LLMResponse(BaseModel):
+    """One reply from the model.
+
+    Attributes:
+        text: The reply's text content (``""`` when there is none).
+        tool_calls: Tool calls the model requested.
+        stop_reason: The normalised stop reason; defaults to ``tool_calls`` when there are
+            tool calls and ``stop`` otherwise.
+        raw_stop_reason: The provider's own value, kept for diagnosis.
+        usage: Token counts of this call.
+        model: The model that answered, when the provider says.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    stop_reason: StopReason = StopReason.UNKNOWN
+    raw_stop_reason: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    model: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_stop_reason(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("stop_reason") is None:
+            data = dict(data)
+            data["stop_reason"] = StopReason.TOOL_CALLS if data.get("tool_calls") else "stop"
+        return data
+
+
+class StreamDelta(BaseModel):
+    """A piece of a streamed reply.
+
+    Attributes:
+        text: Text appended by this delta.
+        response: Set on the last item only: the complete reply.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str = ""
+    response: LLMResponse | None = None
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """Anything that can answer an :class:`LLMRequest`.
+
+    Adapters may also define ``model_name``, ``provider_name``, ``server_address`` and
+    ``server_port`` attributes; tracing records them when present.
+    """
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Answer one request, or raise :class:`~subagent.LLMError`."""
+        ...
+
+
+@runtime_checkable
+class StreamingLLM(LLM, Protocol):
+    """An LLM that can also stream its reply."""
+
+    def stream(self, request: LLMRequest) -> AsyncIterator[StreamDelta]:
+        """Yield deltas; the last one carries the complete :class:`LLMResponse`."""
+        ...
+
+
+ScriptedReply: TypeAlias = (
+    str
+    | LLMResponse
+    | BaseException
+    | Callable[[LLMRequest], "str | LLMResponse | Awaitable[str | LLMResponse]"]
+)
+
+
+class ScriptedLLM:
+    """A deterministic LLM for tests and examples: it plays a script of replies in order.
+
+    Each script item is the reply to one call: a ``str`` (the reply text), an
+    :class:`LLMResponse`, an exception instance (raised from ``complete``), or a callable
+    taking the :class:`LLMRequest` and returning one of the first two (sync or async).
+
+    Every request is recorded in :attr:`requests`. Running past the end of the script raises
+    :class:`~subagent.ScriptExhaustedError`, which ends the run as a failed ``llm_error``
+    naming the call that had no reply.
+
+    Args:
+        script: The replies, in call order.
+        model_name: Reported as the model in traces.
+    """
+
+    provider_name = "scripted"
+
+    def __init__(self, script: Sequence[ScriptedReply] = (), *, model_name: str = "scripted"):
+        self._script: list[ScriptedReply] = list(script)
+        self._position = 0
+        self.model_name = model_name
+        self.requests: list[LLMRequest] = []
+
+    @property
+    def remaining(self) -> int:
+        """How many scripted replies have not been used yet."""
+        return len(self._script) - self._position
+
+    def extend(self, replies: Sequence[ScriptedReply]) -> None:
+        """Append more replies to the script."""
+        self._script.extend(replies)
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Record the request and return the next scripted reply."""
+        self.requests.append(request)
+        if self._position >= len(self._script):
+            raise ScriptExhaustedError(
+                f"ScriptedLLM has no reply for call {len(self.requests)}: "
+                f"the script held {len(self._script)} replies"
+            )
+        item = self._script[self._position]
+        self._position += 1
+        if isinstance(item, BaseException):
+            raise item
+        if callable(item) and not isinstance(item, LLMResponse):
+            produced = item(request)
+            if isinstance(produced, Awaitable):
+                produced = await produced
+            item = produced
+        return _as_response(item)
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[StreamDelta]:
+        """Stream the next scripted reply word by word, then the whole response."""
+        response = await self.complete(request)
+        for piece in _split_keeping_spaces(response.text):
+            yield StreamDelta(text=piece)
+        yield StreamDelta(response=response)
+
+
+def _as_response(item: object) -> LLMResponse:
+    if isinstance(item, LLMResponse):
+        return item
+    if isinstance(item, str):
+        return LLMResponse(text=item)
+    raise TypeError(
+        f"a scripted reply must be a str, an LLMResponse, an exception or a callable "
+        f"returning str/LLMResponse; got {type(item).__name__}"
+    )
+
+
+def _split_keeping_spaces(text: str) -> list[str]:
+    pieces: list[str] = []
+    start = 0
+    for index, char in enumerate(text):
+        if char == " ":
+            pieces.append(text[start : index + 1])
+            start = index + 1
+    if start < len(text):
+        pieces.append(text[start:])
+    return pieces
+
+
+def messages_from(
+    mapping_or_messages: Sequence[Message | Mapping[str, Any]] | str,
+) -> list[Message]:
+    """Normalise user input (a prompt string, dicts or :class:`Message`) to messages."""
+    if isinstance(mapping_or_messages, str):
+        return [Message(role="user", content=mapping_or_messages)]
+    return [m if isinstance(m, Message) else Message.model_validate(m) for m in mapping_or_messages]
