@@ -30,6 +30,7 @@ class Phase(StrEnum):
 
 
 ACTIVE_PHASES = (Phase.NORMAL, Phase.MUST_RETURN, Phase.RETRY)
+_PHASE_OF = {phase.value: phase for phase in Phase}
 
 
 @dataclass(slots=True)
@@ -59,7 +60,7 @@ class Budget:
     @property
     def phase(self) -> Phase:
         """The current phase."""
-        return Phase(self.state)
+        return _PHASE_OF[self.state]
 
     @property
     def active(self) -> bool:

@@ -177,7 +177,7 @@ class UsageSummary(BaseModel):
         for turn in turns:
             total = total + turn.usage
             by_type[turn.type] = by_type.get(turn.type, Usage()) + turn.usage
-        return cls.model_construct(total=total, by_type=by_type)
+        return cls(total=total, by_type=by_type)
 
 
 class Step(BaseModel, Generic[OutputT]):
@@ -256,8 +256,8 @@ def build_step(
     return_retries: int,
     duration_s: float,
 ) -> Step[Any]:
-    """Assemble a :class:`Step` from trusted parts without re-validating them."""
-    return Step[Any].model_construct(
+    """Assemble a :class:`Step` from the parts of a finished run."""
+    return _ANY_STEP(
         agent=agent,
         output=output,
         failure=failure,
@@ -268,3 +268,6 @@ def build_step(
         return_retries=return_retries,
         duration_s=duration_s,
     )
+
+
+_ANY_STEP = Step[Any]

@@ -205,14 +205,12 @@ class _Run:
         system = self._parts.system_with_tools if offer_tools else self._parts.system_without_tools
         messages = (system, *self._conversation.messages())
         collapsed = self._conversation.collapsed
-        request = LLMRequest.model_construct(
+        request = LLMRequest(
             messages=messages,
             tools=tools,
             tool_choice="none" if tools and phase is not Phase.NORMAL else None,
             settings=self._options.settings,
-            turn=TurnInfo.model_construct(
-                index=index, type=turn_type.value, agent=self._parts.name
-            ),
+            turn=TurnInfo(index=index, type=turn_type.value, agent=self._parts.name),
         )
         telemetry = self._telemetry
         span: Span | None = None
@@ -240,7 +238,7 @@ class _Run:
                 else:
                     verdict = await self._judge(response, index)
             feedback = self._apply(verdict, response, index)
-            turn = Turn.model_construct(
+            turn = Turn(
                 index=index,
                 type=turn_type,
                 outcome=verdict.outcome,
@@ -295,7 +293,7 @@ class _Run:
         started: float,
     ) -> None:
         """Keep a turn cut short by cancellation (a mission timeout) in the record."""
-        self._turns.append(Turn.model_construct(
+        self._turns.append(Turn(
             index=index, type=turn_type, outcome=TurnOutcome.FAIL, phase_before=phase.value,
             phase_after=phase.value, reply=response.text if response else "",
             error="cancelled before the turn completed", error_type="cancelled",
@@ -389,7 +387,7 @@ class _Run:
         names = ", ".join(sorted({call.name for call in response.tool_calls}))
         error = self._parts.templates.render("tools_unavailable", tool_names=names)
         results = [
-            ToolResult.model_construct(call_id=call.id, name=call.name, ok=False, content=error,
+            ToolResult(call_id=call.id, name=call.name, ok=False, content=error,
                                        error_type="tools_unavailable", duration_s=0.0)
             for call in response.tool_calls
         ]  # fmt: skip
@@ -413,10 +411,10 @@ class _Run:
                 for position, call in enumerate(calls):
                     group.start_soon(run_one, position, call)
         done = [result for result in results if result is not None]
-        assistant = Message.model_construct(role="assistant", content=response.text,
+        assistant = Message(role="assistant", content=response.text,
                                             tool_calls=tuple(calls))  # fmt: skip
         tool_messages = [assistant] + [
-            Message.model_construct(role="tool", content=result.content,
+            Message(role="tool", content=result.content,
                                     tool_call_id=result.call_id, name=result.name)
             for result in done
         ]  # fmt: skip
@@ -542,7 +540,7 @@ class _Run:
 
     @staticmethod
     def _user(text: str) -> Message:
-        return Message.model_construct(role="user", content=text)
+        return Message(role="user", content=text)
 
 
 _NO_USAGE = LLMResponse.model_fields["usage"].get_default(call_default_factory=True)
@@ -554,4 +552,4 @@ def _as_reply(response: LLMResponse) -> Message:
     if response.tool_calls:
         calls = "\n".join(f"[call {call.name}({call.arguments})]" for call in response.tool_calls)
         text = f"{text}\n{calls}" if text else calls
-    return Message.model_construct(role="assistant", content=text)
+    return Message(role="assistant", content=text)

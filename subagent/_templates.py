@@ -30,6 +30,11 @@ class _Node:
     kind: str  # "literal", "var", "section", "inverted", "partial"
     key: str
     children: tuple[_Node, ...] = ()
+    parts: tuple[str, ...] = ()  # the dotted name, split once at compile time
+
+    def __post_init__(self) -> None:
+        if self.kind != "literal" and self.key != ".":
+            object.__setattr__(self, "parts", tuple(self.key.split(".")))
 
 
 def _build_tree(name: str, source: str) -> tuple[_Node, ...]:
@@ -58,19 +63,19 @@ def _build_tree(name: str, source: str) -> tuple[_Node, ...]:
     return tuple(stack[0][1])
 
 
-def _lookup(key: str, scopes: list[Any]) -> Any:
-    if key == ".":
+def _lookup(node: _Node, scopes: list[Any]) -> Any:
+    parts = node.parts
+    if not parts:  # "."
         return scopes[-1]
-    head, _, rest = key.partition(".")
+    head = parts[0]
     for scope in reversed(scopes):
-        value = _child(scope, head)
+        value = scope.get(head, _MISSING) if type(scope) is dict else _child(scope, head)
         if value is not _MISSING:
             break
     else:
         return _MISSING
-    while rest:
-        head, _, rest = rest.partition(".")
-        value = _child(value, head)
+    for name in parts[1:]:
+        value = _child(value, name)
         if value is _MISSING:
             return _MISSING
     return value
@@ -136,7 +141,7 @@ class Template:
                     )
                 partials[node.key]._render(partials[node.key]._tree, scopes, out, partials)
                 continue
-            value = _lookup(node.key, scopes)
+            value = _lookup(node, scopes)
             if value is _MISSING:
                 raise MissingVariableError(node.key, self.name)
             if kind == "var":
@@ -170,10 +175,17 @@ def prompts_dir() -> Path:
 
 
 class TemplateSet(Mapping[str, Template]):
-    """Named templates: the shipped defaults, optionally overridden by name."""
+    """Named templates: the shipped defaults, optionally overridden by name.
+
+    Renders whose values are all hashable (counts, flags, names) are memoised: most
+    prompts a run sends (the must-return warning, the tool list) are the same every time.
+    """
+
+    _CACHE_LIMIT = 512
 
     def __init__(self, templates: Mapping[str, Template]):
         self._templates = dict(templates)
+        self._rendered: dict[tuple[str, frozenset[tuple[str, Any]]], str] = {}
 
     def __getitem__(self, name: str) -> Template:
         return self._templates[name]
@@ -186,7 +198,17 @@ class TemplateSet(Mapping[str, Template]):
 
     def render(self, name: str, /, **data: Any) -> str:
         """Render template ``name`` with ``data`` (partials come from this set), stripped."""
-        return self._templates[name].render(data, self).strip()
+        try:
+            key = (name, frozenset(data.items()))
+            cached = self._rendered.get(key)
+        except TypeError:  # a list or dict value: not memoisable
+            return self._templates[name].render(data, self).strip()
+        if cached is None:
+            cached = self._templates[name].render(data, self).strip()
+            if len(self._rendered) >= self._CACHE_LIMIT:
+                self._rendered.clear()
+            self._rendered[key] = cached
+        return cached
 
     def with_overrides(self, overrides: Mapping[str, str]) -> TemplateSet:
         """A copy where each named template is replaced by the given Mustache source.

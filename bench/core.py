@@ -1,0 +1,88 @@
+"""Core benchmark: S1 and S2 on ScriptedLLM, tracing off (issue #2).
+
+S1: one invalid then one valid return, max_turns=1, return_retries=2.
+S2: one tool call then a valid return, max_turns=2.
+Prints the median microseconds per run and per LLM call over repeated batches, after a
+warm-up, in one process, plus peak RSS.
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import time
+from collections.abc import Callable
+
+import anyio
+from pydantic import BaseModel
+
+from subagent import LLMResponse, ScriptedLLM, SubAgent, Tool, ToolCall
+
+
+class Answer(BaseModel):
+    value: int
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+S1_AGENT = SubAgent(name="s1", prompt="Compute {{question}}", output=Answer)
+S2_AGENT = SubAgent(
+    name="s2", prompt="Compute {{question}}", output=Answer, tools=[Tool(add, run_in_thread=False)]
+)
+S1_SCRIPT = ['{"value": "three"}', '{"value": 3}']
+S2_SCRIPT = [LLMResponse(tool_calls=[ToolCall(name="add", arguments={"a": 1, "b": 2})]),
+             '{"value": 3}']  # fmt: skip
+CONTEXT = {"question": "1+2"}
+
+
+def s1(**options: object) -> Callable[[], object]:
+    async def run() -> object:
+        llm = ScriptedLLM(S1_SCRIPT)
+        step = await S1_AGENT.run(CONTEXT, llm=llm, max_turns=1, return_retries=2, **options)  # type: ignore[arg-type]
+        assert step.ok and len(step.turns) == 2
+        return step
+
+    return run
+
+
+def s2(**options: object) -> Callable[[], object]:
+    async def run() -> object:
+        llm = ScriptedLLM(S2_SCRIPT)
+        step = await S2_AGENT.run(CONTEXT, llm=llm, max_turns=2, **options)  # type: ignore[arg-type]
+        assert step.ok and len(step.turns) == 2
+        return step
+
+    return run
+
+
+async def measure(run: Callable[[], object], runs: int = 2000, batches: int = 7) -> float:
+    """Median microseconds per run over ``batches`` batches of ``runs`` runs."""
+    for _ in range(300):  # warm-up
+        await run()  # type: ignore[misc]
+    medians = []
+    for _ in range(batches):
+        start = time.perf_counter()
+        for _ in range(runs):
+            await run()  # type: ignore[misc]
+        medians.append((time.perf_counter() - start) / runs * 1e6)
+    return statistics.median(medians)
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def main() -> dict[str, float]:
+    results = {"S1": await measure(s1()), "S2": await measure(s2())}
+    print("core (tracing off, ScriptedLLM, asyncio)")
+    for name, micros in results.items():
+        print(f"  {name}: {micros:8.1f} us/run   {micros / 2:8.1f} us/LLM call")
+    print(f"  peak RSS: {peak_rss_mib():.1f} MiB")
+    return results
+
+
+if __name__ == "__main__":
+    anyio.run(main)

@@ -1,0 +1,157 @@
+"""SubAgent: configuration validation, overrides, run_sync, as_tool."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from pydantic import BaseModel
+
+from subagent import (
+    ConfigurationError,
+    MissingVariableError,
+    ScriptedLLM,
+    SubAgent,
+    Tool,
+)
+
+
+class Answer(BaseModel):
+    x: int
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("max_turns", 0, "max_turns: must be an integer >= 1, got 0 (int)"),
+        ("max_turns", True, "max_turns: must be an integer >= 1, got True (bool)"),
+        ("max_turns", "1", "max_turns: must be an integer >= 1, got '1' (str)"),
+        ("max_turns", 1.0, "max_turns: must be an integer >= 1, got 1.0 (float)"),
+        ("return_retries", -1, "return_retries: must be an integer >= 0, got -1 (int)"),
+        ("return_retries", "1", "return_retries: must be an integer >= 0, got '1' (str)"),
+        ("return_retries", True, "return_retries: must be an integer >= 0, got True (bool)"),
+        ("context_policy", "forget", "context_policy: must be one of"),
+        ("timeout", 0, "timeout: must be a number of seconds > 0"),
+        ("mission_timeout", -5, "mission_timeout: must be a number of seconds > 0"),
+        ("llm", object(), "llm: <object object"),
+        ("name", "", "name: must be a non-empty string"),
+        ("validators", [42], "validators: 42 is not callable"),
+        ("tools", [lambda *args: 0], "tools: tool name '<lambda>'"),
+    ],
+)
+def test_bad_configuration_fails_at_construction_naming_the_field(
+    field: str, value: object, expected: str
+) -> None:
+    options: dict[str, object] = {"name": "a", "prompt": "p", field: value}
+    with pytest.raises(ConfigurationError) as caught:
+        SubAgent(**options)  # type: ignore[arg-type]
+    assert str(caught.value).startswith(expected)
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("max_turns", 0), ("return_retries", "2"), ("max_turns", False)]
+)
+def test_bad_run_overrides_are_rejected_before_any_call(option: str, value: object) -> None:
+    llm = ScriptedLLM(['{"x": 1}'])
+    agent = SubAgent(name="a", prompt="p", output=Answer)
+    with pytest.raises(ConfigurationError, match=f"^{option}: "):
+        agent.run_sync(llm=llm, **{option: value})
+    assert llm.requests == []
+
+
+def test_unknown_prompt_override_is_rejected() -> None:
+    with pytest.raises(ConfigurationError, match="sytem"):
+        SubAgent(name="a", prompt="p", prompts={"sytem": "x"})
+
+
+def test_tool_with_var_args_is_rejected_naming_the_tool() -> None:
+    def spread(*values: int) -> int:
+        return sum(values)
+
+    with pytest.raises(ConfigurationError, match="tool 'spread' takes \\*values"):
+        SubAgent(name="a", prompt="p", tools=[spread])
+
+
+def test_duplicate_tool_names_are_rejected() -> None:
+    def f() -> None: ...
+
+    with pytest.raises(ConfigurationError, match="two tools are named 'f'"):
+        SubAgent(name="a", prompt="p", tools=[f, Tool(f)])
+
+
+def test_agent_is_immutable() -> None:
+    agent = SubAgent(name="a", prompt="p")
+    with pytest.raises(AttributeError):
+        agent.max_turns = 3  # type: ignore[misc]
+
+
+def test_missing_prompt_variable_raises_naming_it_before_any_call() -> None:
+    llm = ScriptedLLM(["x"])
+    with pytest.raises(MissingVariableError, match="'question'"):
+        SubAgent(name="a", prompt="Answer {{question}}").run_sync({}, llm=llm)
+    assert llm.requests == []
+
+
+def test_run_without_a_model_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match=r"^llm: agent 'a' has no model"):
+        SubAgent(name="a", prompt="p").run_sync()
+
+
+def test_run_overrides_apply_to_that_run_only() -> None:
+    agent = SubAgent(name="a", prompt="p", output=Answer, max_turns=1, return_retries=0)
+    llm = ScriptedLLM(['{"x": "bad"}', '{"x": 2}'])
+    assert agent.run_sync(llm=llm, return_retries=1).ok
+    assert agent.return_retries == 0
+    assert not agent.run_sync(llm=ScriptedLLM(['{"x": "bad"}'])).ok
+
+
+def test_prompt_renders_context_from_a_mapping_or_a_model() -> None:
+    class Question(BaseModel):
+        question: str
+
+    llm = ScriptedLLM(["a", "b"])
+    agent = SubAgent(name="a", prompt="Q: {{question}}", llm=llm)
+    agent.run_sync({"question": 'say "hi" & <go>'})
+    agent.run_sync(Question(question="two"))
+    assert llm.requests[0].messages[1].content.startswith('Q: say "hi" & <go>')
+    assert llm.requests[1].messages[1].content.startswith("Q: two")
+
+
+def test_messages_replace_the_rendered_prompt() -> None:
+    llm = ScriptedLLM(["ok"])
+    agent = SubAgent(name="a", llm=llm)
+    step = agent.run_sync(messages=[{"role": "user", "content": "hello"}])
+    assert step.output == "ok"
+    assert [m.role for m in llm.requests[0].messages] == ["system", "user"]
+    assert llm.requests[0].messages[1].content == "hello"
+
+
+def test_settings_merge_over_the_agents() -> None:
+    llm = ScriptedLLM(["a"])
+    agent = SubAgent(name="a", prompt="p", llm=llm, settings={"temperature": 0, "max_tokens": 9})
+    agent.run_sync(settings={"temperature": 1})
+    assert llm.requests[0].settings == {"temperature": 1, "max_tokens": 9}
+
+
+def test_run_sync_refuses_to_run_inside_an_event_loop() -> None:
+    agent = SubAgent(name="a", prompt="p", llm=ScriptedLLM(["x"]))
+
+    async def inside() -> None:
+        with pytest.raises(RuntimeError, match=r"use `await agent\.run"):
+            agent.run_sync()
+
+    anyio.run(inside)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_run_sync_works_on_both_backends(backend: str) -> None:
+    step = SubAgent(name="a", prompt="p", llm=ScriptedLLM(["hi"])).run_sync(backend=backend)
+    assert step.output == "hi"
+
+
+def test_as_tool_takes_the_prompt_variables_as_string_parameters() -> None:
+    inner = SubAgent(name="inner", prompt="{{city}} in {{country}}", description="Find a city.")
+    tool = inner.as_tool()
+    assert tool.name == "inner" and tool.description == "Find a city."
+    assert tool.definition.parameters["required"] == ["city", "country"]
+    assert tool.definition.parameters["properties"]["city"]["type"] == "string"

@@ -1,0 +1,41 @@
+"""Collapse and accumulate policies of the conversation."""
+
+from __future__ import annotations
+
+from subagent import Message
+from subagent._conversation import Conversation
+
+OPENING = [Message(role="user", content="task")]
+
+
+def attempt(n: int) -> tuple[Message, Message]:
+    return Message(role="assistant", content=f"try {n}"), Message(role="user", content=f"fix {n}")
+
+
+def test_collapse_keeps_only_the_latest_failed_attempt() -> None:
+    conversation = Conversation("collapse", OPENING)
+    for n in range(1, 4):
+        conversation.add_failed_attempt(*attempt(n))
+    assert [m.content for m in conversation.messages()] == ["task", "try 3", "fix 3"]
+    assert conversation.collapsed == 4
+
+
+def test_accumulate_keeps_every_attempt() -> None:
+    conversation = Conversation("accumulate", OPENING)
+    for n in range(1, 3):
+        conversation.add_failed_attempt(*attempt(n))
+    assert [m.content for m in conversation.messages()] == ["task", "try 1", "fix 1", "try 2",
+                                                           "fix 2"]  # fmt: skip
+    assert conversation.collapsed == 0
+
+
+def test_an_exchange_ends_the_streak_and_keeps_its_latest_attempt() -> None:
+    conversation = Conversation("collapse", OPENING)
+    conversation.add_failed_attempt(*attempt(1))
+    conversation.add_failed_attempt(*attempt(2))
+    conversation.add_exchange([Message(role="tool", content="result", tool_call_id="c")])
+    conversation.add_failed_attempt(*attempt(3))
+    conversation.add_failed_attempt(*attempt(4))
+    contents = [m.content for m in conversation.messages()]
+    assert contents == ["task", "try 2", "fix 2", "result", "try 4", "fix 4"]
+    assert conversation.collapsed == 4

@@ -1,0 +1,46 @@
+"""The README quickstart and the core examples run as written."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from subagent._phases import mermaid_chart
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _block(text: str, language: str, after_heading: str) -> str:
+    section = text.split(after_heading, 1)[1]
+    match = re.search(rf"```{language}\n(.*?)```", section, re.DOTALL)
+    assert match, f"no {language} block after {after_heading!r}"
+    return match.group(1)
+
+
+def test_readme_quickstart_runs_as_written() -> None:
+    code = _block(README, "python", "## Quickstart")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=ROOT, timeout=60, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "done in 3 turns (normal, must_return, retry)"
+
+
+def test_readme_state_chart_is_generated_from_the_table() -> None:
+    assert _block(README, "mermaid", "## The state machine") == mermaid_chart()
+
+
+def test_docs_state_chart_is_generated_from_the_table() -> None:
+    text = (ROOT / "docs" / "state-chart.md").read_text(encoding="utf-8")
+    assert _block(text, "mermaid", "# ") == mermaid_chart()
+
+
+def test_quickstart_example_prints_its_turn_table() -> None:
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py")],
+                            capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split()[1] for line in lines[1:4]] == ["normal", "must_return", "retry"]
+    assert "output: Answer(value=3)" in result.stdout

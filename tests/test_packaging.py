@@ -1,0 +1,65 @@
+"""The wheel ships the package, its templates and py.typed, and works installed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CHECK = """
+import pathlib, subagent
+from subagent import SubAgent, ScriptedLLM
+from subagent._templates import prompts_dir
+where = pathlib.Path(subagent.__file__).resolve()
+assert "site-packages" in str(where), where
+assert prompts_dir().parent == where.parent, prompts_dir()
+step = SubAgent(name="w", prompt="p {{x}}").run_sync({"x": 1}, llm=ScriptedLLM(["hi"]))
+assert step.ok and step.output == "hi"
+print("ok", len(list(prompts_dir().glob("*.mustache"))))
+"""
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", str(out), str(ROOT)],
+        check=True, timeout=300,
+    )  # fmt: skip
+    (built,) = out.glob("subagent_runtime-*.whl")
+    return built
+
+
+def test_wheel_contains_package_templates_and_py_typed(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "subagent/py.typed" in names
+    assert "subagent/__init__.py" in names
+    shipped = {Path(n).name for n in names if n.startswith("subagent/prompts/")}
+    assert shipped == {p.name for p in (ROOT / "prompts").glob("*.mustache")}
+    assert not any(n.startswith(("tests/", "examples/", "prompts/")) for n in names)
+
+
+def test_installed_wheel_finds_its_templates(wheel: Path, tmp_path: Path) -> None:
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    site = Path(subprocess.check_output(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        text=True).strip())  # fmt: skip
+    # Dependencies come from the project's venv (appended after the new venv's own
+    # site-packages, so the installed wheel, not the checkout, provides `subagent`).
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
+                    "--target", str(site), str(wheel)], check=True, timeout=120)  # fmt: skip
+    result = subprocess.run([str(python), "-c", CHECK], capture_output=True, text=True,
+                            cwd=tmp_path, timeout=120, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["ok", str(len(list((ROOT / "prompts").glob("*.mustache"))))]

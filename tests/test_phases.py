@@ -1,0 +1,109 @@
+"""The phase machine: DESIGN.md's table, fired trigger by trigger."""
+
+from __future__ import annotations
+
+import pytest
+
+from subagent._phases import TABLE, Budget, Phase, advance, mermaid_chart
+from subagent._records import FailReason
+
+
+@pytest.mark.parametrize(("max_turns", "phase"), [(1, Phase.MUST_RETURN), (2, Phase.NORMAL)])
+def test_initial_phase_depends_on_the_work_budget(max_turns: int, phase: Phase) -> None:
+    assert Budget.start(max_turns, 0).phase is phase
+
+
+@pytest.mark.parametrize("phase", [Phase.NORMAL, Phase.MUST_RETURN, Phase.RETRY])
+def test_valid_return_is_done_from_every_active_phase(phase: Phase) -> None:
+    budget = Budget(phase.value, 1, 1, 1)
+    assert advance(budget, "returned") is Phase.DONE
+    assert (budget.work_remaining, budget.retries_remaining) == (1, 1)
+
+
+@pytest.mark.parametrize("phase", [Phase.NORMAL, Phase.MUST_RETURN, Phase.RETRY])
+def test_explicit_fail_fails_from_every_active_phase_without_spending(phase: Phase) -> None:
+    budget = Budget(phase.value, 2, 3, 3)
+    assert advance(budget, "gave_up") is Phase.FAILED
+    assert budget.failure_reason is FailReason.EXPLICIT_FAIL
+    assert (budget.work_remaining, budget.retries_remaining) == (2, 3)
+
+
+@pytest.mark.parametrize("reason", [FailReason.LLM_ERROR, FailReason.TIMEOUT])
+def test_abort_records_its_reason(reason: FailReason) -> None:
+    budget = Budget.start(3, 1)
+    assert advance(budget, "aborted", reason=reason) is Phase.FAILED
+    assert budget.failure_reason is reason
+
+
+def test_normal_miss_spends_work_and_stays_while_more_than_one_is_left() -> None:
+    budget = Budget.start(4, 0)
+    assert advance(budget, "missed") is Phase.NORMAL
+    assert budget.work_remaining == 3
+
+
+def test_normal_miss_moves_to_must_return_when_one_work_turn_is_left() -> None:
+    budget = Budget.start(2, 0)
+    assert advance(budget, "missed") is Phase.MUST_RETURN
+    assert budget.work_remaining == 1
+
+
+def test_must_return_miss_moves_to_retry_when_retries_are_left() -> None:
+    budget = Budget.start(1, 2)
+    assert advance(budget, "missed") is Phase.RETRY
+    assert (budget.work_remaining, budget.retries_remaining) == (0, 2)
+    assert budget.retry_attempt == 1
+
+
+def test_must_return_miss_fails_without_retries() -> None:
+    budget = Budget.start(1, 0)
+    assert advance(budget, "missed") is Phase.FAILED
+    assert budget.failure_reason is FailReason.BUDGET_EXHAUSTED
+    assert budget.work_remaining == 0
+
+
+def test_retry_miss_spends_a_retry_and_stays_while_more_than_one_is_left() -> None:
+    budget = Budget(Phase.RETRY.value, 0, 2, 2)
+    assert advance(budget, "missed") is Phase.RETRY
+    assert budget.retries_remaining == 1
+    assert budget.retry_attempt == 2
+
+
+def test_retry_miss_on_the_last_retry_fails() -> None:
+    budget = Budget(Phase.RETRY.value, 0, 1, 1)
+    assert advance(budget, "missed") is Phase.FAILED
+    assert budget.failure_reason is FailReason.BUDGET_EXHAUSTED
+    assert budget.retries_remaining == 0
+
+
+@pytest.mark.parametrize(("max_turns", "retries"), [(1, 0), (1, 4), (3, 0), (5, 2)])
+def test_missing_every_turn_takes_exactly_max_turns_plus_retries_turns(
+    max_turns: int, retries: int
+) -> None:
+    budget = Budget.start(max_turns, retries)
+    turns = 0
+    while budget.active:
+        advance(budget, "missed")
+        turns += 1
+    assert turns == max_turns + retries
+
+
+@pytest.mark.parametrize("phase", [Phase.DONE, Phase.FAILED])
+def test_final_phases_accept_no_trigger(phase: Phase) -> None:
+    from transitions import MachineError
+
+    for trigger in ("returned", "missed", "gave_up"):
+        with pytest.raises(MachineError):
+            advance(Budget(phase.value, 1, 1, 1), trigger)
+
+
+def test_table_covers_every_trigger_from_every_active_phase() -> None:
+    active = {Phase.NORMAL, Phase.MUST_RETURN, Phase.RETRY}
+    for trigger in ("returned", "gave_up", "missed", "aborted"):
+        assert {row.source for row in TABLE if row.trigger == trigger} == active
+
+
+def test_mermaid_chart_draws_every_row_of_the_table() -> None:
+    chart = mermaid_chart()
+    assert chart.startswith("stateDiagram-v2")
+    for row in TABLE:
+        assert f"{row.source.value} --> {row.dest.value}: {row.label}" in chart
