@@ -6,9 +6,9 @@ another process, and read back typed (``Step[Answer].model_validate_json(text)``
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, Generic, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
@@ -172,11 +172,16 @@ class UsageSummary(BaseModel):
     @classmethod
     def of(cls, turns: Iterable[Turn]) -> UsageSummary:
         """Sum the usage of ``turns``."""
-        total = Usage()
-        by_type: dict[TurnType, Usage] = {}
+        sums: dict[TurnType, list[int]] = {}
         for turn in turns:
-            total = total + turn.usage
-            by_type[turn.type] = by_type.get(turn.type, Usage()) + turn.usage
+            counts = sums.setdefault(turn.type, [0, 0])
+            counts[0] += turn.usage.input_tokens
+            counts[1] += turn.usage.output_tokens
+        by_type = {kind: Usage(input_tokens=i, output_tokens=o) for kind, (i, o) in sums.items()}
+        total = Usage(
+            input_tokens=sum(i for i, _ in sums.values()),
+            output_tokens=sum(o for _, o in sums.values()),
+        )
         return cls(total=total, by_type=by_type)
 
 
@@ -199,8 +204,6 @@ class Step(BaseModel, Generic[OutputT]):
     output: OutputT | None = None
     failure: Failure | None = None
     turns: list[Turn] = Field(default_factory=list)
-    usage: UsageSummary = Field(default_factory=UsageSummary)
-    stop_reasons: dict[str, int] = Field(default_factory=dict)
     max_turns: int
     return_retries: int
     duration_s: float = 0.0
@@ -210,6 +213,19 @@ class Step(BaseModel, Generic[OutputT]):
     def ok(self) -> bool:
         """Whether the run produced a valid output."""
         return self.failure is None
+
+    # Derived from the turns: computed on first use (and serialized), never stored twice.
+    @computed_field  # type: ignore[prop-decorator]
+    @cached_property
+    def usage(self) -> UsageSummary:
+        """Token usage, total and by turn type."""
+        return UsageSummary.of(self.turns)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @cached_property
+    def stop_reasons(self) -> dict[str, int]:
+        """How many replies ended for each stop reason."""
+        return count_stop_reasons(self.turns)
 
     @property
     def llm_calls(self) -> int:
@@ -243,7 +259,11 @@ class Step(BaseModel, Generic[OutputT]):
 
 def count_stop_reasons(turns: Iterable[Turn]) -> dict[str, int]:
     """Count the stop reasons of ``turns`` (turns without a reply are not counted)."""
-    return dict(Counter(t.stop_reason.value for t in turns if t.stop_reason is not None))
+    counts: dict[str, int] = {}
+    for turn in turns:
+        if turn.stop_reason is not None:
+            counts[turn.stop_reason.value] = counts.get(turn.stop_reason.value, 0) + 1
+    return counts
 
 
 def build_step(
@@ -262,8 +282,6 @@ def build_step(
         output=output,
         failure=failure,
         turns=turns,
-        usage=UsageSummary.of(turns),
-        stop_reasons=count_stop_reasons(turns),
         max_turns=max_turns,
         return_retries=return_retries,
         duration_s=duration_s,

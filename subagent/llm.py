@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from enum import StrEnum
 from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from subagent._errors import ScriptExhaustedError
 
@@ -158,18 +158,15 @@ class LLMResponse(BaseModel):
 
     text: str = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
-    stop_reason: StopReason = StopReason.UNKNOWN
+    stop_reason: StopReason = StopReason.STOP
     raw_stop_reason: str | None = None
     usage: Usage = Field(default_factory=Usage)
     model: str | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _default_stop_reason(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("stop_reason") is None:
-            data = dict(data)
-            data["stop_reason"] = StopReason.TOOL_CALLS if data.get("tool_calls") else "stop"
-        return data
+    def model_post_init(self, context: Any, /) -> None:
+        """Default the stop reason to ``tool_calls`` when the reply calls tools."""
+        if self.tool_calls and "stop_reason" not in self.model_fields_set:
+            object.__setattr__(self, "stop_reason", StopReason.TOOL_CALLS)
 
 
 class StreamDelta(BaseModel):
