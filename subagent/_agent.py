@@ -191,6 +191,7 @@ class SubAgent(Generic[OutputT]):
         mission_timeout: float | None = None,
         tracer_provider: TracerProvider | None = None,
         on_event: EventHandler | None = None,
+        on_text: Callable[[str], object] | None = None,
     ) -> Step[OutputT]:
         """Run the agent once and return its :class:`~subagent.Step`.
 
@@ -210,6 +211,8 @@ class SubAgent(Generic[OutputT]):
             mission_timeout: Seconds allowed for the whole run.
             tracer_provider: Where spans go (default: the global provider, if configured).
             on_event: Called with each :class:`~subagent.RunEvent`.
+            on_text: Stream replies: called with each piece of text as it arrives, when
+                the model can stream (``stream()``); otherwise with nothing.
 
         Raises:
             ConfigurationError: An option is invalid (nothing was sent to the model).
@@ -220,7 +223,7 @@ class SubAgent(Generic[OutputT]):
             llm=llm, max_turns=max_turns, return_retries=return_retries,
             context_policy=context_policy, settings=settings, retry_policy=retry_policy,
             timeout=timeout, mission_timeout=mission_timeout, tracer_provider=tracer_provider,
-            on_event=on_event,
+            on_event=on_event, on_text=on_text,
         )  # fmt: skip
         opening = self._opening(context, messages)
         llm_token = _CURRENT_LLM.set(options.llm)
@@ -307,6 +310,7 @@ class SubAgent(Generic[OutputT]):
         mission_timeout: float | None,
         tracer_provider: TracerProvider | None,
         on_event: EventHandler | None,
+        on_text: Callable[[str], object] | None = None,
     ) -> RunOptions:
         model = _check_llm(llm) or self.llm or _CURRENT_LLM.get()
         if model is None:
@@ -317,8 +321,9 @@ class SubAgent(Generic[OutputT]):
             raise ConfigurationError("settings", f"must be a mapping, got {settings!r}")
         if retry_policy is not None and not isinstance(retry_policy, RetryPolicy):
             raise ConfigurationError("retry_policy", f"must be a RetryPolicy, got {retry_policy!r}")
-        if on_event is not None and not callable(on_event):
-            raise ConfigurationError("on_event", f"must be callable, got {on_event!r}")
+        for name, handler in (("on_event", on_event), ("on_text", on_text)):
+            if handler is not None and not callable(handler):
+                raise ConfigurationError(name, f"must be callable, got {handler!r}")
         return RunOptions(
             llm=model,
             max_turns=self.max_turns
@@ -343,6 +348,7 @@ class SubAgent(Generic[OutputT]):
             keep_tool_schemas=self.keep_tool_schemas,
             tracer_provider=tracer_provider or _CURRENT_PROVIDER.get(),
             on_event=on_event,
+            on_text=on_text,
         )
 
     def _opening(

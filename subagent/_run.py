@@ -9,7 +9,7 @@ needs. The machine decides the next phase; this module only awaits and records.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +82,7 @@ class RunOptions:
     keep_tool_schemas: bool
     tracer_provider: TracerProvider | None
     on_event: EventHandler | None
+    on_text: Callable[[str], object] | None = None
 
 
 @dataclass(slots=True)
@@ -311,7 +312,12 @@ class _Run:
         options = self._options
         if telemetry is None:
             return await call_with_retries(
-                options.llm, request, options.retry_policy, options.timeout, retries.append
+                options.llm,
+                request,
+                options.retry_policy,
+                options.timeout,
+                retries.append,
+                options.on_text,
             )
         span = telemetry.start_chat(request, options.llm)
 
@@ -325,7 +331,12 @@ class _Run:
         try:
             with Telemetry.activate(span):
                 response = await call_with_retries(
-                    options.llm, request, options.retry_policy, options.timeout, on_retry
+                    options.llm,
+                    request,
+                    options.retry_policy,
+                    options.timeout,
+                    on_retry,
+                    options.on_text,
                 )
             return response
         except LLMError as exc:

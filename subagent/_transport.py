@@ -8,15 +8,32 @@ conversation: the same request is sent again.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import aclosing
 
 import anyio
 
 from subagent._errors import ErrorKind, LLMError, ScriptExhaustedError
 from subagent._records import TransportRetry
 from subagent._retry_policy import RetryPolicy
-from subagent.llm import LLM, LLMRequest, LLMResponse
+from subagent.llm import LLM, LLMRequest, LLMResponse, StreamingLLM
 
 __all__ = ["call_with_retries"]
+
+TextHandler = Callable[[str], object]
+
+
+async def _complete(llm: LLM, request: LLMRequest, on_text: TextHandler | None) -> LLMResponse:
+    if on_text is None or not isinstance(llm, StreamingLLM):
+        return await llm.complete(request)
+    # aclosing: the stream (and its HTTP response) is closed in this task, also when the
+    # call is cancelled or times out half-way.
+    async with aclosing(llm.stream(request)) as deltas:  # type: ignore[type-var]
+        async for delta in deltas:
+            if delta.response is not None:
+                return delta.response
+            if delta.text:
+                on_text(delta.text)
+    raise LLMError(ErrorKind.INVALID_RESPONSE, "the stream ended without a final response")
 
 
 async def call_with_retries(
@@ -25,6 +42,7 @@ async def call_with_retries(
     policy: RetryPolicy,
     call_timeout: float | None,
     on_retry: Callable[[TransportRetry], None],
+    on_text: TextHandler | None = None,
 ) -> LLMResponse:
     """Call ``llm`` until it answers or the policy gives up.
 
@@ -34,6 +52,8 @@ async def call_with_retries(
         policy: Which errors are retried, and the delays.
         call_timeout: Seconds allowed for one attempt (``None``: no limit).
         on_retry: Told about each retry before its delay.
+        on_text: When set and the model can stream, receives the reply's text as it
+            arrives (a retried call streams again from the start).
 
     Raises:
         LLMError: The last classified error, once the policy gives up.
@@ -44,9 +64,9 @@ async def call_with_retries(
         attempt += 1
         try:
             if call_timeout is None:
-                return await llm.complete(request)
+                return await _complete(llm, request, on_text)
             with anyio.fail_after(call_timeout):
-                return await llm.complete(request)
+                return await _complete(llm, request, on_text)
         except LLMError as exc:
             error = exc
         except TimeoutError:

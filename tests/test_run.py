@@ -6,6 +6,7 @@ import itertools
 import json
 
 import anyio
+import anyio.lowlevel
 import pytest
 from pydantic import BaseModel
 
@@ -521,3 +522,69 @@ async def test_nested_agent_runs_as_a_tool_on_the_parents_model() -> None:
     assert step.output == Answer(x=43)
     assert json.loads(step.turns[0].tool_results[0].content.split("\n")[2]) == {"x": 42}
     assert llm.requests[1].messages[-1].content.startswith("Double 21")
+
+
+async def test_a_thousand_concurrent_runs_of_one_agent_keep_their_own_books() -> None:
+    shared = agent()
+    steps: dict[int, object] = {}
+
+    def script(n: int) -> ScriptedLLM:
+        async def answer(request: LLMRequest) -> str:
+            await anyio.lowlevel.checkpoint()  # interleave with the other runs mid-turn
+            return f'{{"x": {n}}}'
+
+        # runs with an odd n need one correction, even ones none
+        return ScriptedLLM([BAD, answer] if n % 2 else [answer])
+
+    async def run(n: int) -> None:
+        steps[n] = await shared.run(llm=script(n), max_turns=1, return_retries=1)
+
+    async with anyio.create_task_group() as group:
+        for n in range(1000):
+            group.start_soon(run, n)
+    for n, step in steps.items():
+        assert step.ok and step.output == Answer(x=n)  # type: ignore[attr-defined]
+        expected = [M, R] if n % 2 else [M]
+        assert [t.type for t in step.turns] == expected  # type: ignore[attr-defined]
+
+
+async def test_on_text_streams_each_reply_as_it_arrives() -> None:
+    pieces: list[str] = []
+    step = await agent().run(llm=ScriptedLLM([BAD, GOOD]), max_turns=1, return_retries=1,
+                             on_text=pieces.append)  # fmt: skip
+    assert step.ok
+    assert "".join(pieces) == BAD + GOOD
+    assert len(pieces) > 2  # word by word, not one piece per reply
+
+
+async def test_on_text_is_silent_for_a_model_that_cannot_stream() -> None:
+    class CompleteOnly:
+        async def complete(self, request: LLMRequest) -> LLMResponse:
+            return LLMResponse(text=GOOD)
+
+    pieces: list[str] = []
+    step = await agent().run(llm=CompleteOnly(), max_turns=1, on_text=pieces.append)
+    assert step.ok and pieces == []
+
+
+async def test_a_stream_cut_off_by_a_timeout_is_closed() -> None:
+    closed: list[bool] = []
+
+    class SlowStream:
+        async def complete(self, request: LLMRequest) -> LLMResponse:
+            raise AssertionError("streaming was expected")
+
+        async def stream(self, request: LLMRequest):  # type: ignore[no-untyped-def]
+            from subagent import StreamDelta
+
+            try:
+                yield StreamDelta(text='{"x": ')
+                await anyio.sleep_forever()
+            finally:
+                closed.append(True)
+
+    pieces: list[str] = []
+    step = await agent().run(llm=SlowStream(), max_turns=1, mission_timeout=0.05,
+                             on_text=pieces.append)  # fmt: skip
+    assert step.failure is not None and step.failure.reason is FailReason.TIMEOUT
+    assert pieces == ['{"x": '] and closed == [True]
