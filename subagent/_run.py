@@ -19,7 +19,7 @@ from opentelemetry.trace import Span, TracerProvider
 from subagent._conversation import ContextPolicy, Conversation
 from subagent._errors import ErrorKind, LLMError, SubAgentError
 from subagent._events import EventHandler, RunStarted, TurnEnded, TurnStarted
-from subagent._output import OutputContract, detect_explicit_fail
+from subagent._output import OutputContract, detect_explicit_fail, format_validation_errors
 from subagent._parse_result import ParseResult
 from subagent._phases import Budget, Phase, advance
 from subagent._records import (
@@ -38,6 +38,7 @@ from subagent._telemetry import Telemetry
 from subagent._templates import TemplateSet
 from subagent._text import fence
 from subagent._tools import Tool, ToolArgumentsError, render_result
+from subagent._transport import call_with_retries
 from subagent._validation import run_validators
 from subagent.llm import (
     LLM,
@@ -199,7 +200,7 @@ class _Run:
     async def _take_turn(self) -> None:
         budget = self._budget
         phase = budget.phase
-        turn_type = TurnType(phase.value)
+        turn_type = _TURN_TYPE[phase]
         index = len(self._turns) + 1
         offer_tools = phase is Phase.NORMAL or self._options.keep_tool_schemas
         tools = self._parts.tool_definitions if offer_tools else []
@@ -306,8 +307,6 @@ class _Run:
         ))  # fmt: skip
 
     async def _call(self, request: LLMRequest, retries: list[TransportRetry]) -> LLMResponse:
-        from subagent._transport import call_with_retries
-
         telemetry = self._telemetry
         options = self._options
         if telemetry is None:
@@ -466,8 +465,6 @@ class _Run:
         try:
             value = await tool.call(call.arguments)
         except ToolArgumentsError as exc:
-            from subagent._output import format_validation_errors
-
             errors = (
                 format_validation_errors(exc.validation)
                 if exc.validation is not None
@@ -554,6 +551,7 @@ class _Run:
         return Message(role="user", content=text)
 
 
+_TURN_TYPE = {Phase(kind.value): kind for kind in TurnType}
 _NO_USAGE = LLMResponse.model_fields["usage"].get_default(call_default_factory=True)
 
 

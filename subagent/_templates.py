@@ -23,6 +23,7 @@ from subagent._errors import MissingVariableError, TemplateError
 __all__ = ["Template", "TemplateSet", "default_templates", "prompts_dir"]
 
 _MISSING = object()
+_MEMOISABLE = frozenset({str, int, float, bool, type(None)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,11 +147,11 @@ class Template:
                 raise MissingVariableError(node.key, self.name)
             if kind == "var":
                 if value is not None:
-                    out.append(value if isinstance(value, str) else str(value))
+                    out.append(value if type(value) is str else str(value))
             elif kind == "section":
                 if not value:
                     continue
-                if isinstance(value, list | tuple):
+                if isinstance(value, (list, tuple)):  # the tuple form is faster than list | tuple
                     for item in value:
                         scopes.append(item)
                         self._render(node.children, scopes, out, partials)
@@ -198,11 +199,10 @@ class TemplateSet(Mapping[str, Template]):
 
     def render(self, name: str, /, **data: Any) -> str:
         """Render template ``name`` with ``data`` (partials come from this set), stripped."""
-        try:
-            key = (name, frozenset(data.items()))
-            cached = self._rendered.get(key)
-        except TypeError:  # a list or dict value: not memoisable
+        if not all(type(value) in _MEMOISABLE for value in data.values()):
             return self._templates[name].render(data, self).strip()
+        key = (name, frozenset(data.items()))
+        cached = self._rendered.get(key)
         if cached is None:
             cached = self._templates[name].render(data, self).strip()
             if len(self._rendered) >= self._CACHE_LIMIT:

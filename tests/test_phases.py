@@ -107,3 +107,32 @@ def test_mermaid_chart_draws_every_row_of_the_table() -> None:
     assert chart.startswith("stateDiagram-v2")
     for row in TABLE:
         assert f"{row.source.value} --> {row.dest.value}: {row.label}" in chart
+
+
+def test_memoised_advance_matches_live_firing_everywhere() -> None:
+    from itertools import product
+
+    from transitions import MachineError
+
+    from subagent._phases import fire
+
+    for phase, trigger, work, retries, reason in product(
+        [p.value for p in Phase],
+        ["returned", "gave_up", "missed", "aborted"],
+        range(5),
+        range(5),
+        [None, FailReason.LLM_ERROR, FailReason.TIMEOUT],
+    ):
+        if (trigger == "aborted") != (reason is not None):
+            continue
+        kwargs = {"reason": reason} if reason is not None else {}
+        live, replayed = Budget(phase, work, retries, 4), Budget(phase, work, retries, 4)
+        try:
+            fire(live, trigger, **kwargs)
+        except MachineError:
+            with pytest.raises(MachineError):
+                advance(replayed, trigger, **kwargs)
+            continue
+        advance(Budget(phase, work, retries, 4), trigger, **kwargs)  # first time: fills the memo
+        advance(replayed, trigger, **kwargs)  # second time: replays it
+        assert replayed == live, (phase, trigger, work, retries, reason)
