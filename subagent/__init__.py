@@ -20,6 +20,7 @@ from subagent._errors import (
     TemplateError,
 )
 from subagent._events import EventHandler, RunEnded, RunEvent, RunStarted, TurnEnded, TurnStarted
+from subagent._json_parser import JSONParser, json_parser
 from subagent._parse_result import ParseResult
 from subagent._phases import Phase
 from subagent._records import (
@@ -33,7 +34,10 @@ from subagent._records import (
     TurnType,
     UsageSummary,
 )
+from subagent._retry_loop import CorrectionError, RetryLoop, RetryLoopResult, retry_loop
 from subagent._retry_policy import RetryPolicy
+from subagent._sections import SectionsParser, multi_section_parser, sections_parser
+from subagent._think import ThinkError, think_with_retry
 from subagent._tools import Tool
 from subagent._validation import Validation
 from subagent.llm import (
@@ -52,10 +56,12 @@ from subagent.llm import (
 __all__ = [
     "LLM",
     "ConfigurationError",
+    "CorrectionError",
     "ErrorKind",
     "EventHandler",
     "FailReason",
     "Failure",
+    "JSONParser",
     "LLMError",
     "LLMRequest",
     "LLMResponse",
@@ -64,6 +70,8 @@ __all__ = [
     "ParseResult",
     "ParserContractError",
     "Phase",
+    "RetryLoop",
+    "RetryLoopResult",
     "RetryPolicy",
     "RunEnded",
     "RunEvent",
@@ -71,12 +79,14 @@ __all__ = [
     "RunStarted",
     "ScriptExhaustedError",
     "ScriptedLLM",
+    "SectionsParser",
     "Step",
     "StopReason",
     "StreamDelta",
     "SubAgent",
     "SubAgentError",
     "TemplateError",
+    "ThinkError",
     "Tool",
     "ToolCall",
     "ToolDefinition",
@@ -91,4 +101,9 @@ __all__ = [
     "UsageSummary",
     "Validation",
     "__version__",
+    "json_parser",
+    "multi_section_parser",
+    "retry_loop",
+    "sections_parser",
+    "think_with_retry",
 ]

@@ -233,7 +233,7 @@ class SubAgent(Generic[OutputT]):
         finally:
             _CURRENT_PROVIDER.reset(provider_token)
             _CURRENT_LLM.reset(llm_token)
-        return cast(Step[OutputT], step)
+        return cast("Step[OutputT]", step)
 
     def run_sync(
         self,

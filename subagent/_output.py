@@ -11,24 +11,19 @@ Three routes, chosen from ``SubAgent(output=...)``:
 from __future__ import annotations
 
 import inspect
-import json
 import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
-
 from subagent._errors import ConfigurationError, ParserContractError
 from subagent._json_extract import extract_json
+from subagent._json_parser import JSONParser
 from subagent._parse_result import ParseResult, coerce_parse_result
 from subagent._templates import TemplateSet
-from subagent._text import fence, shorten
 
-__all__ = ["OutputContract", "build_contract", "detect_explicit_fail", "format_validation_errors"]
-
-_RECEIVED_LIMIT = 80
+__all__ = ["OutputContract", "build_contract", "detect_explicit_fail"]
 
 
 class OutputContract:
@@ -56,49 +51,21 @@ class TextContract(OutputContract):
         return ParseResult.success(text.strip())
 
 
-@dataclass(eq=False)
 class SchemaContract(OutputContract):
-    """JSON extracted from the reply and validated by pydantic."""
+    """JSON extracted from the reply and validated by pydantic (a :func:`json_parser`)."""
 
-    output_type: Any
-    _adapter: TypeAdapter[Any] = field(init=False, repr=False)
-    _schema_text: str = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
+    def __init__(self, output_type: Any):
         try:
-            self._adapter = TypeAdapter(self.output_type)
-            schema = self._adapter.json_schema()
-        except Exception as exc:
-            raise ConfigurationError(
-                "output", f"{self.output_type!r} cannot be validated by pydantic: {exc}"
-            ) from exc
-        self._schema_text = json.dumps(schema, separators=(",", ":"))
+            self._parser: JSONParser[Any] = JSONParser(output_type)
+        except ConfigurationError as exc:
+            raise ConfigurationError("output", str(exc).partition(": ")[2]) from exc
+        self.output_type = output_type
 
     def instructions(self, templates: TemplateSet) -> str:
-        return templates.render("output_json", schema=self._schema_text)
+        return templates.render("output_json", schema=self._parser.schema_text)
 
     def parse(self, text: str, templates: TemplateSet) -> ParseResult:
-        extraction = extract_json(text)
-        if not extraction.found:
-            return ParseResult.error(templates.render("json_not_found"))
-        if extraction.error is not None:
-            return ParseResult.error(
-                templates.render(
-                    "json_syntax_error",
-                    message=extraction.error,
-                    line=extraction.line,
-                    column=extraction.column,
-                    excerpt=extraction.excerpt,
-                    fence=fence(extraction.excerpt),
-                )
-            )
-        try:
-            value = self._adapter.validate_python(extraction.value)
-        except ValidationError as exc:
-            return ParseResult.error(
-                templates.render("invalid_output", errors=format_validation_errors(exc))
-            )
-        return ParseResult.success(value)
+        return self._parser(text, templates=templates)
 
 
 @dataclass(eq=False)
@@ -108,6 +75,14 @@ class ParserContract(OutputContract):
     parser: Callable[..., Any]
     kwargs: Mapping[str, Any]
     output_type: Any = Any
+    _takes_templates: bool = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        try:
+            parameters = inspect.signature(self.parser).parameters
+        except (TypeError, ValueError):
+            parameters = {}  # type: ignore[assignment]
+        self._takes_templates = "templates" in parameters and "templates" not in self.kwargs
 
     @property
     def name(self) -> str:
@@ -120,7 +95,10 @@ class ParserContract(OutputContract):
 
     def parse(self, text: str, templates: TemplateSet) -> ParseResult:
         try:
-            result = self.parser(text, **self.kwargs)
+            if self._takes_templates:  # our parsers render feedback with the agent's templates
+                result = self.parser(text, templates=templates, **self.kwargs)
+            else:
+                result = self.parser(text, **self.kwargs)
         except Exception as exc:
             raise ParserContractError(
                 f"parser {self.name!r} raised {type(exc).__name__}: {exc} "
@@ -160,21 +138,3 @@ def detect_explicit_fail(text: str) -> str | None:
         if isinstance(reason, str):
             return reason or "(no reason given)"
     return None
-
-
-def format_validation_errors(exc: ValidationError) -> list[dict[str, str]]:
-    """Per-field feedback items: ``location``, ``message``, ``received`` ("" when missing)."""
-    items: list[dict[str, str]] = []
-    for error in exc.errors(include_url=False):
-        location = ".".join(str(part) for part in error["loc"]) or "(root)"
-        received = "" if error["type"] == "missing" else _short_repr(error.get("input"))
-        items.append({"location": location, "message": error["msg"], "received": received})
-    return items
-
-
-def _short_repr(value: Any) -> str:
-    try:
-        text = json.dumps(value, ensure_ascii=False, default=repr)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return shorten(text, _RECEIVED_LIMIT)

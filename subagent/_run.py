@@ -19,7 +19,8 @@ from opentelemetry.trace import Span, TracerProvider
 from subagent._conversation import ContextPolicy, Conversation
 from subagent._errors import ErrorKind, LLMError, SubAgentError
 from subagent._events import EventHandler, RunStarted, TurnEnded, TurnStarted
-from subagent._output import OutputContract, detect_explicit_fail, format_validation_errors
+from subagent._json_parser import format_validation_errors
+from subagent._output import OutputContract, detect_explicit_fail
 from subagent._parse_result import ParseResult
 from subagent._phases import Budget, Phase, advance
 from subagent._records import (
@@ -543,7 +544,10 @@ class _Run:
     def _must_return_warning(self) -> str:
         retries = self._budget.retries_remaining
         return self._parts.templates.render(
-            "must_return_warning", has_retries=retries > 0, retry_count=retries
+            "must_return_warning",
+            has_tools=bool(self._parts.tools),
+            has_retries=retries > 0,
+            retry_count=retries,
         )
 
     @staticmethod

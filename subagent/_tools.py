@@ -178,9 +178,7 @@ def _parameters_model(
         default = ... if param.default is inspect.Parameter.empty else param.default
         doc = arg_docs.get(param.name)
         fields[param.name] = (annotation, Field(default, description=doc) if doc else default)
-    return create_model(
-        f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
-    )
+    return create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
 
 
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:

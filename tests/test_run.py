@@ -269,7 +269,17 @@ async def test_retry_feedback_counts_correction_attempts() -> None:
 async def test_must_return_warning_states_the_retry_count() -> None:
     llm = ScriptedLLM([GOOD])
     await agent().run(llm=llm, max_turns=1, return_retries=3)
-    assert "3 correction attempt(s)" in llm.requests[0].messages[-1].content
+    warning = llm.requests[0].messages[-1].content
+    assert "final turn" in warning and "Tools are no longer available" in warning
+    assert "3 correction attempt(s)" in warning
+
+
+async def test_must_return_warning_does_not_mention_tools_to_an_agent_without_any() -> None:
+    llm = ScriptedLLM([GOOD])
+    await SubAgent(name="t", prompt="p", output=Answer).run(llm=llm, max_turns=1)
+    warning = llm.requests[0].messages[-1].content
+    assert "final turn" in warning
+    assert "Tools" not in warning and "correction" not in warning
 
 
 async def test_normal_error_feedback_states_turns_left() -> None:

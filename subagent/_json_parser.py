@@ -1,0 +1,165 @@
+"""A reusable parser for JSON replies validated by pydantic.
+
+``json_parser(Model)`` turns a reply into a validated ``Model``: the JSON is extracted
+tolerantly (bare, fenced, after prose, the last of several blocks, trailing commas and
+``//`` comments repaired, see :mod:`subagent._json_extract`), then validated. Every failure
+becomes feedback rendered from the prompt templates: no JSON (``json_not_found``), a syntax
+error with its line, column and an excerpt (``json_syntax_error``), or one line per invalid
+field with its location, message and the received value (``invalid_output``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Generic, TypeVar, overload
+
+from pydantic import TypeAdapter, ValidationError
+
+from subagent._errors import ConfigurationError
+from subagent._json_extract import JSONExtraction, iter_json_candidates
+from subagent._parse_result import ParseResult
+from subagent._templates import TemplateSet, default_templates
+from subagent._text import fence, shorten
+
+__all__ = ["JSONParser", "format_validation_errors", "json_parser"]
+
+T = TypeVar("T")
+_RECEIVED_LIMIT = 80
+
+
+def format_validation_errors(exc: ValidationError) -> list[dict[str, str]]:
+    """Per-field feedback items for the ``invalid_output`` template.
+
+    Each item has ``location`` (dotted path such as ``items.0.name``, or ``(root)``),
+    ``message`` (pydantic's message) and ``received`` (a short JSON rendering of the invalid
+    input, ``""`` when the field is missing).
+    """
+    items: list[dict[str, str]] = []
+    for error in exc.errors(include_url=False):
+        location = ".".join(str(part) for part in error["loc"]) or "(root)"
+        received = "" if error["type"] == "missing" else _short_repr(error.get("input"))
+        items.append({"location": location, "message": error["msg"], "received": received})
+    return items
+
+
+def _short_repr(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return shorten(text, _RECEIVED_LIMIT)
+
+
+class JSONParser(Generic[T]):
+    """A parser for JSON replies validated as ``output_type``; see :func:`json_parser`.
+
+    Attributes:
+        output_type: The type replies validate to.
+        schema: Its JSON schema.
+        schema_text: The schema as compact JSON text.
+        instructions: The output instructions the runtime adds to the system prompt.
+    """
+
+    __name__ = "json_parser"
+
+    def __init__(self, output_type: Any, *, instructions: str | None = None):
+        try:
+            self._adapter: TypeAdapter[T] = TypeAdapter(output_type)
+            self.schema: dict[str, Any] = self._adapter.json_schema()
+        except Exception as exc:
+            raise ConfigurationError(
+                "output_type", f"{output_type!r} cannot be validated by pydantic: {exc}"
+            ) from exc
+        self.output_type = output_type
+        self.schema_text = json.dumps(self.schema, separators=(",", ":"))
+        self._shape = {"object": "{", "array": "["}.get(str(self.schema.get("type")))
+        if instructions is None:
+            instructions = default_templates().render("output_json", schema=self.schema_text)
+        self.instructions = instructions.strip()
+
+    def __call__(self, text: str, *, templates: TemplateSet | None = None) -> ParseResult:
+        """Parse ``text`` into a validated value, or feedback; never raises for any text.
+
+        The first candidate (in :func:`~subagent._json_extract.iter_json_candidates` order)
+        that decodes and validates wins. When the schema expects an object (or an array),
+        candidates of that shape are preferred, so a stray ``[1]`` in the prose does not
+        shadow the answer. When nothing validates, the feedback is about the most plausible
+        candidate: its syntax error, or its validation errors.
+        """
+        stripped = text.strip()
+        if self._shape is not None and stripped.startswith(self._shape):
+            # The common case, the whole reply is the answer: one pass of pydantic's JSON
+            # validator. Anything else takes the general path below.
+            try:
+                return ParseResult.success(self._adapter.validate_json(stripped))
+            except ValidationError:
+                pass
+        templates = templates or default_templates()
+        first_failure: JSONExtraction | ValidationError | None = None
+        other_shapes: list[JSONExtraction] = []
+        for candidate in iter_json_candidates(text):
+            if self._shape is not None and not candidate.text.startswith(self._shape):
+                other_shapes.append(candidate)
+                continue
+            outcome = self._validate(candidate)
+            if isinstance(outcome, ParseResult):
+                return outcome
+            if first_failure is None:
+                first_failure = outcome
+        if first_failure is None:
+            for candidate in other_shapes:
+                outcome = self._validate(candidate)
+                if isinstance(outcome, ParseResult):
+                    return outcome
+                if first_failure is None:
+                    first_failure = outcome
+        if first_failure is None:
+            return ParseResult.error(templates.render("json_not_found").strip())
+        if isinstance(first_failure, ValidationError):
+            errors = format_validation_errors(first_failure)
+            return ParseResult.error(templates.render("invalid_output", errors=errors).strip())
+        return ParseResult.error(
+            templates.render(
+                "json_syntax_error",
+                message=first_failure.error,
+                line=first_failure.line,
+                column=first_failure.column,
+                excerpt=first_failure.excerpt,
+                fence=fence(first_failure.excerpt),
+            ).strip()
+        )
+
+    def _validate(
+        self, candidate: JSONExtraction
+    ) -> ParseResult | JSONExtraction | ValidationError:
+        if not candidate.ok:
+            return candidate
+        try:
+            return ParseResult.success(self._adapter.validate_json(candidate.text))
+        except ValidationError as exc:
+            return exc
+
+    def __repr__(self) -> str:
+        return f"json_parser({self.output_type!r})"
+
+
+@overload
+def json_parser(output_type: type[T], *, instructions: str | None = None) -> JSONParser[T]: ...
+@overload
+def json_parser(output_type: Any, *, instructions: str | None = None) -> JSONParser[Any]: ...
+def json_parser(output_type: Any, *, instructions: str | None = None) -> JSONParser[Any]:
+    """A parser turning a reply into a validated ``output_type`` (a pydantic model or type).
+
+    Example:
+        ``SubAgent(name="extractor", prompt=..., output=json_parser(Invoice))``, or
+        ``think_with_retry(llm, "...", json_parser(list[int]))``.
+
+    Args:
+        output_type: Anything pydantic's ``TypeAdapter`` accepts: a model, a dataclass,
+            ``list[int]``, a ``TypedDict``...
+        instructions: Replaces the generated output instructions (which show the schema).
+
+    Raises:
+        ConfigurationError: ``output_type`` cannot be validated or has no JSON schema.
+    """
+    return JSONParser(output_type, instructions=instructions)

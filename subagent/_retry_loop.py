@@ -1,0 +1,212 @@
+"""``retry_loop``: validate a value, correct it, validate again -- for orchestrators.
+
+No LLM of its own: ``validate`` checks a value (``Validation`` or ``{valid, errors}``),
+``correct`` makes a new value from the old one and the errors (often by calling an agent),
+and the loop repeats until the value is valid or ``max_retries`` corrections are spent. A
+``correct`` that raises ends the loop with the error recorded and the last validated value
+kept. Each validation and correction is an OpenTelemetry span when tracing is on.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import anyio
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
+
+from subagent import __about__
+from subagent._errors import ConfigurationError
+from subagent._validation import Validation, Validator, callable_name, run_validators
+
+__all__ = ["CorrectionError", "RetryLoop", "RetryLoopResult", "retry_loop"]
+
+T = TypeVar("T")
+Corrector = Callable[[Any, tuple[str, ...]], Any]
+"""``(value, errors) -> new value``, or an awaitable of one."""
+
+_ATTEMPT = "subagent.retry_loop.attempt"
+_VALID = "subagent.retry_loop.valid"
+_ERROR_COUNT = "subagent.retry_loop.error_count"
+
+
+@dataclass(frozen=True, slots=True)
+class CorrectionError:
+    """A ``correct`` call that raised.
+
+    Attributes:
+        type: The exception's type name.
+        message: The exception's text.
+        attempt: Which correction raised (1-based).
+        exception: The exception itself (not compared, not in ``repr``).
+    """
+
+    type: str
+    message: str
+    attempt: int
+    exception: Exception | None = field(default=None, compare=False, repr=False)
+
+    def __str__(self) -> str:
+        return f"correction {self.attempt} raised {self.type}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class RetryLoopResult(Generic[T]):
+    """How a retry loop ended.
+
+    Attributes:
+        valid: Whether the final value validated.
+        value: The final value: the last one validated (a failed correction produces none).
+        count: Corrections made (successful ``correct`` calls).
+        errors: The errors of the last validation (empty when valid).
+        exhausted: Invalid after all ``max_retries`` corrections.
+        error: Set when ``correct`` raised; the loop stopped there.
+    """
+
+    valid: bool
+    value: T
+    count: int
+    errors: tuple[str, ...] = ()
+    exhausted: bool = False
+    error: CorrectionError | None = None
+
+
+class RetryLoop(Generic[T]):
+    """A reusable validate -> correct -> re-validate loop; arguments are checked here.
+
+    Args:
+        validate: A validator ``(value) -> Validation | {"valid": bool, "errors": [...]}``
+            (sync or async), or a sequence of them (all run; their errors are merged).
+        correct: ``(value, errors) -> new value`` (sync or async); ``errors`` is a tuple of
+            messages from the last validation.
+        max_retries: Corrections allowed (>= 0; 0 only validates).
+        retry_delay: Seconds to wait before each correction (>= 0).
+        tracer_provider: Where spans go (default: the global provider).
+
+    Raises:
+        ConfigurationError: An argument is invalid; the message names it.
+    """
+
+    def __init__(
+        self,
+        validate: Validator | Sequence[Validator],
+        correct: Corrector,
+        max_retries: int = 1,
+        retry_delay: float = 0,
+        *,
+        tracer_provider: TracerProvider | None = None,
+    ):
+        validators = (
+            tuple(validate)
+            if isinstance(validate, Sequence) and not isinstance(validate, str)
+            else (validate,)
+        )
+        if not validators or not all(callable(v) for v in validators):
+            raise ConfigurationError(
+                "validate", f"must be a callable or a non-empty list of callables, got {validate!r}"
+            )
+        if not callable(correct):
+            raise ConfigurationError("correct", f"must be callable, got {correct!r}")
+        if type(max_retries) is not int or max_retries < 0:
+            raise ConfigurationError("max_retries", f"must be an integer >= 0, got {max_retries!r}")
+        if (
+            isinstance(retry_delay, bool)
+            or not isinstance(retry_delay, int | float)
+            or not 0 <= retry_delay < math.inf
+        ):
+            raise ConfigurationError(
+                "retry_delay", f"must be a finite number of seconds >= 0, got {retry_delay!r}"
+            )
+        self.validators = validators
+        self.correct = correct
+        self.max_retries = max_retries
+        self.retry_delay = float(retry_delay)
+        self._tracer = trace.get_tracer(
+            "subagent.retry_loop", __about__.__version__, tracer_provider=tracer_provider
+        )
+
+    async def run(self, value: T) -> RetryLoopResult[T]:
+        """Validate ``value``, correcting it up to ``max_retries`` times until it is valid.
+
+        Raises:
+            ParserContractError: A validator raised or broke its contract (a bug, not a
+                correctable failure).
+        """
+        verdict = await self._validate(value, 0)
+        count = 0
+        while not verdict.valid and count < self.max_retries:
+            if self.retry_delay:
+                await anyio.sleep(self.retry_delay)
+            attempt = count + 1
+            with self._tracer.start_as_current_span(
+                "retry_loop.correct",
+                attributes={_ATTEMPT: attempt, _ERROR_COUNT: len(verdict.errors)},
+                record_exception=False,
+                set_status_on_exception=False,
+            ) as span:
+                try:
+                    corrected = self.correct(value, verdict.errors)
+                    if inspect.isawaitable(corrected):
+                        corrected = await corrected
+                except Exception as exc:
+                    _mark_error(span, exc)
+                    error = CorrectionError(type(exc).__qualname__, str(exc), attempt, exc)
+                    return RetryLoopResult(False, value, count, verdict.errors, False, error)
+            value, count = corrected, attempt
+            verdict = await self._validate(value, attempt)
+        return RetryLoopResult(
+            verdict.valid, value, count, verdict.errors, exhausted=not verdict.valid
+        )
+
+    async def _validate(self, value: T, attempt: int) -> Validation:
+        with self._tracer.start_as_current_span(
+            "retry_loop.validate", attributes={_ATTEMPT: attempt}
+        ) as span:
+            verdict = await run_validators(self.validators, value)
+            span.set_attribute(_VALID, verdict.valid)
+            span.set_attribute(_ERROR_COUNT, len(verdict.errors))
+            if not verdict.valid:
+                span.set_status(Status(StatusCode.ERROR, "; ".join(verdict.errors)[:1000]))
+            return verdict
+
+    def __repr__(self) -> str:
+        names = ", ".join(callable_name(v) for v in self.validators)
+        return (
+            f"RetryLoop(validate=[{names}], correct={callable_name(self.correct)}, "
+            f"max_retries={self.max_retries}, retry_delay={self.retry_delay})"
+        )
+
+
+def _mark_error(span: Span, exc: BaseException) -> None:
+    span.record_exception(exc)
+    span.set_attribute("error.type", type(exc).__qualname__)
+    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:1000]))
+
+
+async def retry_loop(
+    value: T,
+    validate: Validator | Sequence[Validator],
+    correct: Corrector,
+    max_retries: int = 1,
+    retry_delay: float = 0,
+    *,
+    tracer_provider: TracerProvider | None = None,
+) -> RetryLoopResult[T]:
+    """Validate ``value`` and correct it until valid; a one-shot :class:`RetryLoop`.
+
+    Example:
+        ``result = await retry_loop(draft, check_citations, fix_citations, max_retries=2)``
+        then ``result.valid``, ``result.value``, ``result.errors``, ``result.count``.
+
+    Raises:
+        ConfigurationError: An argument is invalid (before anything runs).
+        ParserContractError: A validator raised or broke its contract.
+    """
+    loop: RetryLoop[T] = RetryLoop(
+        validate, correct, max_retries, retry_delay, tracer_provider=tracer_provider
+    )
+    return await loop.run(value)

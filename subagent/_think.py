@@ -1,0 +1,95 @@
+"""``think_with_retry``: one question, one parser, and correction turns until it parses.
+
+The seed's single-call micro-agent, as a thin layer over a single-shot
+:class:`~subagent.SubAgent` (``max_turns=1``, ``return_retries=max_retries - 1``): the same
+state machine, collapsed context on corrections, turn records and spans as any run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from subagent._agent import SubAgent
+from subagent._errors import ConfigurationError, RunFailedError
+from subagent._records import FailReason, Step, Turn
+from subagent.llm import LLM, Message
+
+__all__ = ["ThinkError", "think_with_retry"]
+
+
+class ThinkError(RunFailedError):
+    """``think_with_retry`` got no reply that parsed (or the run ended early).
+
+    A :class:`~subagent.RunFailedError` (hence a :class:`~subagent.SubAgentError`).
+
+    Attributes:
+        step: The run's full record.
+        attempts: Every attempt, in order: each :class:`~subagent.Turn` holds the ``reply``,
+            the ``error`` found in it and the ``feedback`` the model was given about it.
+        turns: The same turns, as a tuple (as on every error raised out of a run).
+        reason: Why the run failed (``budget_exhausted`` when every attempt failed to parse,
+            ``explicit_fail``, ``llm_error``, ``timeout``...).
+    """
+
+    def __init__(self, step: Step[Any]):
+        super().__init__(step)
+        failure = step.failure
+        assert failure is not None
+        count = len(step.turns)
+        self.args = (
+            f"think_with_retry failed after {count} attempt{'s' if count != 1 else ''} "
+            f"({failure.reason.value}): {failure.message}",
+        )
+        self.attempts: list[Turn] = list(step.turns)
+        self.turns = tuple(step.turns)
+        self.reason: FailReason = failure.reason
+
+
+async def think_with_retry(
+    llm: LLM,
+    messages: str | Sequence[Message | Mapping[str, Any]],
+    parser: Callable[..., Any],
+    max_retries: int = 3,
+    **parser_kwargs: Any,
+) -> Any:
+    """Ask ``llm``, parse the reply with ``parser``, and feed failures back until it parses.
+
+    Example:
+        ``sections = await think_with_retry(llm, "Plan the study under [Plan] and
+        [Timeline]", multi_section_parser, section_headers=["[Plan]", "[Timeline]"])``
+
+    Args:
+        llm: The model.
+        messages: The task: a user prompt, or a list of messages (dicts or
+            :class:`~subagent.Message`).
+        parser: ``(text, **parser_kwargs) -> ParseResult`` (or the seed's dict form). Its
+            ``instructions`` attribute, if any, goes into the system prompt.
+        max_retries: Total attempts, the first included (>= 1), as in the seed.
+        **parser_kwargs: Passed to ``parser`` on every attempt.
+
+    Returns:
+        The parsed value: the result's ``sections`` when set, else its ``data``.
+
+    Raises:
+        ThinkError: No attempt parsed (or the model gave up, or the LLM failed); carries
+            every attempt.
+        ConfigurationError: ``max_retries`` is not an integer >= 1, or another argument is
+            invalid.
+        ParserContractError: The parser raised or broke its contract.
+    """
+    if type(max_retries) is not int or max_retries < 1:
+        raise ConfigurationError(
+            "max_retries", f"must be an integer >= 1 (total attempts), got {max_retries!r}"
+        )
+    agent: SubAgent[Any] = SubAgent(
+        name="think_with_retry",
+        output=parser,
+        parser_kwargs=parser_kwargs or None,
+        max_turns=1,
+        return_retries=max_retries - 1,
+    )
+    step = await agent.run(llm=llm, messages=messages)
+    if step.failure is not None:
+        raise ThinkError(step)
+    return step.output
