@@ -14,15 +14,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	@touch $(STAMP)
 
+# The main job: the quickstart on a scripted model, then the agents on a real one (a local
+# model, set up on first use, unless SUBAGENT_LLM / OPENAI_BASE_URL point elsewhere).
 demo: $(STAMP)
 	$(BIN)/python examples/quickstart.py
+	$(BIN)/python examples/demo.py
 
+# The local model is set up before pytest so its progress (a ~5 minute build and a 570 MB
+# download, once per machine) is visible; the e2e fixtures would do it silently otherwise.
 test: $(STAMP)
+	$(BIN)/python scripts/local_llm.py setup
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check subagent tests examples bench
-	$(BIN)/ruff format --check subagent tests examples bench
+	$(BIN)/ruff check subagent tests examples bench scripts
+	$(BIN)/ruff format --check subagent tests examples bench scripts
 	$(BIN)/mypy
 
 bench: $(STAMP)

