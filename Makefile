@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench venv clean
+.PHONY: demo test lint bench venv clean docs-screenshot
 
 venv: $(STAMP)
 
@@ -20,10 +20,12 @@ demo: $(STAMP)
 	$(BIN)/python examples/quickstart.py
 	$(BIN)/python examples/demo.py
 
-# The local model is set up before pytest so its progress (a ~5 minute build and a 570 MB
+# The end-to-end tests need a local model server and an OTLP receiver (Phoenix, in its own
+# venv). Both are set up before pytest so their progress (a ~5 minute build and a 570 MB
 # download, once per machine) is visible; the e2e fixtures would do it silently otherwise.
 test: $(STAMP)
 	$(BIN)/python scripts/local_llm.py setup
+	$(BIN)/python tests/phoenix_server.py install
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
@@ -33,6 +35,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+# Re-take docs/images/phoenix-trace.png from a real run (needs Debian's chromium).
+docs-screenshot: $(STAMP)
+	$(BIN)/python tests/phoenix_server.py screenshot
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,380 @@
+"""Exporting a run's spans, for applications: :func:`configure` and the console summary.
+
+The library itself only uses the OpenTelemetry API (see :mod:`subagent._telemetry`); this
+module is the one place that builds an SDK ``TracerProvider``, and only when the
+application calls :func:`configure`. It needs the ``otlp`` extra::
+
+    pip install 'subagent-runtime[otlp]'
+
+Typical use::
+
+    from subagent import tracing
+
+    tracing.configure(service_name="calc-app")  # OTLP if OTEL_EXPORTER_OTLP_* is set,
+    step = await agent.run(...)                 # else one console line per turn
+
+Spans go to an OTLP receiver (Jaeger, an OpenTelemetry Collector, Phoenix...) chosen by the
+standard variables, through a ``BatchSpanProcessor``: export happens on a background thread,
+so a slow or unreachable receiver never fails or slows a run.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from types import TracebackType
+from typing import TextIO
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.util.types import AttributeValue
+
+try:
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace import Span as SdkSpan
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+except ImportError as exc:  # pragma: no cover - exercised in a test with the SDK hidden
+    raise ImportError(
+        "subagent.tracing needs the OpenTelemetry SDK and OTLP exporter, which come with the "
+        "`otlp` extra: pip install 'subagent-runtime[otlp]'"
+    ) from exc
+
+from subagent._telemetry import CAPTURE_CONTENT_ENV
+
+__all__ = [
+    "CAPTURE_CONTENT_ENV",
+    "PROJECT_NAME_ATTRIBUTE",
+    "ConsoleSummary",
+    "Tracing",
+    "configure",
+    "summary_line",
+]
+
+PROJECT_NAME_ATTRIBUTE = "openinference.project.name"
+"""Resource attribute that Arize Phoenix uses to pick a project (others ignore it)."""
+
+_PROTOCOLS = ("grpc", "http/protobuf")
+_DEFAULT_PROTOCOL = "http/protobuf"
+_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+_PROTOCOL_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+_MISSING_EXPORTER = (
+    "the OTLP {protocol} exporter is not installed ({error}); it comes with the `otlp` "
+    "extra: pip install 'subagent-runtime[otlp]'"
+)
+
+
+# --- console summary ---
+
+
+def _milliseconds(span: ReadableSpan) -> str:
+    if span.start_time is None or span.end_time is None:
+        return "?ms"
+    ms = (span.end_time - span.start_time) / 1e6
+    return f"{ms:.0f}ms" if ms >= 10 else f"{ms:.1f}ms"
+
+
+def summary_line(span: ReadableSpan, agent: str | None = None, depth: int = 0) -> str | None:
+    """The console line of a finished turn or run span, or ``None`` for other spans.
+
+    A turn: ``calc  turn 2 must_return  error  invalid_output  work=0 retries=1  12ms``.
+    A run: ``calc  done  3 turns  tokens in=120 out=45  20ms``.
+
+    Args:
+        span: A finished span.
+        agent: The agent's name for a turn span (its run span carries it).
+        depth: How deep the run is nested in other agents' tool calls (indents the line).
+    """
+    attributes = span.attributes or {}
+    indent = "  " * depth
+    name = span.name
+    if name.startswith("agent_turn "):
+        fields = [
+            f"{indent}{agent or '?'}",
+            f"turn {attributes.get('subagent.turn.index', '?')} "
+            f"{attributes.get('subagent.turn.type', '?')}",
+            str(attributes.get("subagent.turn.outcome", "interrupted")),
+        ]
+        if "error.type" in attributes:
+            fields.append(str(attributes["error.type"]))
+        fields.append(
+            f"work={attributes.get('subagent.budget.work_remaining', '?')} "
+            f"retries={attributes.get('subagent.budget.retries_remaining', '?')}"
+        )
+        fields.append(_milliseconds(span))
+        return "  ".join(fields)
+    if name.startswith("invoke_agent "):
+        outcome = str(attributes.get("subagent.outcome", "?"))
+        if outcome != "done":
+            outcome = f"{outcome} {attributes.get('subagent.failure.reason', '?')}"
+        fields = [
+            f"{indent}{attributes.get('gen_ai.agent.name', name.removeprefix('invoke_agent '))}",
+            outcome,
+            f"{attributes.get('subagent.turns', '?')} turns",
+            f"tokens in={attributes.get('gen_ai.usage.input_tokens', 0)} "
+            f"out={attributes.get('gen_ai.usage.output_tokens', 0)}",
+            _milliseconds(span),
+        ]
+        return "  ".join(fields)
+    return None
+
+
+class ConsoleSummary(SpanProcessor):
+    """Print one compact line per finished turn and per finished run.
+
+    The fallback of :func:`configure` when no OTLP endpoint is set, instead of the SDK's
+    JSON dump. It writes on the run's path, so it never raises: a failed write is dropped.
+
+    Args:
+        stream: Where lines go (default: ``sys.stderr`` at the time of writing).
+    """
+
+    def __init__(self, stream: TextIO | None = None):
+        self._stream = stream
+        self._lock = threading.Lock()
+        # Open spans: span id -> (agent name, nesting depth). Children start while their
+        # parent is open, so a turn finds its run's name through its parent.
+        self._open: dict[int, tuple[str | None, int]] = {}
+
+    def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
+        """Remember which agent (and how deep) the span belongs to."""
+        parent = span.parent
+        agent, depth = (None, -1)
+        if parent is not None:
+            agent, depth = self._open.get(parent.span_id, (None, -1))
+        if span.name.startswith("invoke_agent "):
+            attributes = span.attributes or {}
+            agent = str(attributes.get("gen_ai.agent.name", span.name[13:]))
+            depth += 1
+        with self._lock:
+            self._open[span.context.span_id] = (agent, depth)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Print the line of a finished turn or run."""
+        context = span.context
+        with self._lock:
+            agent, depth = self._open.pop(context.span_id, (None, 0)) if context else (None, 0)
+        try:
+            line = summary_line(span, agent, max(depth, 0))
+            if line is not None:
+                stream = self._stream or sys.stderr
+                stream.write(line + "\n")
+                stream.flush()
+        except Exception:  # a console line must never break a run
+            return
+
+    def shutdown(self) -> None:
+        """Forget open spans."""
+        with self._lock:
+            self._open.clear()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Nothing is buffered."""
+        return True
+
+
+# --- configure ---
+
+
+def _first_env(names: tuple[str, ...]) -> tuple[str, str] | None:
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value:
+            return name, value
+    return None
+
+
+def _resolve_protocol(protocol: str | None) -> str:
+    source = "protocol="
+    if protocol is None:
+        found = _first_env(_PROTOCOL_VARIABLES)
+        if found is None:
+            return _DEFAULT_PROTOCOL
+        source, protocol = found
+    value = protocol.strip().lower()
+    if value not in _PROTOCOLS:
+        raise ValueError(
+            f"{source}: unsupported OTLP protocol {protocol!r}; use one of {', '.join(_PROTOCOLS)}"
+        )
+    return value
+
+
+def _resolve_endpoint(endpoint: str | None, protocol: str) -> tuple[str | None, str | None]:
+    """``(url the exporter sends to, the value to pass it)``; ``(None, None)``: no endpoint.
+
+    ``endpoint`` is a base URL, like ``OTEL_EXPORTER_OTLP_ENDPOINT``: for OTLP/HTTP the
+    ``/v1/traces`` path is appended. Without it the exporter reads the variables itself.
+    """
+    if endpoint:
+        base = endpoint.strip().rstrip("/")
+        url = base if protocol == "grpc" else f"{base}/v1/traces"
+        return url, url
+    traces = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    if traces:
+        return traces, None
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip().rstrip("/")
+    if base:
+        return (base if protocol == "grpc" else f"{base}/v1/traces"), None
+    return None, None
+
+
+def _otlp_exporter(protocol: str, endpoint: str | None) -> SpanExporter:
+    try:
+        if protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                OTLPSpanExporter as GrpcExporter,
+            )
+
+            return GrpcExporter(endpoint=endpoint)
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+            OTLPSpanExporter as HttpExporter,
+        )
+
+        return HttpExporter(endpoint=endpoint)
+    except ImportError as exc:
+        raise ImportError(_MISSING_EXPORTER.format(protocol=protocol, error=exc)) from exc
+
+
+class Tracing:
+    """What :func:`configure` set up: the provider, and how to flush and shut it down.
+
+    Use it as a context manager, or call :meth:`shutdown`; otherwise it is shut down (and
+    its spans flushed) when the interpreter exits.
+
+    Attributes:
+        provider: The SDK tracer provider (pass it to ``agent.run(tracer_provider=...)``
+            when it is not the global one).
+        endpoint: The URL spans are exported to, or ``None`` (console summary only).
+        protocol: ``grpc`` or ``http/protobuf`` when exporting over OTLP, else ``None``.
+        exporter: The OTLP span exporter, or ``None``.
+        console: The console summary processor, or ``None``.
+    """
+
+    def __init__(
+        self,
+        provider: TracerProvider,
+        *,
+        endpoint: str | None,
+        protocol: str | None,
+        exporter: SpanExporter | None,
+        console: ConsoleSummary | None,
+    ):
+        self.provider = provider
+        self.endpoint = endpoint
+        self.protocol = protocol
+        self.exporter = exporter
+        self.console = console
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Export every finished span now (blocks the caller); ``False`` if it timed out."""
+        return self.provider.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        """Flush and stop exporting. Idempotent; later spans are dropped."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        atexit.unregister(self.shutdown)
+        self.provider.shutdown()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`shutdown` was called."""
+        return self._closed
+
+    def __enter__(self) -> Tracing:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        target = f"{self.protocol} {self.endpoint}" if self.endpoint else "console"
+        return f"<Tracing {target}{' closed' if self._closed else ''}>"
+
+
+def configure(
+    service_name: str | None = None,
+    *,
+    endpoint: str | None = None,
+    protocol: str | None = None,
+    resource_attributes: Mapping[str, AttributeValue] | None = None,
+    console: bool | None = None,
+    stream: TextIO | None = None,
+    set_global: bool = True,
+) -> Tracing:
+    """Set up the OpenTelemetry SDK to export runs' spans; for applications, not libraries.
+
+    The OTLP exporter follows the standard variables: ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+    ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (where), ``OTEL_EXPORTER_OTLP_PROTOCOL`` or
+    ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` (``http/protobuf``, the default, or ``grpc``),
+    ``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_EXPORTER_OTLP_TIMEOUT`` (seconds), and
+    ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES`` for the resource. Spans go through a
+    ``BatchSpanProcessor`` (``OTEL_BSP_*``): a background thread exports them, so an
+    unreachable receiver costs a run nothing. With no endpoint at all, a compact console
+    summary (one line per turn and per run, on stderr) is printed instead.
+
+    Args:
+        service_name: ``service.name`` of the resource; overrides ``OTEL_SERVICE_NAME``.
+        endpoint: Base URL of the receiver (like ``OTEL_EXPORTER_OTLP_ENDPOINT``; for
+            OTLP/HTTP ``/v1/traces`` is appended), overriding the variables. For gRPC
+            use ``http://host:4317`` for a plaintext receiver.
+        protocol: ``grpc`` or ``http/protobuf``, overriding the variables.
+        resource_attributes: More resource attributes, e.g.
+            ``{PROJECT_NAME_ATTRIBUTE: "calc"}`` to pick a Phoenix project.
+        console: Print the console summary: ``None`` (default) only when there is no
+            endpoint, ``True`` also next to OTLP, ``False`` never.
+        stream: Where the console summary goes (default ``sys.stderr``).
+        set_global: Install the provider as OpenTelemetry's global one, so runs without a
+            ``tracer_provider`` use it. The global provider can be set only once per
+            process.
+
+    Returns:
+        A :class:`Tracing` handle; it is also shut down (spans flushed) at exit.
+
+    Raises:
+        ValueError: The protocol is not ``grpc`` or ``http/protobuf``.
+        RuntimeError: ``set_global`` and a global tracer provider is already installed.
+        ImportError: The ``otlp`` extra is not installed.
+    """
+    chosen_protocol = _resolve_protocol(protocol)
+    url, exporter_endpoint = _resolve_endpoint(endpoint, chosen_protocol)
+    if set_global and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        raise RuntimeError(
+            "a global tracer provider is already installed; call configure(set_global=False) "
+            "and pass tracer_provider=handle.provider to runs"
+        )
+    attributes: dict[str, AttributeValue] = dict(resource_attributes or {})
+    if service_name:
+        attributes[SERVICE_NAME] = service_name
+    provider = TracerProvider(resource=Resource.create(attributes), shutdown_on_exit=False)
+    exporter: SpanExporter | None = None
+    if url is not None:
+        exporter = _otlp_exporter(chosen_protocol, exporter_endpoint)
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    summary: ConsoleSummary | None = None
+    if console or (console is None and url is None):
+        summary = ConsoleSummary(stream)
+        provider.add_span_processor(summary)
+    if set_global:
+        trace.set_tracer_provider(provider)
+    handle = Tracing(
+        provider,
+        endpoint=url,
+        protocol=chosen_protocol if url is not None else None,
+        exporter=exporter,
+        console=summary,
+    )
+    atexit.register(handle.shutdown)
+    return handle

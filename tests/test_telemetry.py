@@ -1,0 +1,766 @@
+"""Spans and events of a run (subagent._telemetry), checked with an in-memory exporter."""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import weakref
+from collections.abc import Iterator
+from contextlib import aclosing
+from typing import Any
+
+import anyio
+import pytest
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+from pydantic import BaseModel
+
+from subagent import (
+    ErrorKind,
+    FailReason,
+    LLMError,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    RetryPolicy,
+    RunEnded,
+    RunEvent,
+    RunStarted,
+    ScriptedLLM,
+    SubAgent,
+    ToolCall,
+    TurnEnded,
+    TurnOutcome,
+    TurnStarted,
+    TurnType,
+    Usage,
+)
+from subagent._telemetry import (
+    CAPTURE_CONTENT_ENV,
+    CONTENT_LIMIT,
+    ERROR_TEXT_LIMIT,
+    Telemetry,
+    _tracer_for,
+)
+
+pytestmark = pytest.mark.anyio
+
+DETACH_ERROR = "Failed to detach context"
+
+
+class Answer(BaseModel):
+    value: int
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def divide(a: int, b: int) -> float:
+    """Divide a by b."""
+    return a / b
+
+
+class OpenSpans(SpanProcessor):
+    """Tracks spans that started and have not ended."""
+
+    def __init__(self) -> None:
+        self.open: dict[int, str] = {}
+        self.started = 0
+
+    def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
+        self.started += 1
+        self.open[span.context.span_id] = span.name
+
+    def on_end(self, span: ReadableSpan) -> None:
+        assert span.context is not None
+        self.open.pop(span.context.span_id, None)
+
+
+class Traced:
+    """A private SDK provider with an in-memory exporter; never the global provider."""
+
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.open_spans = OpenSpans()
+        self.provider = TracerProvider()
+        self.provider.add_span_processor(self.open_spans)
+        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+
+    @property
+    def spans(self) -> tuple[ReadableSpan, ...]:
+        return self.exporter.get_finished_spans()
+
+    def named(self, name: str) -> list[ReadableSpan]:
+        return [span for span in self.spans if span.name == name]
+
+    def one(self, name: str) -> ReadableSpan:
+        found = self.named(name)
+        assert len(found) == 1, f"{len(found)} spans named {name!r}: {self.names()}"
+        return found[0]
+
+    def names(self) -> list[str]:
+        return [span.name for span in self.spans]
+
+
+@pytest.fixture
+def traced() -> Iterator[Traced]:
+    traced = Traced()
+    yield traced
+    traced.provider.shutdown()
+
+
+def attrs(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def span_id(span: ReadableSpan) -> int:
+    assert span.context is not None
+    return span.context.span_id
+
+
+def parent_id(span: ReadableSpan) -> int | None:
+    return span.parent.span_id if span.parent is not None else None
+
+
+def usage(i: int, o: int) -> Usage:
+    return Usage(input_tokens=i, output_tokens=o)
+
+
+CALC = SubAgent(name="calc", prompt="Compute {{question}}", output=Answer, tools=[add])
+
+
+# --- the span tree of a run ---
+
+
+async def test_run_that_recovers_through_a_retry_has_an_unset_run_status_and_a_red_turn(
+    traced: Traced,
+) -> None:
+    llm = ScriptedLLM(
+        [
+            LLMResponse(text='{"value": "three"}', usage=usage(10, 3), model="scripted-1"),
+            LLMResponse(text='{"value": 3}', usage=usage(12, 4), model="scripted-1"),
+        ]
+    )
+    step = await CALC.run(
+        {"question": "1+2"},
+        llm=llm,
+        max_turns=1,
+        return_retries=1,
+        tracer_provider=traced.provider,
+    )
+    assert step.ok
+
+    expected = ["invoke_agent calc", "agent_turn must_return", "agent_turn retry"]
+    assert sorted(traced.names()) == sorted([*expected, "chat scripted", "chat scripted"])
+    run = traced.one("invoke_agent calc")
+    failed = traced.one("agent_turn must_return")
+    retry = traced.one("agent_turn retry")
+    chats = traced.named("chat scripted")
+
+    # one trace; turns under the run, each chat under its own turn
+    assert run.parent is None
+    assert {span.context.trace_id for span in traced.spans if span.context} == {
+        run.context.trace_id if run.context else 0
+    }
+    assert parent_id(failed) == parent_id(retry) == span_id(run)
+    assert sorted(parent_id(chat) for chat in chats) == sorted([span_id(failed), span_id(retry)])
+    assert run.kind is failed.kind is retry.kind is SpanKind.INTERNAL
+    assert all(chat.kind is SpanKind.CLIENT for chat in chats)
+
+    assert run.status.status_code is StatusCode.UNSET
+    assert attrs(run) == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "calc",
+        "gen_ai.provider.name": "scripted",
+        "subagent.max_turns": 1,
+        "subagent.return_retries": 1,
+        "subagent.outcome": "done",
+        "subagent.turns": 2,
+        "gen_ai.usage.input_tokens": 22,
+        "gen_ai.usage.output_tokens": 7,
+    }
+
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.status.description is not None
+    assert "valid integer" in failed.status.description
+    failed_attrs = attrs(failed)
+    assert "three" in failed_attrs.pop("subagent.turn.error")
+    assert failed_attrs == {
+        "subagent.turn.index": 1,
+        "subagent.turn.type": "must_return",
+        "subagent.turn.outcome": "error",
+        "subagent.phase.before": "must_return",
+        "subagent.phase.after": "retry",
+        "subagent.budget.work_remaining": 0,
+        "subagent.budget.retries_remaining": 1,
+        "subagent.turn.tools_offered": 0,
+        "subagent.context.messages": 3,
+        "subagent.context.collapsed": 0,
+        "gen_ai.response.finish_reasons": ("stop",),
+        "error.type": "invalid_output",
+    }
+
+    assert retry.status.status_code is StatusCode.UNSET
+    assert attrs(retry) == {
+        "subagent.turn.index": 2,
+        "subagent.turn.type": "retry",
+        "subagent.turn.outcome": "success",
+        "subagent.phase.before": "retry",
+        "subagent.phase.after": "done",
+        "subagent.budget.work_remaining": 0,
+        "subagent.budget.retries_remaining": 1,
+        "subagent.turn.tools_offered": 0,
+        "subagent.retry.attempt": 1,
+        "subagent.retry.total": 1,
+        "subagent.context.messages": 5,
+        "subagent.context.collapsed": 0,
+        "gen_ai.response.finish_reasons": ("stop",),
+    }
+
+    first_chat = next(chat for chat in chats if parent_id(chat) == span_id(failed))
+    assert first_chat.status.status_code is StatusCode.UNSET
+    assert attrs(first_chat) == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "scripted",
+        "gen_ai.request.model": "scripted",
+        "gen_ai.response.model": "scripted-1",
+        "gen_ai.response.finish_reasons": ("stop",),
+        "gen_ai.usage.input_tokens": 10,
+        "gen_ai.usage.output_tokens": 3,
+    }
+
+
+async def test_tool_turn_records_an_execute_tool_span_under_its_turn(traced: Traced) -> None:
+    llm = ScriptedLLM(
+        [
+            LLMResponse(tool_calls=[ToolCall(name="add", arguments={"a": 1, "b": 2})]),
+            '{"value": 3}',
+        ]
+    )
+    step = await CALC.run(
+        {"question": "1+2"}, llm=llm, max_turns=2, tracer_provider=traced.provider
+    )
+    assert step.ok
+    turn = traced.one("agent_turn normal")
+    tool = traced.one("execute_tool add")
+    assert parent_id(tool) == span_id(turn)
+    assert tool.kind is SpanKind.INTERNAL
+    assert tool.status.status_code is StatusCode.UNSET
+    assert attrs(tool) == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "add",
+        "gen_ai.tool.call.id": "call_1_1",
+        "gen_ai.tool.type": "function",
+    }
+    assert attrs(turn)["subagent.turn.tools_offered"] == 1
+    assert attrs(turn)["subagent.turn.outcome"] == "continue"
+    assert attrs(turn)["gen_ai.response.finish_reasons"] == ("tool_calls",)
+    assert turn.status.status_code is StatusCode.UNSET
+
+
+async def test_failed_tool_call_sets_error_status_and_error_type(traced: Traced) -> None:
+    agent = SubAgent(name="calc", prompt="Compute", output=Answer, tools=[divide])
+    llm = ScriptedLLM(
+        [
+            LLMResponse(tool_calls=[ToolCall(name="divide", arguments={"a": 1, "b": 0}, id="c-7")]),
+            '{"value": 0}',
+        ]
+    )
+    step = await agent.run(llm=llm, max_turns=2, tracer_provider=traced.provider)
+    assert step.ok
+    tool = traced.one("execute_tool divide")
+    assert tool.status.status_code is StatusCode.ERROR
+    assert tool.status.description is not None
+    assert "ZeroDivisionError" in tool.status.description
+    assert attrs(tool)["error.type"] == "ZeroDivisionError"
+    assert attrs(tool)["gen_ai.tool.call.id"] == "c-7"
+    turn = traced.one("agent_turn normal")
+    assert turn.status.status_code is StatusCode.ERROR
+    assert attrs(turn)["error.type"] == "tool_error"
+    assert attrs(turn)["subagent.turn.outcome"] == "error"
+
+
+async def test_run_that_exhausts_its_budget_is_an_error_with_the_failure_reason(
+    traced: Traced,
+) -> None:
+    llm = ScriptedLLM(['{"value": "three"}'])
+    step = await CALC.run(
+        {"question": "1+2"}, llm=llm, max_turns=1, tracer_provider=traced.provider
+    )
+    assert not step.ok
+    run = traced.one("invoke_agent calc")
+    assert run.status.status_code is StatusCode.ERROR
+    assert run.status.description is not None
+    assert run.status.description.startswith("no valid answer within max_turns=1")
+    assert attrs(run)["subagent.outcome"] == "failed"
+    assert attrs(run)["subagent.failure.reason"] == "budget_exhausted"
+    assert attrs(run)["error.type"] == "budget_exhausted"
+    turn = traced.one("agent_turn must_return")
+    assert attrs(turn)["subagent.phase.after"] == "failed"
+    assert turn.status.status_code is StatusCode.ERROR
+
+
+async def test_llm_error_fails_the_chat_turn_and_run_with_its_kind(traced: Traced) -> None:
+    llm = ScriptedLLM([LLMError(ErrorKind.AUTHENTICATION, "bad key", status_code=401)])
+    step = await CALC.run({"question": "1+2"}, llm=llm, tracer_provider=traced.provider)
+    assert step.failure is not None and step.failure.reason is FailReason.LLM_ERROR
+    chat = traced.one("chat scripted")
+    assert chat.status.status_code is StatusCode.ERROR
+    assert attrs(chat)["error.type"] == "authentication"
+    assert "gen_ai.response.finish_reasons" not in attrs(chat)
+    turn = traced.one("agent_turn normal")
+    assert turn.status.status_code is StatusCode.ERROR
+    assert attrs(turn)["subagent.turn.outcome"] == "fail"
+    assert attrs(turn)["error.type"] == "authentication"
+    run = traced.one("invoke_agent calc")
+    assert attrs(run)["subagent.failure.reason"] == "llm_error"
+    assert run.status.status_code is StatusCode.ERROR
+
+
+async def test_transport_retries_are_events_on_the_chat_span(traced: Traced) -> None:
+    llm = ScriptedLLM(
+        [LLMError(ErrorKind.RATE_LIMIT, "slow down", status_code=429), '{"value": 3}']
+    )
+    policy = RetryPolicy(max_attempts=2, initial_delay=0.0, jitter=0.0)
+    step = await CALC.run(
+        {"question": "1+2"}, llm=llm, retry_policy=policy, tracer_provider=traced.provider
+    )
+    assert step.ok
+    chat = traced.one("chat scripted")
+    assert chat.status.status_code is StatusCode.UNSET
+    assert [event.name for event in chat.events] == ["transport_retry"]
+    event = chat.events[0]
+    assert dict(event.attributes or {}) == {
+        "error.type": "rate_limit",
+        "subagent.retry.attempt": 1,
+        "subagent.retry.delay_s": 0.0,
+        "exception.message": "slow down",
+    }
+
+
+async def test_span_names_stay_low_cardinality_across_inputs(traced: Traced) -> None:
+    for question in ("1+2", "2+2", "a long question " * 20):
+        llm = ScriptedLLM(['{"value": 1}'])
+        await CALC.run({"question": question}, llm=llm, tracer_provider=traced.provider)
+    assert set(traced.names()) == {"invoke_agent calc", "agent_turn normal", "chat scripted"}
+
+
+# --- message content ---
+
+
+def _content_attributes(traced: Traced) -> set[str]:
+    keys = {
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+    }
+    return {key for span in traced.spans for key in attrs(span) if key in keys}
+
+
+async def test_message_content_is_not_recorded_by_default(
+    traced: Traced, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(CAPTURE_CONTENT_ENV, raising=False)
+    llm = ScriptedLLM(
+        [LLMResponse(tool_calls=[ToolCall(name="add", arguments={"a": 1, "b": 2})]), '{"value": 3}']
+    )
+    await CALC.run({"question": "secret"}, llm=llm, max_turns=2, tracer_provider=traced.provider)
+    assert _content_attributes(traced) == set()
+    assert not any(
+        "secret" in str(value) for span in traced.spans for value in attrs(span).values()
+    )
+
+
+async def test_message_content_is_semconv_json_when_opted_in(
+    traced: Traced, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CAPTURE_CONTENT_ENV, "true")
+    llm = ScriptedLLM(
+        [
+            LLMResponse(tool_calls=[ToolCall(name="add", arguments={"a": 1, "b": 2}, id="t1")]),
+            '{"value": 3}',
+        ]
+    )
+    await CALC.run({"question": "1+2"}, llm=llm, max_turns=2, tracer_provider=traced.provider)
+    assert _content_attributes(traced) == {
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+    }
+    first, second = sorted(traced.named("chat scripted"), key=lambda s: s.start_time or 0)
+    sent = json.loads(attrs(first)["gen_ai.input.messages"])
+    assert [m["role"] for m in sent] == ["system", "user"]
+    assert sent[1]["parts"] == [{"type": "text", "content": "Compute 1+2"}]
+    replied = json.loads(attrs(first)["gen_ai.output.messages"])
+    assert replied == [
+        {
+            "role": "assistant",
+            "parts": [
+                {"type": "tool_call", "id": "t1", "name": "add", "arguments": {"a": 1, "b": 2}}
+            ],
+            "finish_reason": "tool_calls",
+        }
+    ]
+    resent = json.loads(attrs(second)["gen_ai.input.messages"])
+    assert [m["role"] for m in resent][-3:] == ["assistant", "tool", "user"]
+    tool_part = resent[-2]["parts"][0]
+    assert tool_part["type"] == "tool_call_response" and tool_part["id"] == "t1"
+    assert "3" in tool_part["response"]
+    tool = traced.one("execute_tool add")
+    assert json.loads(attrs(tool)["gen_ai.tool.call.arguments"]) == {"a": 1, "b": 2}
+    assert "3" in attrs(tool)["gen_ai.tool.call.result"]
+
+
+async def test_captured_content_is_size_capped_and_stays_valid_json(
+    traced: Traced, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CAPTURE_CONTENT_ENV, "true")
+    llm = ScriptedLLM(["x" * 50_000, "y" * 50_000, '{"value": 1}'])
+    await CALC.run(
+        {"question": "q " * 30_000},
+        llm=llm,
+        max_turns=1,
+        return_retries=2,
+        tracer_provider=traced.provider,
+    )
+    for chat in traced.named("chat scripted"):
+        for key in ("gen_ai.input.messages", "gen_ai.output.messages"):
+            value = attrs(chat)[key]
+            assert len(value) <= CONTENT_LIMIT
+            assert isinstance(json.loads(value), list)
+
+
+# --- cancellation and timeouts ---
+
+
+def _hanging_reply(started: anyio.Event) -> Any:
+    never = anyio.Event()
+
+    async def reply(request: LLMRequest) -> str:
+        started.set()
+        await never.wait()
+        raise AssertionError("the event never fires")
+
+    return reply
+
+
+async def test_cancelled_run_ends_every_span_as_cancelled_without_detach_errors(
+    traced: Traced, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="opentelemetry.context")
+    started = anyio.Event()
+    llm = ScriptedLLM([_hanging_reply(started)])
+    scope = anyio.CancelScope()
+
+    async def run_agent() -> None:
+        with scope:
+            await CALC.run({"question": "1+2"}, llm=llm, tracer_provider=traced.provider)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run_agent)
+        await started.wait()
+        scope.cancel()
+
+    assert scope.cancelled_caught
+    assert traced.open_spans.started == 3
+    assert traced.open_spans.open == {}
+    assert sorted(traced.names()) == ["agent_turn normal", "chat scripted", "invoke_agent calc"]
+    for span in traced.spans:
+        assert span.status.status_code is StatusCode.ERROR, span.name
+        assert attrs(span)["error.type"] == "cancelled", span.name
+    run = traced.one("invoke_agent calc")
+    assert attrs(run)["subagent.outcome"] == "failed"
+    assert attrs(run)["subagent.failure.reason"] == "cancelled"
+    turn = traced.one("agent_turn normal")
+    assert attrs(turn)["subagent.budget.work_remaining"] == 5
+    assert DETACH_ERROR not in caplog.text
+    assert [r for r in caplog.records if r.name == "opentelemetry.context"] == []
+
+
+async def test_mission_timeout_ends_every_span_and_marks_the_run_timed_out(
+    traced: Traced, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="opentelemetry.context")
+    started = anyio.Event()
+    llm = ScriptedLLM([_hanging_reply(started)])
+    step = await CALC.run(
+        {"question": "1+2"}, llm=llm, mission_timeout=0.05, tracer_provider=traced.provider
+    )
+    assert started.is_set()
+    assert step.failure is not None and step.failure.reason is FailReason.TIMEOUT
+    assert traced.open_spans.open == {}
+    run = traced.one("invoke_agent calc")
+    assert run.status.status_code is StatusCode.ERROR
+    assert attrs(run)["subagent.failure.reason"] == "timeout"
+    assert attrs(run)["error.type"] == "timeout"
+    assert attrs(run)["subagent.turns"] == 1
+    for name in ("agent_turn normal", "chat scripted"):
+        span = traced.one(name)
+        assert span.status.status_code is StatusCode.ERROR
+        assert attrs(span)["error.type"] == "cancelled"
+        assert parent_id(span) is not None
+    assert DETACH_ERROR not in caplog.text
+
+
+async def test_cancelled_tool_call_ends_its_span(traced: Traced) -> None:
+    started = anyio.Event()
+    never = anyio.Event()
+
+    async def slow(x: int) -> int:
+        """Never returns."""
+        started.set()
+        await never.wait()
+        return x
+
+    agent = SubAgent(name="calc", prompt="Compute", output=Answer, tools=[slow])
+    llm = ScriptedLLM([LLMResponse(tool_calls=[ToolCall(name="slow", arguments={"x": 1})])])
+    scope = anyio.CancelScope()
+
+    async def run_agent() -> None:
+        with scope:
+            await agent.run(llm=llm, tracer_provider=traced.provider)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run_agent)
+        await started.wait()
+        scope.cancel()
+    tool = traced.one("execute_tool slow")
+    assert tool.status.status_code is StatusCode.ERROR
+    assert attrs(tool)["error.type"] == "cancelled"
+    assert traced.open_spans.open == {}
+
+
+async def test_stream_closed_early_inside_an_active_span_logs_no_detach_error(
+    traced: Traced, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pattern a streaming turn uses: a chat span current while a stream is read."""
+    caplog.set_level(logging.DEBUG, logger="opentelemetry.context")
+    telemetry = Telemetry.for_run("calc", traced.provider, None)
+    assert telemetry is not None
+    llm = ScriptedLLM(["one two three four", "five six seven"])
+    request = LLMRequest(messages=(Message(role="user", content="hi"),))
+
+    span = telemetry.start_chat(request, llm)
+    with Telemetry.activate(span):
+        async with aclosing(llm.stream(request)) as stream:
+            async for delta in stream:
+                assert delta.text == "one "
+                assert trace.get_current_span() is span
+                break  # closed after the first delta
+    telemetry.end_chat(span, None, None, None)
+    assert trace.get_current_span() is trace.INVALID_SPAN
+
+    started = anyio.Event()
+    span = telemetry.start_chat(request, llm)
+    error: BaseException | None = None
+    with anyio.CancelScope() as scope:
+        try:
+            with Telemetry.activate(span):
+                async with aclosing(llm.stream(request)) as stream:
+                    async for _ in stream:
+                        started.set()
+                        scope.cancel()
+                        await anyio.lowlevel.checkpoint()
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            telemetry.end_chat(span, None, None, error)
+    assert started.is_set() and scope.cancelled_caught
+    assert trace.get_current_span() is trace.INVALID_SPAN
+    assert traced.open_spans.open == {}
+    cancelled = [s for s in traced.spans if attrs(s).get("error.type") == "cancelled"]
+    assert len(cancelled) == 1
+    assert DETACH_ERROR not in caplog.text
+
+
+# --- nesting ---
+
+
+async def test_nested_agent_runs_as_a_child_of_the_calling_tool_span(traced: Traced) -> None:
+    inner = SubAgent(
+        name="adder",
+        prompt="Add {{a}} and {{b}}",
+        output=Answer,
+        llm=ScriptedLLM(['{"value": 3}']),
+    )
+    outer = SubAgent(name="boss", prompt="Solve", output=Answer, tools=[inner.as_tool()])
+    llm = ScriptedLLM(
+        [
+            LLMResponse(tool_calls=[ToolCall(name="adder", arguments={"a": "1", "b": "2"})]),
+            '{"value": 3}',
+        ]
+    )
+    step = await outer.run(llm=llm, max_turns=2, tracer_provider=traced.provider)
+    assert step.ok
+    outer_run = traced.one("invoke_agent boss")
+    tool = traced.one("execute_tool adder")
+    inner_run = traced.one("invoke_agent adder")
+    assert parent_id(inner_run) == span_id(tool)
+    assert inner_run.context is not None and outer_run.context is not None
+    assert inner_run.context.trace_id == outer_run.context.trace_id
+    # the outer run: normal (the tool call) then must_return; the inner: one normal turn
+    outer_turns = [s for s in traced.spans if parent_id(s) == span_id(outer_run)]
+    inner_turns = [s for s in traced.spans if parent_id(s) == span_id(inner_run)]
+    assert sorted(s.name for s in outer_turns) == ["agent_turn must_return", "agent_turn normal"]
+    assert [s.name for s in inner_turns] == ["agent_turn normal"]
+    outer_tool_turn = next(s for s in outer_turns if s.name == "agent_turn normal")
+    assert parent_id(tool) == span_id(outer_tool_turn)
+
+
+# --- providers ---
+
+
+async def test_without_provider_or_handler_a_run_has_no_telemetry() -> None:
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    assert Telemetry.for_run("calc", None, None) is None
+    step = await CALC.run({"question": "1+2"}, llm=ScriptedLLM(['{"value": 3}']))
+    assert step.ok
+    # the library never installs a global provider
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+async def test_global_provider_is_used_when_the_run_gets_none(
+    traced: Traced, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: traced.provider)
+    await CALC.run({"question": "1+2"}, llm=ScriptedLLM(['{"value": 3}']))
+    assert "invoke_agent calc" in traced.names()
+
+
+def test_tracer_is_cached_per_provider_without_keeping_it_alive() -> None:
+    provider = TracerProvider(shutdown_on_exit=False)  # atexit would keep it alive
+    tracer = _tracer_for(provider)
+    assert tracer is not None and _tracer_for(provider) is tracer
+    assert _tracer_for(TracerProvider(shutdown_on_exit=False)) is not tracer
+    gone = weakref.ref(provider)
+    del provider, tracer
+    gc.collect()
+    assert gone() is None
+
+
+def test_turn_error_text_is_truncated(traced: Traced) -> None:
+    telemetry = Telemetry.for_run("calc", traced.provider, None)
+    assert telemetry is not None
+    started = TurnStarted(
+        agent="calc",
+        index=1,
+        type=TurnType.NORMAL,
+        phase="normal",
+        work_remaining=2,
+        retries_remaining=0,
+        tools_offered=0,
+        messages=2,
+        collapsed=0,
+    )
+    span = telemetry.start_turn(started)
+    ended = TurnEnded(
+        agent="calc",
+        index=1,
+        type=TurnType.NORMAL,
+        outcome=TurnOutcome.ERROR,
+        phase_before="normal",
+        phase_after="normal",
+        work_remaining=1,
+        retries_remaining=0,
+        error="e" * 10_000,
+        stop_reason="stop",
+        duration_s=0.0,
+    )
+    telemetry.end_turn(span, ended, None, "invalid_output")
+    turn = traced.one("agent_turn normal")
+    assert len(attrs(turn)["subagent.turn.error"]) == ERROR_TEXT_LIMIT
+    assert turn.status.description is not None
+    assert len(turn.status.description) == ERROR_TEXT_LIMIT
+
+
+# --- on_event ---
+
+
+async def test_on_event_delivers_typed_events_with_the_span_fields() -> None:
+    events: list[RunEvent] = []
+    llm = ScriptedLLM(['{"value": "three"}', '{"value": 3}'])
+    step = await CALC.run(
+        {"question": "1+2"}, llm=llm, max_turns=1, return_retries=2, on_event=events.append
+    )
+    assert step.ok
+    assert [type(event) for event in events] == [
+        RunStarted,
+        TurnStarted,
+        TurnEnded,
+        TurnStarted,
+        TurnEnded,
+        RunEnded,
+    ]
+    run_started, first, first_end, second, second_end, run_ended = events
+    assert run_started == RunStarted(
+        agent="calc", max_turns=1, return_retries=2, phase="must_return"
+    )
+    assert first == TurnStarted(
+        agent="calc",
+        index=1,
+        type=TurnType.MUST_RETURN,
+        phase="must_return",
+        work_remaining=1,
+        retries_remaining=2,
+        tools_offered=0,
+        messages=3,
+        collapsed=0,
+    )
+    assert isinstance(first_end, TurnEnded)
+    assert first_end.outcome is TurnOutcome.ERROR
+    assert (first_end.index, first_end.type, first_end.phase_before, first_end.phase_after) == (
+        1,
+        TurnType.MUST_RETURN,
+        "must_return",
+        "retry",
+    )
+    assert (first_end.work_remaining, first_end.retries_remaining) == (0, 2)
+    assert first_end.error is not None and "three" in first_end.error
+    assert first_end.stop_reason == "stop"
+    assert first_end.duration_s >= 0
+    assert isinstance(second, TurnStarted)
+    assert (second.index, second.type, second.attempt, second.total) == (
+        2,
+        TurnType.RETRY,
+        1,
+        2,
+    )
+    assert isinstance(second_end, TurnEnded)
+    assert second_end.outcome is TurnOutcome.SUCCESS and second_end.error is None
+    assert second_end.phase_after == "done"
+    assert isinstance(run_ended, RunEnded)
+    assert run_ended.agent == "calc" and run_ended.step is step
+    assert run_ended.failure_reason is None
+
+
+async def test_on_event_reports_the_failure_reason_of_a_failed_run() -> None:
+    events: list[RunEvent] = []
+    await CALC.run(
+        {"question": "1+2"}, llm=ScriptedLLM(["no json here"]), max_turns=1, on_event=events.append
+    )
+    run_ended = events[-1]
+    assert isinstance(run_ended, RunEnded)
+    assert run_ended.failure_reason is FailReason.BUDGET_EXHAUSTED
+
+
+async def test_on_event_and_spans_work_together(traced: Traced) -> None:
+    events: list[RunEvent] = []
+    await CALC.run(
+        {"question": "1+2"},
+        llm=ScriptedLLM(['{"value": 3}']),
+        tracer_provider=traced.provider,
+        on_event=events.append,
+    )
+    assert len(events) == 4
+    assert sorted(traced.names()) == ["agent_turn normal", "chat scripted", "invoke_agent calc"]

@@ -1,0 +1,613 @@
+"""subagent.tracing: configure(), the console summary, and what goes over the OTLP wire.
+
+The wire tests run a tiny OTLP receiver on 127.0.0.1 (HTTP and gRPC) that decodes each
+export request with opentelemetry-proto, so span kinds and resource attributes (which
+Phoenix does not keep) are checked as sent.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib
+import io
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import anyio
+import grpc
+import pytest
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as WireSpan
+from opentelemetry.proto.trace.v1.trace_pb2 import Status as WireStatus
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic import BaseModel
+
+import subagent
+from subagent import LLMRequest, LLMResponse, ScriptedLLM, SubAgent, ToolCall, tracing
+from subagent.tracing import PROJECT_NAME_ATTRIBUTE, ConsoleSummary, configure, summary_line
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+OTEL_VARIABLES = (
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+)
+
+
+class Answer(BaseModel):
+    value: int
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+CALC = SubAgent(name="calc", prompt="Compute {{question}}", output=Answer, tools=[add])
+
+
+def calc_script() -> ScriptedLLM:
+    """A tool turn, an invalid answer, then a valid one (3 turns with max_turns=2)."""
+    return ScriptedLLM(
+        [
+            LLMResponse(tool_calls=[ToolCall(name="add", arguments={"a": 1, "b": 2})]),
+            '{"value": "three"}',
+            '{"value": 3}',
+        ]
+    )
+
+
+@pytest.fixture(autouse=True)
+def clean_otel_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in OTEL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+# --- a local OTLP receiver ---
+
+
+@dataclass
+class Receiver:
+    """Decoded OTLP export requests, from the HTTP or the gRPC receiver."""
+
+    endpoint: str
+    requests: list[trace_service_pb2.ExportTraceServiceRequest] = field(default_factory=list)
+
+    def spans(self) -> list[tuple[dict[str, Any], Any, WireSpan]]:
+        """``(resource attributes, scope, span)`` of every received span."""
+        found = []
+        for request in self.requests:
+            for resource_spans in request.resource_spans:
+                resource = {
+                    kv.key: wire_value(kv.value) for kv in resource_spans.resource.attributes
+                }
+                for scope_spans in resource_spans.scope_spans:
+                    for span in scope_spans.spans:
+                        found.append((resource, scope_spans.scope, span))
+        return found
+
+    def named(self, name: str) -> list[WireSpan]:
+        return [span for _, _, span in self.spans() if span.name == name]
+
+    def one(self, name: str) -> WireSpan:
+        found = self.named(name)
+        assert len(found) == 1, f"{len(found)} spans named {name!r}"
+        return found[0]
+
+
+def wire_value(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return tuple(wire_value(item) for item in value.array_value.values)
+    return getattr(value, kind) if kind else None
+
+
+def wire_attributes(span: WireSpan) -> dict[str, Any]:
+    return {kv.key: wire_value(kv.value) for kv in span.attributes}
+
+
+@pytest.fixture
+def http_receiver() -> Iterator[Receiver]:
+    received: list[trace_service_pb2.ExportTraceServiceRequest] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            if self.headers.get("Content-Encoding") == "gzip":
+                body = gzip.decompress(body)
+            request = trace_service_pb2.ExportTraceServiceRequest()
+            request.ParseFromString(body)
+            ok = self.path == "/v1/traces"
+            if ok:
+                received.append(request)
+            reply = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+            self.send_response(200 if ok else 404)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Receiver(f"http://127.0.0.1:{server.server_address[1]}", received)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def grpc_receiver() -> Iterator[Receiver]:
+    received: list[trace_service_pb2.ExportTraceServiceRequest] = []
+
+    class Collector(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request: Any, context: Any) -> Any:
+            received.append(request)
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Collector(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield Receiver(f"http://127.0.0.1:{port}", received)
+    finally:
+        server.stop(grace=None).wait()
+
+
+@pytest.fixture(params=["http/protobuf", "grpc"])
+def receiver(request: pytest.FixtureRequest) -> Receiver:
+    name = "http_receiver" if request.param == "http/protobuf" else "grpc_receiver"
+    receiver: Receiver = request.getfixturevalue(name)
+    return receiver
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (bound, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+# --- on the wire ---
+
+
+async def test_spans_reach_an_otlp_receiver_with_kinds_resource_and_statuses(
+    receiver: Receiver, request: pytest.FixtureRequest
+) -> None:
+    protocol = request.node.callspec.params["receiver"]
+    handle = configure(
+        "wire-test",
+        endpoint=receiver.endpoint,
+        protocol=protocol,
+        resource_attributes={PROJECT_NAME_ATTRIBUTE: "wire-project", "deployment.env": "test"},
+        console=False,
+        set_global=False,
+    )
+    step = await CALC.run(
+        {"question": "1+2"},
+        llm=calc_script(),
+        max_turns=2,
+        return_retries=1,
+        tracer_provider=handle.provider,
+    )
+    assert step.ok
+    handle.shutdown()  # flushes the batch before returning
+
+    received = receiver.spans()
+    assert len(received) == 8
+    for resource, scope, _ in received:
+        assert resource["service.name"] == "wire-test"
+        assert resource[PROJECT_NAME_ATTRIBUTE] == "wire-project"
+        assert resource["deployment.env"] == "test"
+        assert resource["telemetry.sdk.language"] == "python"
+        assert (scope.name, scope.version) == ("subagent", subagent.__version__)
+    assert sorted(span.name for _, _, span in received) == [
+        "agent_turn must_return",
+        "agent_turn normal",
+        "agent_turn retry",
+        "chat scripted",
+        "chat scripted",
+        "chat scripted",
+        "execute_tool add",
+        "invoke_agent calc",
+    ]
+    chats = receiver.named("chat scripted")
+    run = receiver.one("invoke_agent calc")
+    turns = {
+        name: receiver.one(f"agent_turn {name}") for name in ("normal", "must_return", "retry")
+    }
+    tool = receiver.one("execute_tool add")
+
+    internal, client = WireSpan.SPAN_KIND_INTERNAL, WireSpan.SPAN_KIND_CLIENT
+    assert run.kind == internal and tool.kind == internal
+    assert {turn.kind for turn in turns.values()} == {internal}
+    assert {chat.kind for chat in chats} == {client}
+
+    assert run.parent_span_id == b""
+    assert {turn.parent_span_id for turn in turns.values()} == {run.span_id}
+    assert tool.parent_span_id == turns["normal"].span_id
+    assert sorted(chat.parent_span_id for chat in chats) == sorted(
+        turn.span_id for turn in turns.values()
+    )
+    assert {span.trace_id for _, _, span in received} == {run.trace_id}
+
+    assert run.status.code == WireStatus.STATUS_CODE_UNSET
+    assert turns["must_return"].status.code == WireStatus.STATUS_CODE_ERROR
+    assert "valid integer" in turns["must_return"].status.message
+    assert turns["retry"].status.code == WireStatus.STATUS_CODE_UNSET
+
+    run_attributes = wire_attributes(run)
+    assert run_attributes["subagent.outcome"] == "done"
+    assert run_attributes["subagent.turns"] == 3
+    failed = wire_attributes(turns["must_return"])
+    assert failed["subagent.turn.index"] == 2
+    assert failed["error.type"] == "invalid_output"
+    assert failed["gen_ai.response.finish_reasons"] == ("stop",)
+    assert wire_attributes(turns["retry"])["subagent.retry.attempt"] == 1
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+async def test_unreachable_endpoint_never_blocks_or_fails_a_run(
+    protocol: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Export runs on the batch processor's thread: a run finishes while an export is stuck.
+
+    The exporter is wrapped so that its first export blocks until the test releases it; the
+    run's second model reply waits until that export has started. The run must complete with
+    the export still stuck, and the spans then fail to reach the closed port, quietly.
+    """
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "1")  # ms: export as soon as spans end
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # s: bounds shutdown's retries
+    handle = configure(
+        "closed",
+        endpoint=f"http://127.0.0.1:{closed_port()}",
+        protocol=protocol,
+        console=False,
+        set_global=False,
+    )
+    exporter = handle.exporter
+    assert exporter is not None
+    real_export = exporter.export
+    export_started, release = threading.Event(), threading.Event()
+    export_threads: list[int] = []
+    results: list[SpanExportResult] = []
+
+    def stuck_export(spans: Any) -> SpanExportResult:
+        export_threads.append(threading.get_ident())
+        export_started.set()
+        release.wait(30)  # a bound for a broken test; released by the test when it passes
+        result: SpanExportResult = real_export(spans)
+        results.append(result)
+        return result
+
+    monkeypatch.setattr(exporter, "export", stuck_export)
+
+    async def second_reply(request: LLMRequest) -> str:
+        assert await anyio.to_thread.run_sync(export_started.wait, 30)
+        return '{"value": 3}'
+
+    llm = ScriptedLLM(['{"value": "three"}', second_reply])
+    step = await CALC.run(
+        {"question": "1+2"}, llm=llm, max_turns=1, return_retries=1, tracer_provider=handle.provider
+    )
+    assert step.ok
+    assert export_started.is_set() and not release.is_set()  # finished during a stuck export
+    assert export_threads[0] != threading.get_ident()  # the export is off the run's thread
+    release.set()
+    handle.shutdown()
+    assert results and set(results) == {SpanExportResult.FAILURE}
+
+
+def test_configure_builds_the_exporter_from_the_standard_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318/")
+    with configure(set_global=False) as handle:
+        assert isinstance(handle.exporter, HttpExporter)
+        assert (handle.protocol, handle.endpoint) == (
+            "http/protobuf",
+            "http://127.0.0.1:4318/v1/traces",
+        )
+        assert handle.console is None
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+    with configure(set_global=False) as handle:
+        assert isinstance(handle.exporter, GrpcExporter)
+        assert (handle.protocol, handle.endpoint) == ("grpc", "http://127.0.0.1:4317")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:9999/custom")
+    with configure(set_global=False) as handle:
+        assert isinstance(handle.exporter, HttpExporter)
+        assert handle.endpoint == "http://127.0.0.1:9999/custom"
+    with configure(endpoint="http://127.0.0.1:4317", protocol="grpc", set_global=False) as handle:
+        assert isinstance(handle.exporter, GrpcExporter)
+        assert handle.endpoint == "http://127.0.0.1:4317"
+
+
+def test_service_name_argument_overrides_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "from-env")
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "team=agents")
+    with configure(set_global=False, console=False) as handle:
+        assert handle.provider.resource.attributes["service.name"] == "from-env"
+        assert handle.provider.resource.attributes["team"] == "agents"
+    with configure("from-code", set_global=False, console=False) as handle:
+        assert handle.provider.resource.attributes["service.name"] == "from-code"
+
+
+def test_configure_rejects_an_unknown_protocol_naming_its_source(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ValueError, match=r"protocol=: unsupported OTLP protocol 'http/json'"):
+        configure(protocol="http/json", set_global=False)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift")
+    with pytest.raises(ValueError, match="OTEL_EXPORTER_OTLP_PROTOCOL: unsupported"):
+        configure(set_global=False)
+
+
+def test_configure_refuses_to_replace_an_installed_global_provider(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    installed = TracerProvider(shutdown_on_exit=False)
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: installed)
+    with pytest.raises(RuntimeError, match="global tracer provider is already installed"):
+        configure()
+
+
+def test_configure_with_set_global_false_leaves_the_global_provider_alone() -> None:
+    with configure(set_global=False, console=False):
+        assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+def test_handle_shuts_down_once_as_a_context_manager() -> None:
+    with configure(set_global=False) as handle:
+        assert not handle.closed
+        assert repr(handle) == "<Tracing console>"
+    assert handle.closed
+    handle.shutdown()  # idempotent
+    assert repr(handle) == "<Tracing console closed>"
+
+
+def test_missing_otlp_extra_gives_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [name for name in sys.modules if name.startswith("opentelemetry.sdk")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk", None)
+    monkeypatch.delitem(sys.modules, "subagent.tracing")
+    with pytest.raises(ImportError, match=r"pip install 'subagent-runtime\[otlp\]'"):
+        importlib.import_module("subagent.tracing")
+
+
+def test_missing_exporter_package_gives_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.grpc.trace_exporter", None)
+    with pytest.raises(ImportError, match=r"OTLP grpc exporter is not installed.*\[otlp\]"):
+        configure(endpoint="http://127.0.0.1:4317", protocol="grpc", set_global=False)
+
+
+# --- the console summary ---
+
+TURN_LINE = re.compile(r"^(?P<body>.*)  \d+(\.\d)?ms$")
+
+
+def bodies(text: str) -> list[str]:
+    """The lines without their durations."""
+    lines = []
+    for line in text.splitlines():
+        match = TURN_LINE.match(line)
+        assert match is not None, line
+        lines.append(match["body"])
+    return lines
+
+
+async def test_without_endpoint_configure_prints_one_line_per_turn_and_run() -> None:
+    out = io.StringIO()
+    with configure("console-test", stream=out, set_global=False) as handle:
+        assert handle.endpoint is None and handle.exporter is None
+        await CALC.run(
+            {"question": "1+2"},
+            llm=calc_script(),
+            max_turns=2,
+            return_retries=1,
+            tracer_provider=handle.provider,
+        )
+    assert bodies(out.getvalue()) == [
+        "calc  turn 1 normal  continue  work=1 retries=1",
+        "calc  turn 2 must_return  error  invalid_output  work=0 retries=1",
+        "calc  turn 3 retry  success  work=0 retries=1",
+        "calc  done  3 turns  tokens in=0 out=0",
+    ]
+
+
+async def test_console_summary_reports_failures_and_indents_nested_runs() -> None:
+    inner = SubAgent(
+        name="adder",
+        prompt="Add {{a}} {{b}}",
+        output=Answer,
+        max_turns=1,
+        llm=ScriptedLLM(["not json"]),
+    )
+    outer = SubAgent(name="boss", prompt="Solve", output=Answer, tools=[inner.as_tool()])
+    llm = ScriptedLLM(
+        [
+            LLMResponse(tool_calls=[ToolCall(name="adder", arguments={"a": "1", "b": "2"})]),
+            '{"value": 3}',
+        ]
+    )
+    out = io.StringIO()
+    with configure(stream=out, set_global=False) as handle:
+        await outer.run(llm=llm, max_turns=2, tracer_provider=handle.provider)
+    assert bodies(out.getvalue()) == [
+        "  adder  turn 1 must_return  error  invalid_output  work=0 retries=0",
+        "  adder  failed budget_exhausted  1 turns  tokens in=0 out=0",
+        "boss  turn 1 normal  error  tool_error  work=1 retries=0",
+        "boss  turn 2 must_return  success  work=1 retries=0",
+        "boss  done  2 turns  tokens in=0 out=0",
+    ]
+
+
+async def test_console_summary_never_breaks_a_run() -> None:
+    class Broken(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError("disk full")
+
+    with configure(stream=Broken(), set_global=False) as handle:
+        step = await CALC.run(
+            {"question": "1+2"}, llm=ScriptedLLM(['{"value": 3}']), tracer_provider=handle.provider
+        )
+    assert step.ok
+
+
+def test_summary_line_ignores_chat_and_tool_spans() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    step = CALC.run_sync(
+        {"question": "1+2"},
+        llm=calc_script(),
+        max_turns=2,
+        return_retries=1,
+        tracer_provider=provider,
+    )
+    assert step.ok
+    lines = {span.name: summary_line(span, "calc") for span in exporter.get_finished_spans()}
+    assert lines["chat scripted"] is None
+    assert lines["execute_tool add"] is None
+    assert lines["agent_turn retry"] is not None
+    assert lines["agent_turn retry"].startswith("calc  turn 3 retry  success")
+
+
+def test_console_summary_is_a_span_processor() -> None:
+    summary = ConsoleSummary(io.StringIO())
+    assert summary.force_flush() is True
+    summary.shutdown()
+
+
+# --- the example ---
+
+
+def _demo_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(extra)
+    return env
+
+
+def test_tracing_demo_prints_the_console_summary_without_an_endpoint() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "tracing_demo.py")],
+        env=_demo_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert (
+        "done in 3 turns (normal, must_return, retry); spans sent to the console" in result.stdout
+    )
+    assert bodies(result.stderr) == [
+        "calc  turn 1 normal  continue  work=1 retries=1",
+        "calc  turn 2 must_return  error  invalid_output  work=0 retries=1",
+        "calc  turn 3 retry  success  work=0 retries=1",
+        "calc  done  3 turns  tokens in=723 out=38",
+    ]
+
+
+def test_tracing_demo_exports_to_the_endpoint_and_flushes_at_exit(
+    http_receiver: Receiver,
+) -> None:
+    """The demo never calls shutdown(): the atexit hook flushes the batch."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "tracing_demo.py")],
+        env=_demo_env(OTEL_EXPORTER_OTLP_ENDPOINT=http_receiver.endpoint),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert f"spans sent to http/protobuf {http_receiver.endpoint}/v1/traces" in result.stdout
+    assert result.stderr == ""
+    received = http_receiver.spans()
+    assert {resource["service.name"] for resource, _, _ in received} == {"subagent-demo"}
+    names = sorted(span.name for _, _, span in received)
+    assert names == sorted(
+        [
+            "invoke_agent calc",
+            "agent_turn normal",
+            "agent_turn must_return",
+            "agent_turn retry",
+            "chat scripted-demo",
+            "chat scripted-demo",
+            "chat scripted-demo",
+            "execute_tool add",
+        ]
+    )
+    chat = next(
+        span for _, _, span in received if span.name == "chat scripted-demo" and span.events
+    )
+    assert [event.name for event in chat.events] == ["transport_retry"]
+    event = {kv.key: wire_value(kv.value) for kv in chat.events[0].attributes}
+    assert event["error.type"] == "rate_limit"
+    assert event["subagent.retry.delay_s"] == pytest.approx(0.05)
+
+
+def test_tracing_module_is_public() -> None:
+    assert tracing.configure is configure
+    assert "configure" in tracing.__all__
+
+
+# --- tracing/: the Jaeger setup ---
+
+
+def _env_file(path: Path) -> dict[str, str]:
+    values = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            values[key] = value
+    return values
+
+
+def test_jaeger_env_points_configure_at_the_compose_receiver(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    values = _env_file(ROOT / "tracing" / "jaeger.env")
+    assert set(values) == {
+        "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_SERVICE_NAME"
+    }  # fmt: skip
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    with configure(set_global=False) as handle:
+        assert isinstance(handle.exporter, HttpExporter)
+        assert handle.endpoint == "http://localhost:4318/v1/traces"
+        assert handle.provider.resource.attributes["service.name"] == "subagent-app"
+    compose = (ROOT / "tracing" / "compose.yaml").read_text()
+    for port in (16686, 4317, 4318):
+        assert f'"127.0.0.1:{port}:{port}"' in compose
+    assert "receivers.otlp.protocols.grpc.endpoint=0.0.0.0:4317" in compose
+    assert "receivers.otlp.protocols.http.endpoint=0.0.0.0:4318" in compose
