@@ -11,6 +11,7 @@ field with its location, message and the received value (``invalid_output``).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from typing import Any, Generic, TypeVar, overload
 
 from pydantic import TypeAdapter, ValidationError
@@ -95,24 +96,21 @@ class JSONParser(Generic[T]):
             except ValidationError:
                 pass
         templates = templates or default_templates()
-        first_failure: JSONExtraction | ValidationError | None = None
         other_shapes: list[JSONExtraction] = []
-        for candidate in iter_json_candidates(text):
-            if self._shape is not None and not candidate.text.startswith(self._shape):
-                other_shapes.append(candidate)
-                continue
-            outcome = self._validate(candidate)
-            if isinstance(outcome, ParseResult):
-                return outcome
-            if first_failure is None:
-                first_failure = outcome
-        if first_failure is None:
-            for candidate in other_shapes:
-                outcome = self._validate(candidate)
-                if isinstance(outcome, ParseResult):
-                    return outcome
-                if first_failure is None:
-                    first_failure = outcome
+
+        def preferred() -> Iterator[JSONExtraction]:
+            for candidate in iter_json_candidates(text):
+                if self._shape is None or candidate.text.startswith(self._shape):
+                    yield candidate
+                else:
+                    other_shapes.append(candidate)
+
+        # Other shapes are tried only when no candidate of the preferred shape exists.
+        outcome, first_failure = self._first_valid(preferred())
+        if outcome is None and first_failure is None:
+            outcome, first_failure = self._first_valid(other_shapes)
+        if outcome is not None:
+            return outcome
         if first_failure is None:
             return ParseResult.error(templates.render("json_not_found").strip())
         if isinstance(first_failure, ValidationError):
@@ -128,6 +126,19 @@ class JSONParser(Generic[T]):
                 fence=fence(first_failure.excerpt),
             ).strip()
         )
+
+    def _first_valid(
+        self, candidates: Iterable[JSONExtraction]
+    ) -> tuple[ParseResult | None, JSONExtraction | ValidationError | None]:
+        """The first candidate that validates, else the first failure."""
+        first_failure: JSONExtraction | ValidationError | None = None
+        for candidate in candidates:
+            outcome = self._validate(candidate)
+            if isinstance(outcome, ParseResult):
+                return outcome, None
+            if first_failure is None:
+                first_failure = outcome
+        return None, first_failure
 
     def _validate(
         self, candidate: JSONExtraction

@@ -1,6 +1,26 @@
+"""Shared fixtures: the anyio backends, and the scripted OpenAI-compatible server."""
+
+from collections.abc import Iterator
+
 import pytest
+from openai_server import ScriptedServer, running_server
 
 
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return request.param
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def shared_server() -> Iterator[ScriptedServer]:
+    """One real HTTP server on 127.0.0.1 per test module."""
+    with running_server() as running:
+        yield running
+
+
+@pytest.fixture
+def server(shared_server: ScriptedServer) -> Iterator[ScriptedServer]:
+    """The module's server, with an empty script and no recorded requests."""
+    shared_server.reset()
+    yield shared_server
+    shared_server.reset()

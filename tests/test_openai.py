@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Iterator
 from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -14,7 +13,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from openai_server import Reply, ScriptedServer, completion, running_server, sse_chunk
+from openai_server import Reply, ScriptedServer, completion, sse_chunk
 
 from subagent._errors import ConfigurationError, ErrorKind, LLMError
 from subagent._openai import (
@@ -36,19 +35,6 @@ from subagent.llm import (
 pytestmark = pytest.mark.anyio
 
 NO_ENV: dict[str, str] = {}
-
-
-@pytest.fixture(scope="module")
-def shared_server() -> Iterator[ScriptedServer]:
-    with running_server() as running:
-        yield running
-
-
-@pytest.fixture
-def server(shared_server: ScriptedServer) -> Iterator[ScriptedServer]:
-    shared_server.reset()
-    yield shared_server
-    shared_server.reset()
 
 
 def make_llm(server: ScriptedServer, **kwargs: Any) -> OpenAIChat:

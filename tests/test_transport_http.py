@@ -8,11 +8,10 @@ retried call sends the very same request, so no retry leaks into the prompt.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from openai_server import Reply, ScriptedServer, completion, running_server
+from openai_server import Reply, ScriptedServer, completion
 from pydantic import BaseModel
 
 from subagent import (
@@ -45,19 +44,6 @@ def lookup(city: str) -> str:
 
 
 TOOL_AGENT = SubAgent(name="weather", prompt="How cold is {{city}}?", output=Answer, tools=[lookup])
-
-
-@pytest.fixture(scope="module")
-def shared_server() -> Iterator[ScriptedServer]:
-    with running_server() as running:
-        yield running
-
-
-@pytest.fixture
-def server(shared_server: ScriptedServer) -> Iterator[ScriptedServer]:
-    shared_server.reset()
-    yield shared_server
-    shared_server.reset()
 
 
 async def run(server: ScriptedServer, agent: SubAgent[Any] = AGENT, **options: Any) -> Any:
