@@ -267,8 +267,8 @@ class _Run:
         except BaseException as exc:
             error = exc
             if isinstance(exc, anyio.get_cancelled_exc_class()):
-                self._record_interrupted(index, turn_type, phase, response, messages, collapsed,
-                                         retries, started)  # fmt: skip
+                turn = self._record_interrupted(index, turn_type, phase, response, messages,
+                                                collapsed, retries, started)  # fmt: skip
             raise
         finally:
             if telemetry is not None:
@@ -282,7 +282,8 @@ class _Run:
                         stop_reason=turn.stop_reason.value if turn.stop_reason else None,
                         duration_s=turn.duration_s,
                     )  # fmt: skip
-                telemetry.end_turn(span, ended, error, verdict.error_type if verdict else None)
+                error_type = turn.error_type if turn is not None else None
+                telemetry.end_turn(span, ended, error, error_type)
 
     def _record_interrupted(
         self,
@@ -294,9 +295,9 @@ class _Run:
         collapsed: int,
         retries: list[TransportRetry],
         started: float,
-    ) -> None:
+    ) -> Turn:
         """Keep a turn cut short by cancellation (a mission timeout) in the record."""
-        self._turns.append(Turn(
+        turn = Turn(
             index=index, type=turn_type, outcome=TurnOutcome.FAIL, phase_before=phase.value,
             phase_after=phase.value, reply=response.text if response else "",
             error="cancelled before the turn completed", error_type="cancelled",
@@ -305,7 +306,9 @@ class _Run:
             messages_collapsed=collapsed, work_remaining=self._budget.work_remaining,
             retries_remaining=self._budget.retries_remaining, transport_retries=retries,
             duration_s=time.perf_counter() - started,
-        ))  # fmt: skip
+        )  # fmt: skip
+        self._turns.append(turn)
+        return turn
 
     async def _call(self, request: LLMRequest, retries: list[TransportRetry]) -> LLMResponse:
         telemetry = self._telemetry

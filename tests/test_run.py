@@ -598,3 +598,20 @@ async def test_a_stream_cut_off_by_a_timeout_is_closed() -> None:
                              on_text=pieces.append)  # fmt: skip
     assert step.failure is not None and step.failure.reason is FailReason.TIMEOUT
     assert pieces == ['{"x": '] and closed == [True]
+
+
+async def test_a_turn_cut_short_by_a_mission_timeout_still_ends_in_the_events() -> None:
+    from subagent import RunEvent, TurnEnded, TurnStarted
+
+    async def hang(request: LLMRequest) -> str:
+        await anyio.sleep_forever()
+        return GOOD
+
+    events: list[RunEvent] = []
+    step = await agent().run(llm=ScriptedLLM([hang]), max_turns=1, mission_timeout=0.05,
+                             on_event=events.append)  # fmt: skip
+    started = [e for e in events if isinstance(e, TurnStarted)]
+    ended = [e for e in events if isinstance(e, TurnEnded)]
+    assert [e.index for e in started] == [e.index for e in ended] == [1]
+    assert ended[0].outcome is TurnOutcome.FAIL
+    assert step.turns[0].error_type == "cancelled"
