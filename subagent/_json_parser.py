@@ -93,8 +93,15 @@ class JSONParser(Generic[T]):
             # validator. Anything else takes the general path below.
             try:
                 return ParseResult.success(self._adapter.validate_json(stripped))
-            except ValidationError:
-                pass
+            except ValidationError as exc:
+                if all(error["type"] != "json_invalid" for error in exc.errors()):
+                    # The whole reply decoded, so it is the only candidate: its schema
+                    # errors are the feedback (the general path would find the same).
+                    errors = format_validation_errors(exc)
+                    templates = templates or default_templates()
+                    return ParseResult.error(
+                        templates.render("invalid_output", errors=errors).strip()
+                    )
         templates = templates or default_templates()
         other_shapes: list[JSONExtraction] = []
 

@@ -226,3 +226,19 @@ def test_any_json_value_is_extracted_from_its_dump(value: Any, trailing: bool) -
     extraction = extract_json(text)
     assert extraction.ok
     assert extraction.value == value
+
+
+@SETTINGS
+@given(value=st.dictionaries(st.sampled_from(["number", "customer", "lines", "paid", "x"]),
+                             JSON_VALUES, max_size=5))  # fmt: skip
+def test_a_bare_json_reply_gets_the_same_verdict_as_the_same_json_in_prose(
+    value: dict[str, Any],
+) -> None:
+    # A bare object takes json_parser's one-pass fast path; wrapped in prose it goes through
+    # the candidate search. Both must reach the same verdict and feedback.
+    text = json.dumps(value)
+    bare, in_prose = PARSER(text), PARSER(f"Here is the invoice: {text} Thanks.")
+    assert bare.ok == in_prose.ok
+    assert bare.feedback == in_prose.feedback
+    if bare.ok:
+        assert bare.data == in_prose.data
