@@ -155,3 +155,12 @@ def test_as_tool_takes_the_prompt_variables_as_string_parameters() -> None:
     assert tool.name == "inner" and tool.description == "Find a city."
     assert tool.definition.parameters["required"] == ["city", "country"]
     assert tool.definition.parameters["properties"]["city"]["type"] == "string"
+
+
+def test_defaults_are_five_work_turns_and_no_corrections() -> None:
+    agent = SubAgent(name="a", prompt="p", output=Answer)
+    assert (agent.max_turns, agent.return_retries, agent.context_policy) == (5, 0, "collapse")
+    llm = ScriptedLLM(['{"x": "bad"}'] * 5)
+    step = agent.run_sync(llm=llm)
+    assert len(step.turns) == 5 and step.turns[-1].type == "must_return"
+    assert not step.ok and llm.remaining == 0

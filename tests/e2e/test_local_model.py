@@ -222,3 +222,23 @@ async def test_a_tiny_max_tokens_is_recorded_as_cut_off(qwen: local_llm.LocalSer
     assert first.error is not None and "cut off" in first.error
     assert first.transport_retries == []  # never retried blindly: a correction turn follows
     assert step.stop_reasons.get("length", 0) >= 1
+
+
+def test_the_demo_runs_its_agents_on_the_model_from_the_environment(
+    qwen: local_llm.LocalServer,
+) -> None:
+    import os
+    import subprocess
+
+    demo = Path(__file__).resolve().parents[2] / "examples" / "demo.py"
+    environ = {**os.environ, "SUBAGENT_LLM": f"openai:{local_llm.MODEL_ALIAS}@{qwen.base_url}"}
+    result = subprocess.run([sys.executable, str(demo)], capture_output=True, text=True,
+                            env=environ, timeout=900, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert f"at {qwen.base_url} (from the environment)" in out
+    assert "== calc" in out and "== extract" in out
+    # each agent's table ends with its Step summary: done or failed, never an llm_error
+    summaries = [line for line in out.splitlines() if " in " in line and " turns (" in line]
+    assert len(summaries) == 2, out
+    assert all(line.startswith(("done", "failed (budget_exhausted")) for line in summaries), out
