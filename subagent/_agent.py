@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
@@ -69,6 +70,10 @@ def _check_llm(value: object, name: str = "llm") -> LLM | None:
             name, f"{value!r} is not an LLM: it needs an `async def complete(request)` method"
         )
     return cast(LLM, value)
+
+
+def _extend(system: Message, extra: str) -> Message:
+    return Message(role="system", content=f"{system.content}\n\n{extra}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -203,7 +208,8 @@ class SubAgent(Generic[OutputT]):
             llm: The model (default: the agent's, else the calling agent's when nested).
             max_turns: The work budget for this run.
             return_retries: The correction budget for this run.
-            messages: Use these messages as the task instead of rendering ``prompt``.
+            messages: Use these messages as the task instead of rendering ``prompt``. Leading
+                system messages extend the agent's system prompt for this run.
             context_policy: ``collapse`` or ``accumulate``.
             settings: Model settings, merged over the agent's.
             retry_policy: Transport retries for this run.
@@ -225,11 +231,11 @@ class SubAgent(Generic[OutputT]):
             timeout=timeout, mission_timeout=mission_timeout, tracer_provider=tracer_provider,
             on_event=on_event, on_text=on_text,
         )  # fmt: skip
-        opening = self._opening(context, messages)
+        opening, parts = self._opening(context, messages)
         llm_token = _CURRENT_LLM.set(options.llm)
         provider_token = _CURRENT_PROVIDER.set(options.tracer_provider)
         try:
-            step = await execute_run(self._parts, options, opening)
+            step = await execute_run(parts, options, opening)
         finally:
             _CURRENT_PROVIDER.reset(provider_token)
             _CURRENT_LLM.reset(llm_token)
@@ -355,7 +361,7 @@ class SubAgent(Generic[OutputT]):
         self,
         context: Mapping[str, Any] | BaseModel | None,
         messages: Sequence[Message | Mapping[str, Any]] | str | None,
-    ) -> list[Message]:
+    ) -> tuple[list[Message], AgentParts]:
         if messages is not None:
             try:
                 opening = messages_from(messages)
@@ -363,7 +369,21 @@ class SubAgent(Generic[OutputT]):
                 raise ConfigurationError("messages", f"invalid messages: {exc}") from exc
             if not opening:
                 raise ConfigurationError("messages", "must not be empty")
-            return opening
+            if opening[0].role == "system":
+                # The caller's system text extends the agent's system prompt: one system
+                # message per request, in every phase.
+                extra = "\n\n".join(m.content for m in opening if m.role == "system")
+                opening = [m for m in opening if m.role != "system"]
+                if not opening:
+                    raise ConfigurationError("messages", "needs a message besides the system one")
+                parts = self._parts
+                parts = dataclasses.replace(
+                    parts,
+                    system_with_tools=_extend(parts.system_with_tools, extra),
+                    system_without_tools=_extend(parts.system_without_tools, extra),
+                )
+                return opening, parts
+            return opening, self._parts
         if isinstance(context, BaseModel):
             values: Mapping[str, Any] = context.model_dump()
         elif context is None:
@@ -378,4 +398,4 @@ class SubAgent(Generic[OutputT]):
             raise ConfigurationError(
                 "prompt", f"agent {self.name!r} has an empty prompt and no messages were given"
             )
-        return [Message(role="user", content=self._task.render(values).strip())]
+        return [Message(role="user", content=self._task.render(values).strip())], self._parts

@@ -164,3 +164,20 @@ def test_defaults_are_five_work_turns_and_no_corrections() -> None:
     step = agent.run_sync(llm=llm)
     assert len(step.turns) == 5 and step.turns[-1].type == "must_return"
     assert not step.ok and llm.remaining == 0
+
+
+def test_a_callers_system_message_extends_the_system_prompt_instead_of_adding_one() -> None:
+    llm = ScriptedLLM(["ok"])
+    agent = SubAgent(name="a", llm=llm)
+    agent.run_sync(messages=[{"role": "system", "content": "Answer in French."},
+                             {"role": "user", "content": "hello"}])  # fmt: skip
+    assert [m.role for m in llm.requests[0].messages] == ["system", "user"]
+    system = llm.requests[0].messages[0].content
+    assert system.startswith("You are a") and system.endswith("Answer in French.")
+
+
+def test_messages_with_only_a_system_message_are_rejected() -> None:
+    with pytest.raises(ConfigurationError, match=r"^messages: "):
+        SubAgent(name="a", llm=ScriptedLLM([])).run_sync(
+            messages=[{"role": "system", "content": "x"}]
+        )
