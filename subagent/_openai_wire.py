@@ -1,0 +1,430 @@
+"""The chat-completions wire format: request bodies, decoded replies and classified errors.
+
+What :class:`~subagent._openai.OpenAIChat` sends, how it reads a complete reply, and which
+:class:`~subagent.ErrorKind` a failed exchange becomes (from an httpx exception, or from a
+status, headers and body). No I/O happens here: the adapter owns the HTTP exchange and
+:mod:`subagent._sse` reads streamed replies.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping
+from email.utils import parsedate_to_datetime
+from typing import Any, Final
+
+import httpx
+
+from subagent._errors import ErrorKind, LLMError
+from subagent.llm import LLMRequest, LLMResponse, Message, StopReason, ToolCall, Usage
+
+__all__ = [
+    "content_text",
+    "decode_arguments",
+    "decode_usage",
+    "error_from_body",
+    "invalid_response",
+    "message_json",
+    "parse_completion",
+    "parse_retry_after",
+    "request_body",
+    "status_error",
+    "stop_reason",
+    "tool_calls_in_text",
+    "transport_error",
+]
+
+_MAX_ERROR_BODY: Final = 4000
+_MAX_MESSAGE: Final = 500
+
+_FINISH_REASONS: Final[Mapping[str, StopReason]] = {
+    "stop": StopReason.STOP,
+    "end_turn": StopReason.STOP,
+    "eos": StopReason.STOP,
+    "length": StopReason.LENGTH,
+    "max_tokens": StopReason.LENGTH,
+    "tool_calls": StopReason.TOOL_CALLS,
+    "function_call": StopReason.TOOL_CALLS,
+    "tool_use": StopReason.TOOL_CALLS,
+    "content_filter": StopReason.CONTENT_FILTER,
+    "error": StopReason.ERROR,
+}
+
+_TOOL_ONLY_SETTINGS: Final = ("tool_choice", "parallel_tool_calls", "functions", "function_call")
+
+# FastAPI-based servers (llama-cpp-python) answer a request they cannot validate with HTTP
+# 500 and pydantic's message; repeating such a request cannot help.
+_VALIDATION_RE: Final = re.compile(r"^\s*\d+ validation errors?\b", re.IGNORECASE)
+
+_CONTENT_FILTER_RE: Final = re.compile(
+    r"content[ _-]?(?:filter|policy|management[ _-]policy)|responsible ?ai", re.IGNORECASE
+)
+
+_TOOL_CALL_TAG_RE: Final = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+_FENCE_RE: Final = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
+
+
+# -- serialisation ---------------------------------------------------------------------------
+
+
+def request_body(
+    request: LLMRequest,
+    *,
+    model: str | None,
+    default_settings: Mapping[str, Any],
+    stream: bool,
+) -> dict[str, Any]:
+    """The JSON body of a chat-completions request.
+
+    Args:
+        request: The request to serialise.
+        model: The model to name; ``None`` lets the server use its default.
+        default_settings: Settings merged under the request's own ``settings``.
+        stream: Whether to ask for server-sent events.
+
+    Returns:
+        A JSON-serialisable dict.
+    """
+    body: dict[str, Any] = {}
+    if model:
+        body["model"] = model
+    body["messages"] = [message_json(message) for message in request.messages]
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.parameters,
+                },
+            }
+            for tool in request.tools
+        ]
+        if request.tool_choice is not None:
+            body["tool_choice"] = request.tool_choice
+    body.update(default_settings)
+    body.update(request.settings)  # may name a tool: {"tool_choice": {"type": ...}}
+    if not request.tools:
+        # OpenAI rejects tool_choice without tools: it only travels with them, also when
+        # it comes from the settings (a turn that offers no tools keeps its settings).
+        for key in _TOOL_ONLY_SETTINGS:
+            body.pop(key, None)
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    else:
+        body.pop("stream", None)
+        body.pop("stream_options", None)
+    return body
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    item: dict[str, Any] = {"role": message.role, "content": message.content or ""}
+    if message.role == "tool":
+        item["tool_call_id"] = message.tool_call_id or ""
+    elif message.name:
+        item["name"] = message.name
+    if message.role == "assistant" and message.tool_calls:
+        item["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": _arguments_json(call.arguments)},
+            }
+            for call in message.tool_calls
+        ]
+    return item
+
+
+def _arguments_json(arguments: dict[str, Any] | str) -> str:
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+# -- responses -------------------------------------------------------------------------------
+
+
+def stop_reason(raw: object) -> StopReason:
+    if raw is None:
+        return StopReason.UNKNOWN
+    return _FINISH_REASONS.get(str(raw).lower(), StopReason.UNKNOWN)
+
+
+def decode_arguments(raw: object) -> dict[str, Any] | str:
+    if isinstance(raw, dict):
+        return raw
+    if raw is None:
+        return {}
+    text = raw if isinstance(raw, str) else json.dumps(raw)
+    if not text.strip():
+        return {}
+    try:
+        decoded = json.loads(text)
+    except ValueError:
+        return text
+    return decoded if isinstance(decoded, dict) else text
+
+
+def content_text(content: object) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}]
+        return "".join(
+            str(part.get("text", "")) if isinstance(part, dict) else str(part) for part in content
+        )
+    return str(content)
+
+
+def decode_usage(raw: object) -> Usage:
+    if not isinstance(raw, dict):
+        return Usage()
+    return Usage(
+        input_tokens=_int(raw.get("prompt_tokens", raw.get("input_tokens"))),
+        output_tokens=_int(raw.get("completion_tokens", raw.get("output_tokens"))),
+    )
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def invalid_response(message: str, body: str, status: int | None) -> LLMError:
+    return LLMError(
+        ErrorKind.INVALID_RESPONSE, message, status_code=status, body=body[:_MAX_ERROR_BODY]
+    )
+
+
+def parse_completion(text: str, requested_model: str | None, status: int) -> LLMResponse:
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        raise invalid_response(f"the reply is not JSON ({error})", text, status) from None
+    if not isinstance(data, dict):
+        raise invalid_response("the reply is not a JSON object", text, status)
+    choices = data.get("choices")
+    if not choices and data.get("error") is not None:
+        raise error_from_body(None, data, text, {})
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise invalid_response("the reply has no choices", text, status)
+    choice = choices[0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise invalid_response("the reply's first choice has no message", text, status)
+
+    tool_calls: list[ToolCall] = []
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise invalid_response("the reply's tool_calls is not a list", text, status)
+    for raw_call in raw_calls:
+        function = raw_call.get("function") if isinstance(raw_call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise invalid_response("a tool call in the reply has no function name", text, status)
+        tool_calls.append(
+            ToolCall(
+                name=function["name"],
+                arguments=decode_arguments(function.get("arguments")),
+                id=str(raw_call.get("id") or ""),
+            )
+        )
+    legacy = message.get("function_call")
+    if not tool_calls and isinstance(legacy, dict) and isinstance(legacy.get("name"), str):
+        tool_calls.append(
+            ToolCall(name=legacy["name"], arguments=decode_arguments(legacy.get("arguments")))
+        )
+
+    content = content_text(message.get("content"))
+    if not content and isinstance(message.get("refusal"), str):
+        content = message["refusal"]
+    raw_finish = choice.get("finish_reason")
+    model = data.get("model")
+    return LLMResponse(
+        text=content,
+        tool_calls=tool_calls,
+        stop_reason=stop_reason(raw_finish),
+        raw_stop_reason=None if raw_finish is None else str(raw_finish),
+        usage=decode_usage(data.get("usage")),
+        model=model if isinstance(model, str) and model else requested_model,
+    )
+
+
+def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
+    """Tool calls written as text by a model whose server did not parse them.
+
+    Recognises, when they make up the whole reply: one JSON object
+    ``{"name": ..., "arguments": {...}}`` (``parameters`` is accepted for ``arguments``),
+    a JSON list of them, optionally inside a code fence, and one or more Hermes/Qwen
+    ``<tool_call>{...}</tool_call>`` blocks. Every name must be one of ``tool_names``;
+    otherwise nothing is recognised and the reply stays text.
+
+    Args:
+        text: The reply's text.
+        tool_names: The names of the tools offered in this turn.
+
+    Returns:
+        The calls (ids left empty for the runtime to assign), or ``[]``.
+    """
+    stripped = text.strip()
+    if not stripped:
+        return []
+    candidates: list[object] = []
+    if "<tool_call>" in stripped:
+        blocks = _TOOL_CALL_TAG_RE.findall(stripped)
+        if _TOOL_CALL_TAG_RE.sub("", stripped).strip():
+            return []  # text besides the calls: leave it to the output contract
+        for block in blocks:
+            try:
+                candidates.append(json.loads(block))
+            except ValueError:
+                return []
+    else:
+        fenced = _FENCE_RE.match(stripped)
+        body = fenced.group(1).strip() if fenced else stripped
+        if not body.startswith(("{", "[")):
+            return []
+        try:
+            decoded = json.loads(body)
+        except ValueError:
+            return []
+        candidates = decoded if isinstance(decoded, list) else [decoded]
+    calls: list[ToolCall] = []
+    for candidate in candidates:
+        if not isinstance(candidate, dict) or set(candidate) - {"name", "arguments", "parameters"}:
+            return []
+        name = candidate.get("name")
+        arguments = candidate.get("arguments", candidate.get("parameters", {}))
+        if name not in tool_names or not isinstance(arguments, dict | str):
+            return []
+        calls.append(ToolCall(name=str(name), arguments=decode_arguments(arguments)))
+    return calls
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+
+def transport_error(error: httpx.HTTPError) -> LLMError:
+    detail = str(error) or type(error).__name__
+    if isinstance(error, httpx.TimeoutException):
+        return LLMError(ErrorKind.TIMEOUT, f"{type(error).__name__}: {detail}")
+    if isinstance(error, httpx.NetworkError | httpx.RemoteProtocolError | httpx.ProxyError):
+        return LLMError(ErrorKind.CONNECTION, f"{type(error).__name__}: {detail}")
+    if isinstance(error, httpx.DecodingError):
+        return LLMError(ErrorKind.INVALID_RESPONSE, f"{type(error).__name__}: {detail}")
+    return LLMError(ErrorKind.OTHER, f"{type(error).__name__}: {detail}")
+
+
+def status_error(status: int, headers: Mapping[str, str], text: str) -> LLMError:
+    try:
+        data: object = json.loads(text) if text.strip() else None
+    except ValueError:
+        data = None
+    return error_from_body(status, data, text, headers)
+
+
+def _error_fields(data: object) -> tuple[str, str]:
+    """The provider's error message and code/type, from the usual error shapes."""
+    if not isinstance(data, dict):
+        return "", ""
+    error = data.get("error", data)
+    if isinstance(error, str):
+        return error, ""
+    if isinstance(error, dict):
+        message = error.get("message") or error.get("detail") or data.get("message") or ""
+        code = error.get("code") or error.get("type") or ""
+        if isinstance(message, list):  # FastAPI validation errors
+            message = json.dumps(message)
+        return str(message), str(code)
+    return "", ""
+
+
+def error_from_body(
+    status: int | None, data: object, text: str, headers: Mapping[str, str]
+) -> LLMError:
+    message, code = _error_fields(data)
+    if not message:
+        message = " ".join(text.split())[:_MAX_MESSAGE] or (
+            f"HTTP {status}" if status is not None else "the server reported an error"
+        )
+    retry_after = parse_retry_after(headers)
+    says_filter = bool(_CONTENT_FILTER_RE.search(f"{code} {message}"))
+    kind: ErrorKind
+    if status is None:  # an error object in a 200 reply or inside a stream
+        kind = ErrorKind.CONTENT_FILTER if says_filter else ErrorKind.SERVER_ERROR
+    elif status == 429:
+        quota = "insufficient_quota" in code or "quota" in message.lower()
+        kind = ErrorKind.OTHER if quota else ErrorKind.RATE_LIMIT
+    elif status >= 500:
+        invalid = status == 500 and _VALIDATION_RE.match(message) is not None
+        kind = ErrorKind.BAD_REQUEST if invalid else ErrorKind.SERVER_ERROR
+    elif status == 401:
+        kind = ErrorKind.AUTHENTICATION
+    elif status == 408:
+        kind = ErrorKind.TIMEOUT
+    elif status == 409:
+        kind = ErrorKind.SERVER_ERROR  # a transient conflict (as OpenAI's own SDK retries it)
+    elif says_filter and 400 <= status < 500:
+        kind = ErrorKind.CONTENT_FILTER
+    elif status == 403:
+        kind = ErrorKind.PERMISSION
+    elif 400 <= status < 500:
+        kind = ErrorKind.BAD_REQUEST
+    else:
+        kind = ErrorKind.OTHER  # 3xx: redirects are not followed
+    return LLMError(
+        kind,
+        message[:_MAX_MESSAGE],
+        status_code=status,
+        retry_after=retry_after,
+        body=text[:_MAX_ERROR_BODY] or None,
+    )
+
+
+def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """Read how long a server asked us to wait, in seconds.
+
+    Understands ``retry-after-ms`` (sent by OpenAI) and ``Retry-After`` as delta-seconds or
+    as an HTTP-date. A date in the past means ``0``.
+
+    Args:
+        headers: The response headers (a case-insensitive mapping such as ``httpx.Headers``
+            or a plain dict with lower-case keys).
+        now: The current time as a POSIX timestamp (for tests); defaults to the clock.
+
+    Returns:
+        The delay in seconds, or ``None`` when no usable header is present.
+    """
+    lowered = {key.lower(): value for key, value in headers.items()}
+    milliseconds = _non_negative_float(lowered.get("retry-after-ms"))
+    if milliseconds is not None:
+        return milliseconds / 1000
+    raw = lowered.get("retry-after")
+    if raw is None:
+        return None
+    seconds = _non_negative_float(raw)
+    if seconds is not None:
+        return seconds
+    try:
+        when = parsedate_to_datetime(raw.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # RFC 9110 dates are GMT; be lenient with ones that omit it
+        return None
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
+
+
+def _non_negative_float(raw: str | None) -> float | None:
+    if raw is None:
+        return None
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        return None
+    if value != value or value in (float("inf"), float("-inf")) or value < 0:
+        return None
+    return value
