@@ -87,14 +87,18 @@ def model(choice: str) -> Iterator[OpenAIChat]:
         )  # fmt: skip
 
 
-async def run_agents(llm: OpenAIChat) -> list[Step[Any]]:
-    options: dict[str, Any] = {
+def run_options(llm: OpenAIChat) -> dict[str, Any]:
+    return {
         "llm": llm,
         "timeout": 120,
         "mission_timeout": 600,
         "retry_policy": RetryPolicy(max_attempts=3, initial_delay=0.5),
         "settings": {"temperature": 0, "max_tokens": 256},
     }
+
+
+async def run_agents(llm: OpenAIChat) -> list[Step[Any]]:
+    options = run_options(llm)
     steps: list[Step[Any]] = []
     async with llm:
         started = time.perf_counter()
@@ -111,6 +115,18 @@ async def run_agents(llm: OpenAIChat) -> list[Step[Any]]:
     return steps
 
 
+async def run_corrections(llm: OpenAIChat) -> list[Step[Any]]:
+    """The single-shot agent on a model too small to follow the format: the correction
+    budget at work (must_return, then retry turns with the feedback), done or
+    failed(budget_exhausted) within max_turns + return_retries calls."""
+    async with llm:
+        started = time.perf_counter()
+        step = await EXTRACT.run({"text": TEXT}, max_turns=1, return_retries=2, **run_options(llm))
+        title = f"extract on SmolLM2 135M (corrections): {time.perf_counter() - started:.1f} s"
+        print_table(title, step)
+    return [step]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=list(local_llm.MODELS), default=local_llm.DEFAULT_MODEL)
@@ -118,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with model(args.model) as llm:
             steps = anyio.run(run_agents, llm)
+        if args.model != "smollm2" and not OpenAIChat.env_configured():
+            with model("smollm2") as small:
+                steps += anyio.run(run_corrections, small)
     except local_llm.SetupError as error:
         print(f"could not start the local model: {error}", file=sys.stderr)
         return 1

@@ -242,3 +242,21 @@ def test_the_demo_runs_its_agents_on_the_model_from_the_environment(
     summaries = [line for line in out.splitlines() if " in " in line and " turns (" in line]
     assert len(summaries) == 2, out
     assert all(line.startswith(("done", "failed (budget_exhausted")) for line in summaries), out
+
+
+def load_demo() -> Any:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "demo.py"
+    spec = importlib.util.spec_from_file_location("demo", path)
+    assert spec is not None and spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    return demo
+
+
+async def test_the_demos_correction_run_follows_the_state_table(
+    smollm2: local_llm.LocalServer,
+) -> None:
+    (step,) = await load_demo().run_corrections(adapter(smollm2))
+    assert_state_table_path(step, max_turns=1, return_retries=2)
