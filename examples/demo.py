@@ -6,7 +6,9 @@ With ``SUBAGENT_LLM`` (e.g. ``openai:gpt-4o-mini``) or ``OPENAI_BASE_URL``/``OPE
 set, the agents run on that model (``OPENAI_API_KEY`` for the key). Otherwise the demo sets
 up and starts a small local model with scripts/local_llm.py (the first time it builds
 llama-cpp-python and downloads the weights: several minutes), runs the agents on it, and
-stops it. It prints one table row per turn: type, outcome, error, tokens, seconds.
+stops it; then it runs the single-shot agent on SmolLM2 135M, which rarely follows the format,
+to show the correction turns. It prints one table row per turn: type, outcome, error,
+tokens, seconds.
 
 Small local models get things wrong; that is the point of the demo: the runtime records the
 wrong answers, feeds back what was wrong, and ends either done or failed(budget_exhausted)
