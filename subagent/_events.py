@@ -78,4 +78,9 @@ class RunEnded:
 
 
 RunEvent: TypeAlias = RunStarted | TurnStarted | TurnEnded | RunEnded
+"""Any event of a run, in the order ``RunStarted``, per turn ``TurnStarted``/``TurnEnded``,
+then ``RunEnded``."""
+
 EventHandler: TypeAlias = Callable[[RunEvent], None]
+"""``run(on_event=...)``: a synchronous callable receiving each :data:`RunEvent`; it runs
+inside the turn loop, so it should be quick."""
