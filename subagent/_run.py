@@ -312,17 +312,9 @@ class _Run:
 
     async def _call(self, request: LLMRequest, retries: list[TransportRetry]) -> LLMResponse:
         telemetry = self._telemetry
-        options = self._options
         if telemetry is None:
-            return await call_with_retries(
-                options.llm,
-                request,
-                options.retry_policy,
-                options.timeout,
-                retries.append,
-                options.on_text,
-            )
-        span = telemetry.start_chat(request, options.llm)
+            return await self._call_llm(request, retries.append)
+        span = telemetry.start_chat(request, self._options.llm)
 
         def on_retry(retry: TransportRetry) -> None:
             retries.append(retry)
@@ -333,14 +325,7 @@ class _Run:
         error: BaseException | None = None
         try:
             with Telemetry.activate(span):
-                response = await call_with_retries(
-                    options.llm,
-                    request,
-                    options.retry_policy,
-                    options.timeout,
-                    on_retry,
-                    options.on_text,
-                )
+                response = await self._call_llm(request, on_retry)
             return response
         except LLMError as exc:
             llm_error = exc
@@ -350,6 +335,14 @@ class _Run:
             raise
         finally:
             telemetry.end_chat(span, response, llm_error, error)
+
+    async def _call_llm(
+        self, request: LLMRequest, on_retry: Callable[[TransportRetry], None]
+    ) -> LLMResponse:
+        options = self._options
+        return await call_with_retries(
+            options.llm, request, options.retry_policy, options.timeout, on_retry, options.on_text
+        )
 
     # --- judging a reply ---
 
@@ -402,7 +395,7 @@ class _Run:
         error = self._parts.templates.render("tools_unavailable", tool_names=names)
         results = [
             ToolResult(call_id=call.id, name=call.name, ok=False, content=error,
-                                       error_type="tools_unavailable", duration_s=0.0)
+                       error_type="tools_unavailable", duration_s=0.0)
             for call in response.tool_calls
         ]  # fmt: skip
         return _Verdict(TurnOutcome.ERROR, "missed", error, "tools_unavailable",
@@ -425,11 +418,10 @@ class _Run:
                 for position, call in enumerate(calls):
                     group.start_soon(run_one, position, call)
         done = [result for result in results if result is not None]
-        assistant = Message(role="assistant", content=response.text,
-                                            tool_calls=tuple(calls))  # fmt: skip
+        assistant = Message(role="assistant", content=response.text, tool_calls=tuple(calls))
         tool_messages = [assistant] + [
-            Message(role="tool", content=result.content,
-                                    tool_call_id=result.call_id, name=result.name)
+            Message(role="tool", content=result.content, tool_call_id=result.call_id,
+                    name=result.name)
             for result in done
         ]  # fmt: skip
         failed = [result for result in done if not result.ok]
