@@ -25,7 +25,6 @@ import fcntl
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,15 +43,13 @@ PHOENIX_VERSION = "20.26.1"
 ROOT = Path(__file__).resolve().parent.parent
 Log = Callable[[str], None]
 
+# The project's cache (SUBAGENT_CACHE) and port helpers live with the local model's set-up.
+sys.path.insert(0, str(ROOT / "scripts"))
+from local_llm import cache_dir, free_port  # noqa: E402
+
 
 def _print(message: str) -> None:
     print(f"[phoenix] {message}", file=sys.stderr, flush=True)
-
-
-def cache_dir() -> Path:
-    """``$SUBAGENT_CACHE``, else ``~/.cache/subagent-runtime``."""
-    configured = os.environ.get("SUBAGENT_CACHE")
-    return Path(configured) if configured else Path.home() / ".cache" / "subagent-runtime"
 
 
 def venv_dir() -> Path:
@@ -102,14 +99,6 @@ def ensure_installed(log: Log = _print) -> Path:
         stamp.write_text(f"{time.time()}\n")
         log(f"installed arize-phoenix=={PHOENIX_VERSION} in {time.monotonic() - started:.0f} s")
     return python
-
-
-def free_port() -> int:
-    """A local TCP port that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def _get_json(url: str, timeout: float = 10.0) -> Any:
