@@ -42,11 +42,13 @@ class ConfigurationError(SubAgentError, ValueError):
 
     Attributes:
         field: The offending field's name.
+        message: What is wrong with it.
     """
 
     def __init__(self, field: str, message: str):
         super().__init__(f"{field}: {message}")
         self.field = field
+        self.message = message
 
 
 class TemplateError(SubAgentError, ValueError):

@@ -58,7 +58,7 @@ class SchemaContract(OutputContract):
         try:
             self._parser: JSONParser[Any] = JSONParser(output_type)
         except ConfigurationError as exc:
-            raise ConfigurationError("output", str(exc).partition(": ")[2]) from exc
+            raise ConfigurationError("output", exc.message) from exc
         self.output_type = output_type
 
     def instructions(self, templates: TemplateSet) -> str:

@@ -181,3 +181,16 @@ def test_messages_with_only_a_system_message_are_rejected() -> None:
         SubAgent(name="a", llm=ScriptedLLM([])).run_sync(
             messages=[{"role": "system", "content": "x"}]
         )
+
+
+def test_an_output_type_pydantic_cannot_validate_is_rejected_naming_output() -> None:
+    class Opaque:
+        pass
+
+    with pytest.raises(ConfigurationError) as caught:
+        SubAgent(name="a", prompt="p", output=Opaque)
+    assert caught.value.field == "output"
+    assert str(caught.value).startswith("output: ")
+    assert "Opaque" in caught.value.message and "cannot be validated by pydantic" in str(
+        caught.value
+    )
