@@ -15,6 +15,7 @@ import sniffio
 from opentelemetry.trace import TracerProvider
 from pydantic import BaseModel
 
+from subagent._checks import check_int
 from subagent._conversation import ContextPolicy
 from subagent._errors import ConfigurationError, RunFailedError, TemplateError
 from subagent._events import EventHandler
@@ -39,13 +40,6 @@ _CURRENT_PROVIDER: contextvars.ContextVar[TracerProvider | None] = contextvars.C
     "subagent_tracer_provider", default=None
 )
 _POLICIES = ("collapse", "accumulate")
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if type(value) is not int or value < minimum:
-        kind = type(value).__name__
-        raise ConfigurationError(name, f"must be an integer >= {minimum}, got {value!r} ({kind})")
-    return value
 
 
 def _check_seconds(name: str, value: object) -> float | None:
@@ -135,8 +129,8 @@ class SubAgent(Generic[OutputT]):
             raise ConfigurationError("name", f"must be a non-empty string, got {self.name!r}")
         if not isinstance(self.prompt, str):
             raise ConfigurationError("prompt", f"must be a Mustache string, got {self.prompt!r}")
-        _check_int("max_turns", self.max_turns, 1)
-        _check_int("return_retries", self.return_retries, 0)
+        check_int("max_turns", self.max_turns, 1)
+        check_int("return_retries", self.return_retries, 0)
         _check_policy(self.context_policy)
         _check_llm(self.llm)
         _check_seconds("timeout", self.timeout)
@@ -332,13 +326,11 @@ class SubAgent(Generic[OutputT]):
                 raise ConfigurationError(name, f"must be callable, got {handler!r}")
         return RunOptions(
             llm=model,
-            max_turns=self.max_turns
-            if max_turns is None
-            else _check_int("max_turns", max_turns, 1),
+            max_turns=self.max_turns if max_turns is None else check_int("max_turns", max_turns, 1),
             return_retries=(
                 self.return_retries
                 if return_retries is None
-                else _check_int("return_retries", return_retries, 0)
+                else check_int("return_retries", return_retries, 0)
             ),
             context_policy=(
                 self.context_policy if context_policy is None else _check_policy(context_policy)

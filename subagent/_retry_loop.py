@@ -20,6 +20,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
 
 from subagent import __about__
+from subagent._checks import check_int
 from subagent._errors import ConfigurationError
 from subagent._validation import Validation, Validator, callable_name, run_validators
 
@@ -111,8 +112,7 @@ class RetryLoop(Generic[T]):
             )
         if not callable(correct):
             raise ConfigurationError("correct", f"must be callable, got {correct!r}")
-        if type(max_retries) is not int or max_retries < 0:
-            raise ConfigurationError("max_retries", f"must be an integer >= 0, got {max_retries!r}")
+        check_int("max_retries", max_retries, 0)
         if (
             isinstance(retry_delay, bool)
             or not isinstance(retry_delay, int | float)

@@ -6,6 +6,7 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from subagent._checks import check_int
 from subagent._errors import ConfigurationError, ErrorKind, LLMError
 
 __all__ = ["DEFAULT_RETRYABLE", "RetryPolicy"]
@@ -47,10 +48,7 @@ class RetryPolicy:
     retry_on: frozenset[ErrorKind] = field(default=DEFAULT_RETRYABLE)
 
     def __post_init__(self) -> None:
-        if type(self.max_attempts) is not int or self.max_attempts < 1:
-            raise ConfigurationError(
-                "max_attempts", f"must be an integer >= 1, got {self.max_attempts!r}"
-            )
+        check_int("max_attempts", self.max_attempts, 1)
         for name in ("initial_delay", "max_delay", "jitter"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
