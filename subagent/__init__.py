@@ -21,7 +21,7 @@ from subagent._errors import (
 )
 from subagent._events import EventHandler, RunEnded, RunEvent, RunStarted, TurnEnded, TurnStarted
 from subagent._json_parser import JSONParser, json_parser
-from subagent._parse_result import ParseResult
+from subagent._parse_result import OutputParser, ParseResult
 from subagent._phases import Phase
 from subagent._records import (
     FailReason,
@@ -69,6 +69,7 @@ __all__ = [
     "Message",
     "MissingVariableError",
     "OpenAIChat",
+    "OutputParser",
     "ParseResult",
     "ParserContractError",
     "Phase",

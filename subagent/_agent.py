@@ -8,18 +8,20 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, cast
 
 import anyio
 import sniffio
 from opentelemetry.trace import TracerProvider
 from pydantic import BaseModel
+from typing_extensions import TypeVar
 
 from subagent._checks import check_int
 from subagent._conversation import ContextPolicy
 from subagent._errors import ConfigurationError, RunFailedError, TemplateError
 from subagent._events import EventHandler
 from subagent._output import build_contract
+from subagent._parse_result import OutputParser
 from subagent._records import Step
 from subagent._retry_policy import RetryPolicy
 from subagent._run import AgentParts, RunOptions, execute_run
@@ -29,7 +31,9 @@ from subagent.llm import LLM, Message, messages_from
 
 __all__ = ["SubAgent"]
 
-OutputT = TypeVar("OutputT")
+# Defaults to Any: agents with a text or parser output are SubAgent[Any]; with a model or
+# type output, SubAgent[Model].
+OutputT = TypeVar("OutputT", default=Any)
 
 # The model and tracer provider of the run in progress, so an agent used as a tool of
 # another agent runs on its parent's model and traces into its parent's provider.
@@ -106,7 +110,7 @@ class SubAgent(Generic[OutputT]):
 
     name: str
     prompt: str = ""
-    output: type[OutputT] | Callable[..., Any] | None = None
+    output: type[OutputT] | OutputParser | None = None
     tools: Sequence[Tool | Callable[..., Any]] = ()
     llm: LLM | None = None
     max_turns: int = 5

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from subagent._errors import ParserContractError
 
-__all__ = ["ParseResult", "coerce_parse_result"]
+__all__ = ["OutputParser", "ParseResult", "coerce_parse_result"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +81,16 @@ def coerce_parse_result(result: object, parser_name: str) -> ParseResult:
         f"parser {parser_name!r} returned {type(result).__name__}; expected a ParseResult "
         f"or a dict with 'status' 'success'/'error'"
     )
+
+
+class OutputParser(Protocol):
+    """A parser for ``SubAgent(output=...)``: ``(text, **kwargs) -> ParseResult``.
+
+    The seed's dict form (``{"status": "success", "data": ...}``) is accepted too. A model
+    class does not fit this shape (calling it builds an instance), which lets type checkers
+    tell ``output=Model`` (typed ``SubAgent[Model]``) from ``output=parser``.
+    """
+
+    def __call__(
+        self, text: str, /, *args: Any, **kwargs: Any
+    ) -> ParseResult | Mapping[str, Any]: ...
