@@ -44,3 +44,25 @@ def test_quickstart_example_prints_its_turn_table() -> None:
     lines = result.stdout.splitlines()
     assert [line.split()[1] for line in lines[1:4]] == ["normal", "must_return", "retry"]
     assert "output: Answer(value=3)" in result.stdout
+
+
+def _run_example(name: str) -> str:
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / name)],
+                            capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_streaming_example_streams_both_turns_and_corrects() -> None:
+    out = _run_example("streaming.py")
+    assert '[turn 1 must_return] Probably warm: {"city": "Lisbon", "high_c": "twenty-four"}' in out
+    assert '[turn 2 retry] {"city": "Lisbon", "high_c": 24}' in out
+    assert "output: Forecast(city='Lisbon', high_c=24)" in out
+
+
+def test_nested_agents_example_uses_the_inner_agent_as_a_tool() -> None:
+    out = _run_example("nested_agents.py")
+    assert "planner: turn 1 normal (1 tools offered)" in out
+    assert "planner: turn 2 must_return (0 tools offered)" in out
+    assert '{"country":"Portugal","capital":"Lisbon"}' in out
+    assert "output: Trip(destination='Lisbon'" in out
