@@ -18,8 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from subagent._json_parser import json_parser
-from subagent._sections import multi_section_parser
+from subagent import json_parser, multi_section_parser
 
 SIZES = {"1 KB": 1_024, "100 KB": 100 * 1_024, "1 MB": 1_024 * 1_024}
 HEADERS = ["[Plan]", "[Timeline]", "[Budget]"]

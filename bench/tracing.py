@@ -37,7 +37,7 @@ from pydantic import BaseModel
 
 import subagent._run as run_module
 from subagent import LLMResponse, ScriptedLLM, SubAgent, ToolCall
-from subagent._telemetry import Telemetry
+from subagent.observe._otel import Telemetry
 
 TARGET_S1_US = 100.0
 # "cpu": this thread's CPU time (immune to other processes taking the core; the default on

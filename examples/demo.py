@@ -28,8 +28,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel
 
-from subagent import RetryPolicy, Step, SubAgent
-from subagent._openai import OpenAIChat
+from subagent import OpenAIChat, RetryPolicy, Step, SubAgent
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -104,11 +103,11 @@ async def run_agents(llm: OpenAIChat) -> list[Step[Any]]:
     steps: list[Step[Any]] = []
     async with llm:
         started = time.perf_counter()
-        step = await quickstart.agent.run(
+        calc = await quickstart.agent.run(
             {"question": "17 + 25, using the add tool"}, max_turns=3, return_retries=1, **options
         )
-        print_table(f"calc (quickstart agent, tools): {time.perf_counter() - started:.1f} s", step)
-        steps.append(step)
+        print_table(f"calc (quickstart agent, tools): {time.perf_counter() - started:.1f} s", calc)
+        steps.append(calc)
 
         started = time.perf_counter()
         step = await EXTRACT.run({"text": TEXT}, max_turns=1, return_retries=2, **options)

@@ -89,7 +89,7 @@ async def main() -> RetryLoopResult[Extraction]:
             print(f"  - {error}")
         context = {"errors": list(errors), "extraction": extraction.model_dump_json(), "text": TEXT}
         step = await fixer.run(context, llm=llm, max_turns=1)
-        fixed = step.raise_for_failure().output
+        fixed: Extraction | None = step.raise_for_failure().output
         assert fixed is not None
         return fixed
 

@@ -6,6 +6,8 @@ must then return a result that validates, and gets a separate budget of correcti
 :class:`Step`; every turn is an OpenTelemetry span.
 """
 
+from types import FunctionType
+
 from subagent.__about__ import __version__
 from subagent._agent import SubAgent
 from subagent._errors import (
@@ -19,40 +21,52 @@ from subagent._errors import (
     SubAgentError,
     TemplateError,
 )
-from subagent._events import EventHandler, RunEnded, RunEvent, RunStarted, TurnEnded, TurnStarted
-from subagent._json_parser import JSONParser, json_parser
-from subagent._parse_result import OutputParser, ParseResult
 from subagent._phases import Phase
 from subagent._records import (
     FailReason,
     Failure,
     Step,
     ToolResult,
-    TransportRetry,
     Turn,
     TurnOutcome,
     TurnType,
     UsageSummary,
 )
-from subagent._retry_loop import CorrectionError, RetryLoop, RetryLoopResult, retry_loop
-from subagent._retry_policy import RetryPolicy
-from subagent._sections import SectionsParser, multi_section_parser, sections_parser
-from subagent._think import ThinkError, think_with_retry
-from subagent._tools import Tool
-from subagent._validation import Validation
 from subagent.llm import (
     LLM,
     LLMRequest,
     LLMResponse,
     Message,
     OpenAIChat,
-    ScriptedLLM,
+    RetryPolicy,
     StopReason,
     StreamDelta,
     ToolCall,
     ToolDefinition,
+    TransportRetry,
     Usage,
 )
+from subagent.observe import EventHandler, RunEnded, RunEvent, RunStarted, TurnEnded, TurnStarted
+from subagent.parsers import (
+    JSONParser,
+    OutputParser,
+    ParseResult,
+    SectionsParser,
+    Validation,
+    json_parser,
+    multi_section_parser,
+    sections_parser,
+)
+from subagent.patterns import (
+    CorrectionError,
+    RetryLoop,
+    RetryLoopResult,
+    ThinkError,
+    retry_loop,
+    think_with_retry,
+)
+from subagent.testing import ScriptedLLM
+from subagent.tools import Tool
 
 __all__ = [
     "LLM",
@@ -110,3 +124,17 @@ __all__ = [
     "sections_parser",
     "think_with_retry",
 ]
+
+
+def _present_as_public() -> None:
+    # The classes and functions above live in private modules; they are documented, shown
+    # in reprs and pickled as ``subagent.X`` (as httpx and trio do), so moving code between
+    # modules never shows to users.
+    namespace = globals()
+    for name in __all__:
+        obj = namespace[name]
+        if isinstance(obj, type | FunctionType) and obj.__module__.startswith("subagent."):
+            obj.__module__ = __name__
+
+
+_present_as_public()

@@ -19,15 +19,13 @@ from typing_extensions import TypeVar
 from subagent._checks import check_int
 from subagent._conversation import ContextPolicy
 from subagent._errors import ConfigurationError, RunFailedError, TemplateError
-from subagent._events import EventHandler
-from subagent._output import build_contract
-from subagent._parse_result import OutputParser
 from subagent._records import Step
-from subagent._retry_policy import RetryPolicy
 from subagent._run import AgentParts, RunOptions, execute_run
 from subagent._templates import Template, default_templates
-from subagent._tools import Tool, build_tools
-from subagent.llm import LLM, Message, messages_from
+from subagent.llm import LLM, Message, RetryPolicy, messages_from
+from subagent.observe import EventHandler
+from subagent.parsers import OutputParser, build_contract
+from subagent.tools import Tool, build_tools
 
 __all__ = ["SubAgent"]
 

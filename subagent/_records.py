@@ -14,14 +14,13 @@ from typing import Any, Generic, Self, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from subagent._errors import ErrorKind, RunFailedError
-from subagent.llm import StopReason, ToolCall, Usage
+from subagent.llm import StopReason, ToolCall, TransportRetry, Usage
 
 __all__ = [
     "FailReason",
     "Failure",
     "Step",
     "ToolResult",
-    "TransportRetry",
     "Turn",
     "TurnOutcome",
     "TurnType",
@@ -83,17 +82,6 @@ class ToolResult(BaseModel):
     content: str
     error_type: str | None = None
     duration_s: float = 0.0
-
-
-class TransportRetry(BaseModel):
-    """A failed LLM call that was repeated inside the same turn."""
-
-    model_config = ConfigDict(frozen=True)
-
-    attempt: int
-    kind: ErrorKind
-    message: str
-    delay_s: float
 
 
 class Turn(BaseModel):

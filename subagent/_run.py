@@ -18,39 +18,41 @@ from opentelemetry.trace import Span, TracerProvider
 
 from subagent._conversation import ContextPolicy, Conversation
 from subagent._errors import ErrorKind, LLMError, SubAgentError
-from subagent._events import EventHandler, RunStarted, TurnEnded, TurnStarted
-from subagent._json_parser import format_validation_errors
-from subagent._output import OutputContract, detect_explicit_fail
-from subagent._parse_result import ParseResult
 from subagent._phases import Budget, Phase, advance
 from subagent._records import (
     FailReason,
     Failure,
     Step,
     ToolResult,
-    TransportRetry,
     Turn,
     TurnOutcome,
     TurnType,
     build_step,
 )
-from subagent._retry_policy import RetryPolicy
-from subagent._telemetry import Telemetry
 from subagent._templates import TemplateSet
 from subagent._text import fence
-from subagent._tools import Tool, ToolArgumentsError, render_result
-from subagent._transport import call_with_retries
-from subagent._validation import run_validators
 from subagent.llm import (
     LLM,
     LLMRequest,
     LLMResponse,
     Message,
+    RetryPolicy,
     StopReason,
     ToolCall,
     ToolDefinition,
+    TransportRetry,
     TurnInfo,
+    call_with_retries,
 )
+from subagent.observe import EventHandler, RunStarted, Telemetry, TurnEnded, TurnStarted
+from subagent.parsers import (
+    OutputContract,
+    ParseResult,
+    detect_explicit_fail,
+    format_validation_errors,
+    run_validators,
+)
+from subagent.tools import Tool, ToolArgumentsError, render_result
 
 __all__ = ["AgentParts", "RunOptions", "execute_run"]
 

@@ -1,6 +1,6 @@
 """Exporting a run's spans, for applications: :func:`configure` and the console summary.
 
-The library itself only uses the OpenTelemetry API (see :mod:`subagent._telemetry`); this
+The library itself only uses the OpenTelemetry API (see :mod:`subagent.observe._otel`); this
 module is the one place that builds an SDK ``TracerProvider``, and only when the
 application calls :func:`configure`. It needs the ``otlp`` extra::
 
@@ -43,7 +43,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a test with the SD
         "`otlp` extra: pip install 'subagent-runtime[otlp]'"
     ) from exc
 
-from subagent._telemetry import CAPTURE_CONTENT_ENV
+from subagent.observe import CAPTURE_CONTENT_ENV
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from subagent._json_extract import extract_json, iter_json_candidates, repair_json
+from subagent.parsers._json_extract import extract_json, iter_json_candidates, repair_json
 
 
 @pytest.mark.parametrize(

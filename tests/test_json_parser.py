@@ -4,8 +4,8 @@ import pytest
 from pydantic import BaseModel, TypeAdapter, ValidationError, field_validator
 
 from subagent import ConfigurationError, ScriptedLLM, SubAgent
-from subagent._json_parser import JSONParser, format_validation_errors, json_parser
 from subagent._templates import default_templates
+from subagent.parsers._json import JSONParser, format_validation_errors, json_parser
 
 
 class Item(BaseModel):

@@ -16,20 +16,18 @@ import pytest
 from openai_server import Reply, ScriptedServer, completion, sse_chunk
 
 from subagent._errors import ConfigurationError, ErrorKind, LLMError
-from subagent._openai import (
-    OpenAIChat,
-    parse_retry_after,
-    parse_subagent_llm,
-    tool_calls_in_text,
-)
 from subagent.llm import (
     LLMRequest,
     LLMResponse,
     Message,
+    OpenAIChat,
     StopReason,
     StreamDelta,
     ToolCall,
     ToolDefinition,
+    parse_retry_after,
+    parse_subagent_llm,
+    tool_calls_in_text,
 )
 
 pytestmark = pytest.mark.anyio

@@ -8,10 +8,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from subagent._json_extract import extract_json, repair_json
-from subagent._json_parser import json_parser
-from subagent._parse_result import ParseResult
-from subagent._sections import multi_section_parser
+from subagent.parsers._json import json_parser
+from subagent.parsers._json_extract import extract_json, repair_json
+from subagent.parsers._result import ParseResult
+from subagent.parsers._sections import multi_section_parser
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

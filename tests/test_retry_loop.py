@@ -10,8 +10,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from subagent import ConfigurationError, ParserContractError
-from subagent._retry_loop import CorrectionError, RetryLoop, RetryLoopResult, retry_loop
-from subagent._validation import Validation
+from subagent.parsers._validation import Validation
+from subagent.patterns._retry_loop import CorrectionError, RetryLoop, RetryLoopResult, retry_loop
 
 pytestmark = pytest.mark.anyio
 
@@ -150,7 +150,7 @@ async def test_retry_delay_waits_before_each_correction(monkeypatch: pytest.Monk
     async def fake_sleep(seconds: float) -> None:
         delays.append(seconds)
 
-    monkeypatch.setattr("subagent._retry_loop.anyio.sleep", fake_sleep)
+    monkeypatch.setattr("subagent.patterns._retry_loop.anyio.sleep", fake_sleep)
     await retry_loop(0, at_least(2), Corrector(), max_retries=5, retry_delay=0.25)
     assert delays == [0.25, 0.25]
 
@@ -159,7 +159,7 @@ async def test_no_delay_means_no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
     async def fail_sleep(seconds: float) -> None:
         raise AssertionError("slept")
 
-    monkeypatch.setattr("subagent._retry_loop.anyio.sleep", fail_sleep)
+    monkeypatch.setattr("subagent.patterns._retry_loop.anyio.sleep", fail_sleep)
     assert (await retry_loop(0, at_least(2), Corrector(), max_retries=5)).valid
 
 

@@ -3,8 +3,8 @@ import time
 import pytest
 
 from subagent import ConfigurationError, ScriptedLLM, SubAgent
-from subagent._sections import SectionsParser, multi_section_parser, sections_parser
 from subagent._templates import default_templates
+from subagent.parsers._sections import SectionsParser, multi_section_parser, sections_parser
 
 HEADERS = ["[Plan]", "[Timeline]"]
 

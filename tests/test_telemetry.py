@@ -1,4 +1,4 @@
-"""Spans and events of a run (subagent._telemetry), checked with an in-memory exporter."""
+"""Spans and events of a run (subagent.observe._otel), checked with an in-memory exporter."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from subagent import (
     TurnType,
     Usage,
 )
-from subagent._telemetry import (
+from subagent.observe._otel import (
     CAPTURE_CONTENT_ENV,
     CONTENT_LIMIT,
     ERROR_TEXT_LIMIT,

@@ -11,9 +11,11 @@ from subagent import (
     RunFailedError,
     ScriptedLLM,
     SubAgentError,
+    ThinkError,
+    multi_section_parser,
+    sections_parser,
+    think_with_retry,
 )
-from subagent._sections import multi_section_parser, sections_parser
-from subagent._think import ThinkError, think_with_retry
 
 pytestmark = pytest.mark.anyio
 

@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from subagent import Tool
-from subagent._tools import ToolArgumentsError, render_result
+from subagent.tools._tool import ToolArgumentsError, render_result
 
 pytestmark = pytest.mark.anyio
 

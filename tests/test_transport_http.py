@@ -17,13 +17,13 @@ from pydantic import BaseModel
 from subagent import (
     ErrorKind,
     FailReason,
+    OpenAIChat,
     RetryPolicy,
     StopReason,
     SubAgent,
     TurnOutcome,
     TurnType,
 )
-from subagent._openai import OpenAIChat
 
 pytestmark = pytest.mark.anyio
 

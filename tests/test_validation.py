@@ -5,7 +5,12 @@ import anyio
 import pytest
 
 from subagent import ParserContractError
-from subagent._validation import Validation, callable_name, coerce_validation, run_validators
+from subagent.parsers._validation import (
+    Validation,
+    callable_name,
+    coerce_validation,
+    run_validators,
+)
 
 # --- Validation ---------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from subagent import (
     FailReason,
+    OpenAIChat,
     RetryPolicy,
     Step,
     StopReason,
@@ -27,7 +28,6 @@ from subagent import (
     TurnOutcome,
     TurnType,
 )
-from subagent._openai import OpenAIChat
 from subagent.llm import LLMRequest, Message
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from subagent._errors import ConfigurationError
-from subagent._parse_result import ParseResult
 from subagent._templates import TemplateSet, default_templates
+from subagent.parsers._result import ParseResult
 
 __all__ = ["MatchMode", "SectionsParser", "multi_section_parser", "sections_parser"]
 

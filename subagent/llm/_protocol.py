@@ -9,22 +9,17 @@ classified :class:`~subagent.ErrorKind`; the runtime decides whether to retry.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from enum import StrEnum
-from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from subagent._errors import ScriptExhaustedError
 
 __all__ = [
     "LLM",
     "LLMRequest",
     "LLMResponse",
     "Message",
-    "OpenAIChat",
-    "ScriptedLLM",
-    "ScriptedReply",
     "StopReason",
     "StreamDelta",
     "StreamingLLM",
@@ -206,97 +201,6 @@ class StreamingLLM(LLM, Protocol):
         ...
 
 
-ScriptedReply: TypeAlias = (
-    str
-    | LLMResponse
-    | BaseException
-    | Callable[[LLMRequest], "str | LLMResponse | Awaitable[str | LLMResponse]"]
-)
-
-
-class ScriptedLLM:
-    """A deterministic LLM for tests and examples: it plays a script of replies in order.
-
-    Each script item is the reply to one call: a ``str`` (the reply text), an
-    :class:`LLMResponse`, an exception instance (raised from ``complete``), or a callable
-    taking the :class:`LLMRequest` and returning one of the first two (sync or async).
-
-    Every request is recorded in :attr:`requests`. Running past the end of the script raises
-    :class:`~subagent.ScriptExhaustedError`, which ends the run as a failed ``llm_error``
-    naming the call that had no reply.
-
-    Args:
-        script: The replies, in call order.
-        model_name: Reported as the model in traces.
-    """
-
-    provider_name = "scripted"
-
-    def __init__(self, script: Sequence[ScriptedReply] = (), *, model_name: str = "scripted"):
-        self._script: list[ScriptedReply] = list(script)
-        self._position = 0
-        self.model_name = model_name
-        self.requests: list[LLMRequest] = []
-
-    @property
-    def remaining(self) -> int:
-        """How many scripted replies have not been used yet."""
-        return len(self._script) - self._position
-
-    def extend(self, replies: Sequence[ScriptedReply]) -> None:
-        """Append more replies to the script."""
-        self._script.extend(replies)
-
-    async def complete(self, request: LLMRequest) -> LLMResponse:
-        """Record the request and return the next scripted reply."""
-        self.requests.append(request)
-        if self._position >= len(self._script):
-            raise ScriptExhaustedError(
-                f"ScriptedLLM has no reply for call {len(self.requests)}: "
-                f"the script held {len(self._script)} replies"
-            )
-        item = self._script[self._position]
-        self._position += 1
-        if isinstance(item, BaseException):
-            raise item
-        if callable(item) and not isinstance(item, LLMResponse):
-            produced = item(request)
-            if isinstance(produced, Awaitable):
-                produced = await produced
-            item = produced
-        return _as_response(item)
-
-    async def stream(self, request: LLMRequest) -> AsyncIterator[StreamDelta]:
-        """Stream the next scripted reply word by word, then the whole response."""
-        response = await self.complete(request)
-        for piece in _split_keeping_spaces(response.text):
-            yield StreamDelta(text=piece)
-        yield StreamDelta(response=response)
-
-
-def _as_response(item: object) -> LLMResponse:
-    if isinstance(item, LLMResponse):
-        return item
-    if isinstance(item, str):
-        return LLMResponse(text=item)
-    raise TypeError(
-        f"a scripted reply must be a str, an LLMResponse, an exception or a callable "
-        f"returning str/LLMResponse; got {type(item).__name__}"
-    )
-
-
-def _split_keeping_spaces(text: str) -> list[str]:
-    pieces: list[str] = []
-    start = 0
-    for index, char in enumerate(text):
-        if char == " ":
-            pieces.append(text[start : index + 1])
-            start = index + 1
-    if start < len(text):
-        pieces.append(text[start:])
-    return pieces
-
-
 def messages_from(
     mapping_or_messages: Sequence[Message | Mapping[str, Any]] | str,
 ) -> list[Message]:
@@ -304,6 +208,3 @@ def messages_from(
     if isinstance(mapping_or_messages, str):
         return [Message(role="user", content=mapping_or_messages)]
     return [m if isinstance(m, Message) else Message.model_validate(m) for m in mapping_or_messages]
-
-
-from subagent._openai import OpenAIChat  # noqa: E402

@@ -11,13 +11,25 @@ from collections.abc import Callable
 from contextlib import aclosing
 
 import anyio
+from pydantic import BaseModel, ConfigDict
 
 from subagent._errors import ErrorKind, LLMError, ScriptExhaustedError
-from subagent._records import TransportRetry
-from subagent._retry_policy import RetryPolicy
-from subagent.llm import LLM, LLMRequest, LLMResponse, StreamingLLM
+from subagent.llm._protocol import LLM, LLMRequest, LLMResponse, StreamingLLM
+from subagent.llm._retry_policy import RetryPolicy
 
-__all__ = ["call_with_retries"]
+
+class TransportRetry(BaseModel):
+    """A failed LLM call that was repeated inside the same turn."""
+
+    model_config = ConfigDict(frozen=True)
+
+    attempt: int
+    kind: ErrorKind
+    message: str
+    delay_s: float
+
+
+__all__ = ["TransportRetry", "call_with_retries"]
 
 TextHandler = Callable[[str], object]
 

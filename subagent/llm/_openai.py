@@ -17,7 +17,7 @@ Configuration comes from the arguments, then from the environment:
     from ``SUBAGENT_LLM`` so that it stays out of logs that print the model spec.
 
 The JSON sent and read, and the classification of errors, live in
-:mod:`subagent._openai_wire`; streamed replies are read by :mod:`subagent._sse`.
+:mod:`subagent.llm._wire`; streamed replies are read by :mod:`subagent.llm._sse`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ from typing import Any, Final
 import httpx
 
 from subagent._errors import ConfigurationError
-from subagent._openai_wire import (
+from subagent.llm._protocol import LLMRequest, LLMResponse, StopReason, StreamDelta
+from subagent.llm._sse import SSEEvents, StreamAccumulator
+from subagent.llm._wire import (
     parse_completion,
     parse_retry_after,
     request_body,
@@ -40,8 +42,6 @@ from subagent._openai_wire import (
     tool_calls_in_text,
     transport_error,
 )
-from subagent._sse import SSEEvents, StreamAccumulator
-from subagent.llm import LLMRequest, LLMResponse, StopReason, StreamDelta
 
 __all__ = [
     "DEFAULT_BASE_URL",

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from subagent._errors import ConfigurationError, ParserContractError
-from subagent._json_extract import extract_json
-from subagent._json_parser import JSONParser
-from subagent._parse_result import ParseResult, coerce_parse_result
 from subagent._templates import TemplateSet
+from subagent.parsers._json import JSONParser
+from subagent.parsers._json_extract import extract_json
+from subagent.parsers._result import ParseResult, coerce_parse_result
 
 __all__ = ["OutputContract", "build_contract", "detect_explicit_fail"]
 

@@ -36,12 +36,13 @@ from opentelemetry.context import Context
 from opentelemetry.trace import ProxyTracerProvider, Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
-from subagent import __about__
+from subagent.__about__ import __version__
 from subagent._errors import LLMError
-from subagent._events import EventHandler, RunEnded, RunStarted, TurnEnded, TurnStarted
-from subagent._records import Step, ToolResult, TransportRetry, TurnOutcome
+from subagent._records import Step, ToolResult, TurnOutcome
+from subagent.llm import TransportRetry
 from subagent._text import shorten
 from subagent.llm import LLMRequest, LLMResponse, Message, ToolCall
+from subagent.observe._events import EventHandler, RunEnded, RunStarted, TurnEnded, TurnStarted
 
 __all__ = ["CAPTURE_CONTENT_ENV", "CONTENT_LIMIT", "ERROR_TEXT_LIMIT", "Telemetry"]
 
@@ -72,9 +73,9 @@ def _tracer_for(provider: trace.TracerProvider | None) -> Tracer | None:
     try:
         tracer = _TRACERS.get(provider)
     except TypeError:  # a provider that cannot be weakly referenced: not cached
-        return provider.get_tracer(_TRACER_NAME, __about__.__version__)
+        return provider.get_tracer(_TRACER_NAME, __version__)
     if tracer is None:
-        tracer = provider.get_tracer(_TRACER_NAME, __about__.__version__)
+        tracer = provider.get_tracer(_TRACER_NAME, __version__)
         _TRACERS[provider] = tracer
     return tracer
 

@@ -19,10 +19,10 @@ import anyio
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
 
-from subagent import __about__
+from subagent.__about__ import __version__
 from subagent._checks import check_int
 from subagent._errors import ConfigurationError
-from subagent._validation import Validation, Validator, callable_name, run_validators
+from subagent.parsers import Validation, Validator, callable_name, run_validators
 
 __all__ = ["CorrectionError", "RetryLoop", "RetryLoopResult", "retry_loop"]
 
@@ -126,7 +126,7 @@ class RetryLoop(Generic[T]):
         self.max_retries = max_retries
         self.retry_delay = float(retry_delay)
         self._tracer = trace.get_tracer(
-            "subagent.retry_loop", __about__.__version__, tracer_provider=tracer_provider
+            "subagent.retry_loop", __version__, tracer_provider=tracer_provider
         )
 
     async def run(self, value: T) -> RetryLoopResult[T]:

@@ -2,7 +2,7 @@
 
 ``json_parser(Model)`` turns a reply into a validated ``Model``: the JSON is extracted
 tolerantly (bare, fenced, after prose, the last of several blocks, trailing commas and
-``//`` comments repaired, see :mod:`subagent._json_extract`), then validated. Every failure
+``//`` comments repaired, see :mod:`subagent.parsers._json_extract`), then validated. Every failure
 becomes feedback rendered from the prompt templates: no JSON (``json_not_found``), a syntax
 error with its line, column and an excerpt (``json_syntax_error``), or one line per invalid
 field with its location, message and the received value (``invalid_output``).
@@ -17,10 +17,10 @@ from typing import Any, Generic, TypeVar, overload
 from pydantic import TypeAdapter, ValidationError
 
 from subagent._errors import ConfigurationError
-from subagent._json_extract import JSONExtraction, iter_json_candidates
-from subagent._parse_result import ParseResult
 from subagent._templates import TemplateSet, default_templates
 from subagent._text import fence, shorten
+from subagent.parsers._json_extract import JSONExtraction, iter_json_candidates
+from subagent.parsers._result import ParseResult
 
 __all__ = ["JSONParser", "format_validation_errors", "json_parser"]
 
@@ -81,7 +81,7 @@ class JSONParser(Generic[T]):
     def __call__(self, text: str, *, templates: TemplateSet | None = None) -> ParseResult:
         """Parse ``text`` into a validated value, or feedback; never raises for any text.
 
-        The first candidate (in :func:`~subagent._json_extract.iter_json_candidates` order)
+        The first candidate (in :func:`~subagent.parsers._json_extract.iter_json_candidates` order)
         that decodes and validates wins. When the schema expects an object (or an array),
         candidates of that shape are preferred, so a stray ``[1]`` in the prose does not
         shadow the answer. When nothing validates, the feedback is about the most plausible

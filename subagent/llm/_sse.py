@@ -10,7 +10,8 @@ from typing import Any
 import httpx
 
 from subagent._errors import ErrorKind, LLMError
-from subagent._openai_wire import (
+from subagent.llm._protocol import LLMResponse, ToolCall, Usage
+from subagent.llm._wire import (
     content_text,
     decode_arguments,
     decode_usage,
@@ -18,7 +19,6 @@ from subagent._openai_wire import (
     invalid_response,
     stop_reason,
 )
-from subagent.llm import LLMResponse, ToolCall, Usage
 
 __all__ = ["SSEEvents", "StreamAccumulator"]
 

@@ -1,9 +1,9 @@
 """The chat-completions wire format: request bodies, decoded replies and classified errors.
 
-What :class:`~subagent._openai.OpenAIChat` sends, how it reads a complete reply, and which
+What :class:`~subagent.llm._openai.OpenAIChat` sends, how it reads a complete reply, and which
 :class:`~subagent.ErrorKind` a failed exchange becomes (from an httpx exception, or from a
 status, headers and body). No I/O happens here: the adapter owns the HTTP exchange and
-:mod:`subagent._sse` reads streamed replies.
+:mod:`subagent.llm._sse` reads streamed replies.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Final
 import httpx
 
 from subagent._errors import ErrorKind, LLMError
-from subagent.llm import LLMRequest, LLMResponse, Message, StopReason, ToolCall, Usage
+from subagent.llm._protocol import LLMRequest, LLMResponse, Message, StopReason, ToolCall, Usage
 
 __all__ = [
     "content_text",

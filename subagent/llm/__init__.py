@@ -1,0 +1,57 @@
+"""The LLM room: the protocol every model speaks, the OpenAI-compatible adapter, and retries.
+
+What lives here:
+
+- ``_protocol``: the :class:`LLM` protocol and its records (:class:`LLMRequest`,
+  :class:`LLMResponse`, :class:`Message`, :class:`ToolCall`, :class:`Usage`...).
+- ``_openai``: :class:`OpenAIChat`, the adapter for OpenAI-compatible servers; ``_wire`` its
+  JSON bodies and error classification, ``_sse`` its streamed replies.
+- ``_retry_policy`` and ``_transport``: :class:`RetryPolicy` and :func:`call_with_retries`,
+  the transient failures of one call repeated inside the same turn.
+
+What it may import: the base modules only (``subagent._errors``, ``subagent._checks``).
+It knows nothing of agents, turns or phases; the run loop calls into it.
+"""
+
+from subagent.llm._openai import DEFAULT_BASE_URL, OpenAIChat, parse_subagent_llm
+from subagent.llm._protocol import (
+    LLM,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    StopReason,
+    StreamDelta,
+    StreamingLLM,
+    ToolCall,
+    ToolDefinition,
+    TurnInfo,
+    Usage,
+    messages_from,
+)
+from subagent.llm._retry_policy import DEFAULT_RETRYABLE, RetryPolicy
+from subagent.llm._transport import TransportRetry, call_with_retries
+from subagent.llm._wire import parse_retry_after, tool_calls_in_text
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "DEFAULT_RETRYABLE",
+    "LLM",
+    "LLMRequest",
+    "LLMResponse",
+    "Message",
+    "OpenAIChat",
+    "RetryPolicy",
+    "StopReason",
+    "StreamDelta",
+    "StreamingLLM",
+    "ToolCall",
+    "ToolDefinition",
+    "TransportRetry",
+    "TurnInfo",
+    "Usage",
+    "call_with_retries",
+    "messages_from",
+    "parse_retry_after",
+    "parse_subagent_llm",
+    "tool_calls_in_text",
+]

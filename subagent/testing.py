@@ -1,0 +1,107 @@
+"""Test doubles for code that runs agents: a scripted model that needs no server.
+
+``ScriptedLLM`` plays a fixed script of replies, records every request, and streams its
+replies in pieces, so tests of agents (yours and ours) need no network and no real model.
+``from subagent import ScriptedLLM`` is the same class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TypeAlias
+
+from subagent._errors import ScriptExhaustedError
+from subagent.llm import LLMRequest, LLMResponse, StreamDelta
+
+__all__ = ["ScriptedLLM", "ScriptedReply"]
+
+
+ScriptedReply: TypeAlias = (
+    str
+    | LLMResponse
+    | BaseException
+    | Callable[[LLMRequest], "str | LLMResponse | Awaitable[str | LLMResponse]"]
+)
+
+
+class ScriptedLLM:
+    """A deterministic LLM for tests and examples: it plays a script of replies in order.
+
+    Each script item is the reply to one call: a ``str`` (the reply text), an
+    :class:`LLMResponse`, an exception instance (raised from ``complete``), or a callable
+    taking the :class:`LLMRequest` and returning one of the first two (sync or async).
+
+    Every request is recorded in :attr:`requests`. Running past the end of the script raises
+    :class:`~subagent.ScriptExhaustedError`, which ends the run as a failed ``llm_error``
+    naming the call that had no reply.
+
+    Args:
+        script: The replies, in call order.
+        model_name: Reported as the model in traces.
+    """
+
+    provider_name = "scripted"
+
+    def __init__(self, script: Sequence[ScriptedReply] = (), *, model_name: str = "scripted"):
+        self._script: list[ScriptedReply] = list(script)
+        self._position = 0
+        self.model_name = model_name
+        self.requests: list[LLMRequest] = []
+
+    @property
+    def remaining(self) -> int:
+        """How many scripted replies have not been used yet."""
+        return len(self._script) - self._position
+
+    def extend(self, replies: Sequence[ScriptedReply]) -> None:
+        """Append more replies to the script."""
+        self._script.extend(replies)
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Record the request and return the next scripted reply."""
+        self.requests.append(request)
+        if self._position >= len(self._script):
+            raise ScriptExhaustedError(
+                f"ScriptedLLM has no reply for call {len(self.requests)}: "
+                f"the script held {len(self._script)} replies"
+            )
+        item = self._script[self._position]
+        self._position += 1
+        if isinstance(item, BaseException):
+            raise item
+        if callable(item) and not isinstance(item, LLMResponse):
+            produced = item(request)
+            if isinstance(produced, Awaitable):
+                produced = await produced
+            item = produced
+        return _as_response(item)
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[StreamDelta]:
+        """Stream the next scripted reply word by word, then the whole response."""
+        response = await self.complete(request)
+        for piece in _split_keeping_spaces(response.text):
+            yield StreamDelta(text=piece)
+        yield StreamDelta(response=response)
+
+
+def _as_response(item: object) -> LLMResponse:
+    if isinstance(item, LLMResponse):
+        return item
+    if isinstance(item, str):
+        return LLMResponse(text=item)
+    raise TypeError(
+        f"a scripted reply must be a str, an LLMResponse, an exception or a callable "
+        f"returning str/LLMResponse; got {type(item).__name__}"
+    )
+
+
+def _split_keeping_spaces(text: str) -> list[str]:
+    pieces: list[str] = []
+    start = 0
+    for index, char in enumerate(text):
+        if char == " ":
+            pieces.append(text[start : index + 1])
+            start = index + 1
+    if start < len(text):
+        pieces.append(text[start:])
+    return pieces
