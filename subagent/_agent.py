@@ -16,7 +16,7 @@ from opentelemetry.trace import TracerProvider
 from pydantic import BaseModel
 from typing_extensions import TypeVar
 
-from subagent._checks import check_int
+from subagent._checks import check_int, check_seconds
 from subagent._conversation import ContextPolicy
 from subagent._errors import ConfigurationError, RunFailedError, TemplateError
 from subagent._records import Step
@@ -42,14 +42,6 @@ _CURRENT_PROVIDER: contextvars.ContextVar[TracerProvider | None] = contextvars.C
     "subagent_tracer_provider", default=None
 )
 _POLICIES = ("collapse", "accumulate")
-
-
-def _check_seconds(name: str, value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ConfigurationError(name, f"must be a number of seconds > 0 or None, got {value!r}")
-    return float(value)
 
 
 def _check_policy(value: object) -> ContextPolicy:
@@ -135,8 +127,8 @@ class SubAgent(Generic[OutputT]):
         check_int("return_retries", self.return_retries, 0)
         _check_policy(self.context_policy)
         _check_llm(self.llm)
-        _check_seconds("timeout", self.timeout)
-        _check_seconds("mission_timeout", self.mission_timeout)
+        check_seconds("timeout", self.timeout)
+        check_seconds("mission_timeout", self.mission_timeout)
         if not isinstance(self.retry_policy, RetryPolicy):
             raise ConfigurationError(
                 "retry_policy", f"must be a RetryPolicy, got {self.retry_policy!r}"
@@ -338,11 +330,11 @@ class SubAgent(Generic[OutputT]):
                 self.context_policy if context_policy is None else _check_policy(context_policy)
             ),
             retry_policy=retry_policy or self.retry_policy,
-            timeout=self.timeout if timeout is None else _check_seconds("timeout", timeout),
+            timeout=self.timeout if timeout is None else check_seconds("timeout", timeout),
             mission_timeout=(
                 self.mission_timeout
                 if mission_timeout is None
-                else _check_seconds("mission_timeout", mission_timeout)
+                else check_seconds("mission_timeout", mission_timeout)
             ),
             settings={**self.settings, **settings} if settings else dict(self.settings),
             keep_tool_schemas=self.keep_tool_schemas,

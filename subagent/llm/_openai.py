@@ -31,6 +31,7 @@ from typing import Any, Final
 
 import httpx
 
+from subagent._checks import check_seconds
 from subagent._errors import ConfigurationError
 from subagent.llm._protocol import LLMRequest, LLMResponse, StopReason, StreamDelta
 from subagent.llm._sse import SSEEvents, StreamAccumulator
@@ -174,10 +175,7 @@ class OpenAIChat:
             raise ConfigurationError(
                 "api_key", "OpenAI's API needs a key: pass api_key= or set OPENAI_API_KEY"
             )
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
-        ):
-            raise ConfigurationError("timeout", f"must be a number > 0 or None, got {timeout!r}")
+        checked_timeout = check_seconds("timeout", timeout)
         if not provider_name:
             raise ConfigurationError("provider_name", "must not be empty")
 
@@ -187,7 +185,7 @@ class OpenAIChat:
         self.base_url: str = str(url)
         self.server_address: str = url.host
         self.server_port: int = url.port or (443 if url.scheme == "https" else 80)
-        self.timeout: float | None = None if timeout is None else float(timeout)
+        self.timeout: float | None = checked_timeout
         self.default_settings: dict[str, Any] = dict(default_settings or {})
         self._endpoint = f"{self.base_url}/chat/completions"
         self._timeout = httpx.Timeout(self.timeout)

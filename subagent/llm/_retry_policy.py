@@ -6,8 +6,8 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from subagent._checks import check_int
-from subagent._errors import ConfigurationError, ErrorKind, LLMError
+from subagent._checks import check_int, check_number
+from subagent._errors import ErrorKind, LLMError
 
 __all__ = ["DEFAULT_RETRYABLE", "RetryPolicy"]
 
@@ -50,11 +50,8 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         check_int("max_attempts", self.max_attempts, 1)
         for name in ("initial_delay", "max_delay", "jitter"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise ConfigurationError(name, f"must be a number >= 0, got {value!r}")
-        if isinstance(self.multiplier, bool) or self.multiplier < 1:
-            raise ConfigurationError("multiplier", f"must be >= 1, got {self.multiplier!r}")
+            check_number(name, getattr(self, name), 0.0)
+        check_number("multiplier", self.multiplier, 1.0)
         if not isinstance(self.retry_on, frozenset):
             object.__setattr__(self, "retry_on", _kinds(self.retry_on))
 

@@ -39,9 +39,8 @@ from opentelemetry.util.types import AttributeValue
 from subagent.__about__ import __version__
 from subagent._errors import LLMError
 from subagent._records import Step, ToolResult, TurnOutcome
-from subagent.llm import TransportRetry
 from subagent._text import shorten
-from subagent.llm import LLMRequest, LLMResponse, Message, ToolCall
+from subagent.llm import LLMRequest, LLMResponse, Message, ToolCall, TransportRetry
 from subagent.observe._events import EventHandler, RunEnded, RunStarted, TurnEnded, TurnStarted
 
 __all__ = ["CAPTURE_CONTENT_ENV", "CONTENT_LIMIT", "ERROR_TEXT_LIMIT", "Telemetry"]

@@ -10,7 +10,6 @@ kept. Each validation and correction is an OpenTelemetry span when tracing is on
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -20,7 +19,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
 
 from subagent.__about__ import __version__
-from subagent._checks import check_int
+from subagent._checks import check_int, check_seconds
 from subagent._errors import ConfigurationError
 from subagent.parsers import Validation, Validator, callable_name, run_validators
 
@@ -113,18 +112,13 @@ class RetryLoop(Generic[T]):
         if not callable(correct):
             raise ConfigurationError("correct", f"must be callable, got {correct!r}")
         check_int("max_retries", max_retries, 0)
-        if (
-            isinstance(retry_delay, bool)
-            or not isinstance(retry_delay, int | float)
-            or not 0 <= retry_delay < math.inf
-        ):
-            raise ConfigurationError(
-                "retry_delay", f"must be a finite number of seconds >= 0, got {retry_delay!r}"
-            )
+        delay = check_seconds("retry_delay", retry_delay, allow_zero=True)
+        if delay is None:
+            raise ConfigurationError("retry_delay", "must be a number of seconds >= 0, got None")
         self.validators = validators
         self.correct = correct
         self.max_retries = max_retries
-        self.retry_delay = float(retry_delay)
+        self.retry_delay = delay
         self._tracer = trace.get_tracer(
             "subagent.retry_loop", __version__, tracer_provider=tracer_provider
         )
