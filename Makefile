@@ -25,7 +25,7 @@ demo: $(STAMP)
 # download, once per machine) is visible; the e2e fixtures would do it silently otherwise.
 test: $(STAMP)
 	$(BIN)/python scripts/local_llm.py setup
-	$(BIN)/python tests/phoenix_server.py install
+	$(BIN)/python scripts/phoenix_server.py install
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
@@ -38,7 +38,7 @@ bench: $(STAMP)
 
 # Re-take docs/images/phoenix-trace.png from a real run (needs Debian's chromium).
 docs-screenshot: $(STAMP)
-	$(BIN)/python tests/phoenix_server.py screenshot
+	$(BIN)/python scripts/phoenix_server.py screenshot
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache

@@ -1,9 +1,10 @@
-"""Shared fixtures: the anyio backends, and the scripted OpenAI-compatible server."""
+"""Shared fixtures: the anyio backends, the scripted OpenAI-compatible server, spans."""
 
 from collections.abc import Iterator
 
 import pytest
 from openai_server import ScriptedServer, running_server
+from support import Traced
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -24,3 +25,11 @@ def server(shared_server: ScriptedServer) -> Iterator[ScriptedServer]:
     shared_server.reset()
     yield shared_server
     shared_server.reset()
+
+
+@pytest.fixture
+def traced() -> Iterator[Traced]:
+    """A private SDK tracer provider recording spans in memory (never the global one)."""
+    recorder = Traced()
+    yield recorder
+    recorder.provider.shutdown()

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support import run_example
+
 from subagent._phases import mermaid_chart
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,30 +40,21 @@ def test_docs_state_chart_is_generated_from_the_table() -> None:
 
 
 def test_quickstart_example_prints_its_turn_table() -> None:
-    result = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py")],
-                            capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+    out = run_example("quickstart.py")
+    lines = out.splitlines()
     assert [line.split()[1] for line in lines[1:4]] == ["normal", "must_return", "retry"]
-    assert "output: Answer(value=3)" in result.stdout
-
-
-def _run_example(name: str) -> str:
-    result = subprocess.run([sys.executable, str(ROOT / "examples" / name)],
-                            capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+    assert "output: Answer(value=3)" in out
 
 
 def test_streaming_example_streams_both_turns_and_corrects() -> None:
-    out = _run_example("streaming.py")
+    out = run_example("streaming.py")
     assert '[turn 1 must_return] Probably warm: {"city": "Lisbon", "high_c": "twenty-four"}' in out
     assert '[turn 2 retry] {"city": "Lisbon", "high_c": 24}' in out
     assert "output: Forecast(city='Lisbon', high_c=24)" in out
 
 
 def test_nested_agents_example_uses_the_inner_agent_as_a_tool() -> None:
-    out = _run_example("nested_agents.py")
+    out = run_example("nested_agents.py")
     assert "planner: turn 1 normal (1 tools offered)" in out
     assert "planner: turn 2 must_return (0 tools offered)" in out
     assert '{"country":"Portugal","capital":"Lisbon"}' in out

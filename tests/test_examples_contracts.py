@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+from support import run_example
 
 
 def _run(name: str) -> list[str]:
-    result = subprocess.run([sys.executable, str(EXAMPLES / name)], capture_output=True,
-                            text=True, timeout=60, check=False)  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    return result.stdout.splitlines()
+    return run_example(name).splitlines()
 
 
 def test_research_plan_example_corrects_a_missing_section_then_a_failed_check() -> None:

@@ -1,13 +1,10 @@
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import pytest
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from support import Traced, attrs
 
 from subagent import ConfigurationError, ParserContractError
 from subagent.parsers._validation import Validation
@@ -34,15 +31,6 @@ class Corrector:
     def __call__(self, value: int, errors: tuple[str, ...]) -> int:
         self.calls.append((value, errors))
         return value + 1
-
-
-@pytest.fixture
-def spans() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider, exporter
-    provider.shutdown()
 
 
 async def test_a_valid_value_is_returned_without_correction() -> None:
@@ -200,14 +188,8 @@ async def test_invalid_arguments_are_rejected_up_front(kwargs: dict[str, Any], f
 # --- tracing ------------------------------------------------------------------------------
 
 
-def _attributes(span: ReadableSpan) -> dict[str, Any]:
-    return dict(span.attributes or {})
-
-
-async def test_each_validation_and_correction_is_a_span(
-    spans: tuple[TracerProvider, InMemorySpanExporter],
-) -> None:
-    provider, exporter = spans
+async def test_each_validation_and_correction_is_a_span(traced: Traced) -> None:
+    provider, exporter = traced.provider, traced.exporter
     await retry_loop(1, at_least(3), Corrector(), max_retries=3, tracer_provider=provider)
     finished = exporter.get_finished_spans()
     assert [s.name for s in finished] == [
@@ -218,13 +200,13 @@ async def test_each_validation_and_correction_is_a_span(
         "retry_loop.validate",
     ]
     validations = [s for s in finished if s.name == "retry_loop.validate"]
-    assert [_attributes(s)["subagent.retry_loop.attempt"] for s in validations] == [0, 1, 2]
-    assert [_attributes(s)["subagent.retry_loop.valid"] for s in validations] == [
+    assert [attrs(s)["subagent.retry_loop.attempt"] for s in validations] == [0, 1, 2]
+    assert [attrs(s)["subagent.retry_loop.valid"] for s in validations] == [
         False,
         False,
         True,
     ]
-    assert [_attributes(s)["subagent.retry_loop.error_count"] for s in validations] == [1, 1, 0]
+    assert [attrs(s)["subagent.retry_loop.error_count"] for s in validations] == [1, 1, 0]
     assert [s.status.status_code for s in validations] == [
         StatusCode.ERROR,
         StatusCode.ERROR,
@@ -232,14 +214,12 @@ async def test_each_validation_and_correction_is_a_span(
     ]
     assert validations[0].status.description == "1 is below 3"
     corrections = [s for s in finished if s.name == "retry_loop.correct"]
-    assert [_attributes(s)["subagent.retry_loop.attempt"] for s in corrections] == [1, 2]
+    assert [attrs(s)["subagent.retry_loop.attempt"] for s in corrections] == [1, 2]
     assert all(s.status.status_code is StatusCode.UNSET for s in corrections)
 
 
-async def test_a_failed_correction_span_has_error_status_and_the_exception(
-    spans: tuple[TracerProvider, InMemorySpanExporter],
-) -> None:
-    provider, exporter = spans
+async def test_a_failed_correction_span_has_error_status_and_the_exception(traced: Traced) -> None:
+    provider, exporter = traced.provider, traced.exporter
 
     def correct(value: int, errors: tuple[str, ...]) -> int:
         raise RuntimeError("no model")
@@ -249,14 +229,12 @@ async def test_a_failed_correction_span_has_error_status_and_the_exception(
     assert correction.name == "retry_loop.correct"
     assert correction.status.status_code is StatusCode.ERROR
     assert correction.status.description == "RuntimeError: no model"
-    assert _attributes(correction)["error.type"] == "RuntimeError"
+    assert attrs(correction)["error.type"] == "RuntimeError"
     assert [event.name for event in correction.events] == ["exception"]
 
 
-async def test_spans_nest_under_the_callers_span(
-    spans: tuple[TracerProvider, InMemorySpanExporter],
-) -> None:
-    provider, exporter = spans
+async def test_spans_nest_under_the_callers_span(traced: Traced) -> None:
+    provider, exporter = traced.provider, traced.exporter
     with provider.get_tracer("test").start_as_current_span("pipeline") as parent:
         await retry_loop(0, at_least(1), Corrector(), tracer_provider=provider)
     children = [s for s in exporter.get_finished_spans() if s.name != "pipeline"]

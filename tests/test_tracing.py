@@ -36,7 +36,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Status as WireStatus
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from pydantic import BaseModel
+from support import CALC, Answer
 
 import subagent
 from subagent import LLMRequest, LLMResponse, ScriptedLLM, SubAgent, ToolCall, tracing
@@ -53,18 +53,6 @@ OTEL_VARIABLES = (
     "OTEL_SERVICE_NAME",
     "OTEL_RESOURCE_ATTRIBUTES",
 )
-
-
-class Answer(BaseModel):
-    value: int
-
-
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-CALC = SubAgent(name="calc", prompt="Compute {{question}}", output=Answer, tools=[add])
 
 
 def calc_script() -> ScriptedLLM:

@@ -15,6 +15,7 @@ from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
+import local_llm
 import pytest
 from pydantic import BaseModel
 
@@ -29,9 +30,6 @@ from subagent import (
     TurnType,
 )
 from subagent.llm import LLMRequest, Message
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import local_llm
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 

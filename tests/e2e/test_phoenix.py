@@ -1,7 +1,7 @@
 """End to end: a run's spans exported over OTLP/HTTP and OTLP/gRPC to a real receiver.
 
 The receiver is Arize Phoenix, started by the test on 127.0.0.1 from its own cached venv
-(see tests/phoenix_server.py; the first run installs it, about a minute). Each protocol and
+(see scripts/phoenix_server.py; the first run installs it, about a minute). Each protocol and
 event loop sends to its own Phoenix project, picked by the ``openinference.project.name``
 resource attribute, and the test reads the spans back from Phoenix's REST API.
 

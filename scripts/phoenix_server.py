@@ -12,9 +12,9 @@ directory, telemetry and every outbound request switched off, and waits until it
 
 Command line::
 
-    python tests/phoenix_server.py install          # create the cached venv
-    python tests/phoenix_server.py serve            # run one, print its URLs, until Ctrl-C
-    python tests/phoenix_server.py screenshot       # docs/images/phoenix-trace.png
+    python scripts/phoenix_server.py install          # create the cached venv
+    python scripts/phoenix_server.py serve            # run one, print its URLs, until Ctrl-C
+    python scripts/phoenix_server.py screenshot       # docs/images/phoenix-trace.png
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ PHOENIX_VERSION = "20.26.1"
 ROOT = Path(__file__).resolve().parent.parent
 Log = Callable[[str], None]
 
-# The project's cache (SUBAGENT_CACHE) and port helpers live with the local model's set-up.
-sys.path.insert(0, str(ROOT / "scripts"))
+# The project's cache (SUBAGENT_CACHE) and port helpers live with the local model's set-up,
+# beside this file (on sys.path when run as a script, and for the tests through pytest's
+# pythonpath).
 from local_llm import cache_dir, free_port  # noqa: E402
 
 

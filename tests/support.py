@@ -1,0 +1,100 @@
+"""Shared test helpers: the calculator agent, an in-memory span recorder, example runners.
+
+Fixtures built on these live in ``conftest.py``; test modules import the helpers directly
+(``from support import CALC, Traced``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic import BaseModel
+
+from subagent import SubAgent
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+class Answer(BaseModel):
+    value: int
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+CALC = SubAgent(name="calc", prompt="Compute {{question}}", output=Answer, tools=[add])
+"""The quickstart's calculator: one tool, an ``Answer`` output."""
+
+
+class OpenSpans(SpanProcessor):
+    """Tracks spans that started and have not ended."""
+
+    def __init__(self) -> None:
+        self.open: dict[int, str] = {}
+        self.started = 0
+
+    def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
+        self.started += 1
+        self.open[span.context.span_id] = span.name
+
+    def on_end(self, span: ReadableSpan) -> None:
+        assert span.context is not None
+        self.open.pop(span.context.span_id, None)
+
+
+class Traced:
+    """A private SDK provider with an in-memory exporter; never the global provider."""
+
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.open_spans = OpenSpans()
+        self.provider = TracerProvider()
+        self.provider.add_span_processor(self.open_spans)
+        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+
+    @property
+    def spans(self) -> tuple[ReadableSpan, ...]:
+        return self.exporter.get_finished_spans()
+
+    def named(self, name: str) -> list[ReadableSpan]:
+        return [span for span in self.spans if span.name == name]
+
+    def one(self, name: str) -> ReadableSpan:
+        found = self.named(name)
+        assert len(found) == 1, f"{len(found)} spans named {name!r}: {self.names()}"
+        return found[0]
+
+    def names(self) -> list[str]:
+        return [span.name for span in self.spans]
+
+
+def attrs(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def span_id(span: ReadableSpan) -> int:
+    assert span.context is not None
+    return span.context.span_id
+
+
+def parent_id(span: ReadableSpan) -> int | None:
+    return span.parent.span_id if span.parent is not None else None
+
+
+def run_example(name: str, timeout: float = 60) -> str:
+    """Run ``examples/<name>`` as a script; return its standard output (it must exit 0)."""
+    result = subprocess.run([sys.executable, str(EXAMPLES / name)], capture_output=True,
+                            text=True, timeout=timeout, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout
