@@ -9,7 +9,7 @@ S2: ``max_turns=2``; a tool call, then a valid answer: 6 spans.
 the exporter cleared between batches. The overhead is split three ways, from two more
 variants of the same runs: "hooks" (a no-op ``on_event`` handler and no provider: the
 typed events and hook calls, no spans), "bare" (the same span tree from the same turn loop,
-but without attributes, events or statuses: a stripped ``Telemetry``), so
+but without attributes, events or statuses: a stripped observer), so
 ``hooks - off`` is the events, ``bare - hooks`` the SDK's own cost for the spans, and
 ``on - bare`` what subagent's attributes add. All variants alternate after a warm-up; each
 figure is the median over all timed runs.
@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -37,7 +39,7 @@ from pydantic import BaseModel
 
 import subagent._run as run_module
 from subagent import LLMResponse, ScriptedLLM, SubAgent, ToolCall
-from subagent.observe._otel import Telemetry
+from subagent.observe import Observer
 
 TARGET_S1_US = 100.0
 # "cpu": this thread's CPU time (immune to other processes taking the core; the default on
@@ -85,49 +87,75 @@ SCENARIOS = (
 )
 
 
-class BareTelemetry(Telemetry):
+class _BareSpan:
+    """A span made current for its block and ended after it, with nothing on it."""
+
+    __slots__ = ("_span", "_token")
+
+    def __init__(self, span: Any):
+        self._span = span
+
+    def __enter__(self) -> _BareSpan:
+        self._token = otel_context.attach(trace.set_span_in_context(self._span))
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        otel_context.detach(self._token)
+        self._span.end()
+
+    def finished(self, step: Any) -> None:
+        return None
+
+    def ended(self, turn: Any) -> None:
+        return None
+
+    def retried(self, retry: Any) -> None:
+        return None
+
+    def text(self, piece: str) -> None:
+        return None
+
+    def replied(self, response: Any) -> None:
+        return None
+
+    def returned(self, result: Any) -> None:
+        return None
+
+
+class BareSpans(Observer):
     """The same spans, named and nested the same way, with nothing on them."""
 
-    __slots__ = ()
+    __slots__ = ("_tracer",)
 
-    def start_run(self, started: Any, provider: Any) -> Any:
-        return self._tracer.start_span("invoke_agent") if self._tracer else None
+    def __init__(self, tracer: Any):
+        self._tracer = tracer
 
-    def end_run(self, span: Any, step: Any, exc: Any) -> None:
-        if span is not None:
-            span.end()
+    def run(self, *facts: Any) -> Any:
+        return _BareSpan(self._tracer.start_span("invoke_agent"))
 
-    def start_turn(self, started: Any) -> Any:
-        return self._tracer.start_span("agent_turn") if self._tracer else None
+    def turn(self, *facts: Any) -> Any:
+        return _BareSpan(self._tracer.start_span("agent_turn"))
 
-    def end_turn(self, span: Any, ended: Any, exc: Any, error_type: Any = None) -> None:
-        if span is not None:
-            span.end()
+    def chat(self, request: Any) -> Any:
+        return _BareSpan(self._tracer.start_span("chat"))
 
-    def start_chat(self, request: Any, llm: Any) -> Any:
-        return self._tracer.start_span("chat") if self._tracer else None
-
-    def end_chat(self, span: Any, response: Any, error: Any, exc: Any) -> None:
-        if span is not None:
-            span.end()
-
-    def start_tool(self, call: Any) -> Any:
-        return self._tracer.start_span("execute_tool") if self._tracer else None
-
-    def end_tool(self, span: Any, result: Any, exc: Any) -> None:
-        if span is not None:
-            span.end()
+    def tool(self, call: Any) -> Any:
+        return _BareSpan(self._tracer.start_span("execute_tool"))
 
 
 @contextmanager
 def bare_spans() -> Iterator[None]:
-    """Make the turn loop use :class:`BareTelemetry` inside the block."""
-    saved = run_module.Telemetry
-    run_module.Telemetry = BareTelemetry  # type: ignore[misc]
+    """Make the turn loop report to :class:`BareSpans` inside the block."""
+    saved = run_module.observer_for_run
+
+    def bare(agent: str, llm: object, provider: Any, *callbacks: Any) -> Observer:
+        return BareSpans(provider.get_tracer("subagent"))
+
+    run_module.observer_for_run = bare  # type: ignore[assignment]
     try:
         yield
     finally:
-        run_module.Telemetry = saved  # type: ignore[misc]
+        run_module.observer_for_run = saved
 
 
 def _ignore(event: object) -> None:

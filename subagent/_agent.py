@@ -25,7 +25,7 @@ from subagent._templates import Template, default_templates
 from subagent.llm import LLM, Message, RetryPolicy, messages_from
 from subagent.observe import EventHandler
 from subagent.parsers import OutputParser, build_contract
-from subagent.tools import Tool, build_tools
+from subagent.tools import Tool, Toolbox, build_tools
 
 __all__ = ["SubAgent"]
 
@@ -140,10 +140,13 @@ class SubAgent(Generic[OutputT]):
                 raise ConfigurationError("validators", f"{validator!r} is not callable")
         try:
             templates = default_templates().with_overrides(self.prompts)
-            task = Template("prompt", self.prompt)
         except TemplateError as exc:
-            raise ConfigurationError("prompts" if "override" in str(exc) or "unknown" in str(exc)
-                                     else "prompt", str(exc)) from exc  # fmt: skip
+            raise ConfigurationError("prompts", str(exc)) from exc
+        try:
+            task = Template("prompt", self.prompt)
+            task.check_partials(())
+        except TemplateError as exc:
+            raise ConfigurationError("prompt", str(exc)) from exc
         tools = build_tools(self.tools)
         contract = build_contract(self.output, self.parser_kwargs)
         instructions = contract.instructions(templates)
@@ -160,8 +163,7 @@ class SubAgent(Generic[OutputT]):
             name=self.name,
             templates=templates,
             contract=contract,
-            tools=tools,
-            tool_definitions=[tool.definition for tool in tools.values()],
+            toolbox=Toolbox(tools, templates),
             validators=tuple(self.validators),
             system_with_tools=system(True),
             system_without_tools=system(False),

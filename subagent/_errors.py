@@ -52,7 +52,15 @@ class ConfigurationError(SubAgentError, ValueError):
 
 
 class TemplateError(SubAgentError, ValueError):
-    """A prompt template is invalid or cannot be rendered."""
+    """A prompt template is invalid or cannot be rendered.
+
+    Attributes:
+        template: The template's name (``prompt``, ``system``...), when one is at fault.
+    """
+
+    def __init__(self, message: str, template: str | None = None):
+        super().__init__(message)
+        self.template = template
 
 
 class MissingVariableError(TemplateError, KeyError):
@@ -65,10 +73,10 @@ class MissingVariableError(TemplateError, KeyError):
 
     def __init__(self, variable: str, template: str):
         super().__init__(
-            f"template {template!r} needs variable {variable!r}, which was not provided"
+            f"template {template!r} needs variable {variable!r}, which was not provided",
+            template,
         )
         self.variable = variable
-        self.template = template
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])

@@ -1,19 +1,26 @@
-"""The phase machine: DESIGN.md's state table as data, kept by one ``transitions`` Machine.
+"""The phase machine: the state table as data, kept by one ``transitions`` Machine.
+
+This module is the table's one home (``docs/state-chart.md`` draws it, and
+``docs/architecture.md`` shows where it sits in a turn). Each row says, for a phase and a
+:class:`Trigger` (what a turn came to), where the run goes, what it spends, and, for rows
+into ``failed``, the :class:`~subagent.FailReason`: the table is the one place that decides
+why a run failed.
 
 The machine only keeps books: it moves a run's :class:`Budget` between phases and spends
 work or correction turns. All awaiting happens in the turn loop. One machine is built at
 import and shared by every run (building a ``Machine`` per run would cost more than the
 rest of a turn); each run's :class:`Budget` is a model passed to the trigger.
 
-A transition depends only on (phase, trigger, work left, retries left, abort reason): the
-guards and effects below are pure functions of those, and must stay so. :func:`advance`
-therefore fires the machine once per distinct situation, on a scratch budget, and replays
-the machine's result afterwards: the same books at about a twentieth of the cost of a live
+A transition depends only on (phase, trigger, work left, retries left): the guards and
+effects below are pure functions of those, and must stay so. :func:`advance` therefore
+fires the machine once per distinct situation, on a scratch budget, and replays the
+machine's result afterwards: the same books at about a twentieth of the cost of a live
 trigger (which is ~20 us, more than the rest of a turn's bookkeeping together).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, cast
@@ -22,7 +29,17 @@ from transitions import EventData, Machine
 
 from subagent._records import FailReason
 
-__all__ = ["ACTIVE_PHASES", "TABLE", "Budget", "Phase", "Row", "advance", "fire", "mermaid_chart"]
+__all__ = [
+    "ACTIVE_PHASES",
+    "TABLE",
+    "Budget",
+    "Phase",
+    "Row",
+    "Trigger",
+    "advance",
+    "fire",
+    "mermaid_chart",
+]
 
 
 class Phase(StrEnum):
@@ -33,6 +50,26 @@ class Phase(StrEnum):
     RETRY = "retry"
     DONE = "done"
     FAILED = "failed"
+
+
+class Trigger(StrEnum):
+    """What a turn came to, as the machine sees it: exactly one per turn.
+
+    ``RETURNED``: a valid return. ``GAVE_UP``: the model's explicit fail. ``USED_TOOLS``: a
+    tool turn in ``normal`` (the calls ran; their errors, if any, are fed back). ``MISSED``:
+    an error, an invalid return, a cut-off reply or a refused tool call. ``LLM_FAILED``: a
+    call that failed for good (non-retryable, or its retries spent). ``TIMED_OUT``: a call
+    that kept timing out, or the mission timeout. ``STOPPED``: the run was stopped from
+    outside.
+    """
+
+    RETURNED = "returned"
+    GAVE_UP = "gave_up"
+    USED_TOOLS = "used_tools"
+    MISSED = "missed"
+    LLM_FAILED = "llm_failed"
+    TIMED_OUT = "timed_out"
+    STOPPED = "stopped"
 
 
 ACTIVE_PHASES = (Phase.NORMAL, Phase.MUST_RETURN, Phase.RETRY)
@@ -48,7 +85,7 @@ class Budget:
         work_remaining: Work turns left, the current one included.
         retries_remaining: Correction turns left.
         retry_total: The correction budget the run started with.
-        failure_reason: Set when the run enters ``failed``.
+        failure_reason: Why the run failed, set by the row that moved it to ``failed``.
     """
 
     state: str
@@ -106,79 +143,90 @@ def _spend_retry(event: EventData) -> None:
     _books(event).retries_remaining -= 1
 
 
-def _exhausted(event: EventData) -> None:
-    _books(event).failure_reason = FailReason.BUDGET_EXHAUSTED
-
-
-def _explicit_fail(event: EventData) -> None:
-    _books(event).failure_reason = FailReason.EXPLICIT_FAIL
-
-
-def _aborted(event: EventData) -> None:
-    _books(event).failure_reason = FailReason(event.kwargs["reason"])
-
-
 @dataclass(frozen=True, slots=True)
 class Row:
     """One transition of the table.
 
     Attributes:
-        trigger: ``returned`` (a valid return), ``gave_up`` (an explicit fail), ``missed``
-            (an error, an invalid return, or a turn that did not return), ``aborted``.
+        trigger: What the turn came to.
         source: The phase the run is in.
         dest: The phase it moves to.
         guard: Taken only when this holds (rows are tried in order).
         effects: Book-keeping done on the way.
+        reason: Why the run failed, for rows into ``failed``.
         label: How the chart names the edge.
     """
 
-    trigger: str
+    trigger: Trigger
     source: Phase
     dest: Phase
-    guard: Any = None
-    effects: tuple[Any, ...] = ()
+    guard: Callable[[EventData], bool] | None = None
+    effects: tuple[Callable[[EventData], None], ...] = ()
+    reason: FailReason | None = None
     label: str = ""
+
+
+_KEEP_WORKING = "tool turn or miss [work-1 > 1] / work -= 1"
+_LAST_WORK_TURN = "tool turn or miss [work-1 == 1] / work -= 1"
+_ABORTED = "llm_error / timeout / cancelled"
 
 
 def _rows() -> tuple[Row, ...]:
     rows: list[Row] = []
     for phase in ACTIVE_PHASES:
-        rows.append(Row("returned", phase, Phase.DONE, label="valid return"))
-        rows.append(
-            Row("gave_up", phase, Phase.FAILED, effects=(_explicit_fail,), label="explicit fail")
-        )
+        rows.append(Row(Trigger.RETURNED, phase, Phase.DONE, label="valid return"))
+        rows.append(Row(Trigger.GAVE_UP, phase, Phase.FAILED, reason=FailReason.EXPLICIT_FAIL,
+                        label="explicit fail"))  # fmt: skip
+    # A tool turn can only happen in normal (tools are not offered elsewhere, and a call
+    # there is refused: a miss); in normal it spends a work turn exactly as a miss does.
+    for trigger in (Trigger.USED_TOOLS, Trigger.MISSED):
+        rows += [
+            Row(trigger, Phase.NORMAL, Phase.MUST_RETURN, _last_work_turn_next, (_spend_work,),
+                label=_LAST_WORK_TURN),
+            Row(trigger, Phase.NORMAL, Phase.NORMAL, None, (_spend_work,), label=_KEEP_WORKING),
+        ]  # fmt: skip
     rows += [
-        Row("missed", Phase.NORMAL, Phase.MUST_RETURN, _last_work_turn_next, (_spend_work,),
-            "miss [work-1 == 1] / work -= 1"),
-        Row("missed", Phase.NORMAL, Phase.NORMAL, None, (_spend_work,),
-            "miss [work-1 > 1] / work -= 1"),
-        Row("missed", Phase.MUST_RETURN, Phase.RETRY, _has_retries, (_spend_work,),
-            "miss [retries > 0] / work -= 1"),
-        Row("missed", Phase.MUST_RETURN, Phase.FAILED, None, (_spend_work, _exhausted),
-            "miss [retries == 0] / budget_exhausted"),
-        Row("missed", Phase.RETRY, Phase.RETRY, _more_than_one_retry, (_spend_retry,),
-            "miss [retries-1 > 0] / retries -= 1"),
-        Row("missed", Phase.RETRY, Phase.FAILED, None, (_spend_retry, _exhausted),
-            "miss [retries-1 == 0] / budget_exhausted"),
+        Row(Trigger.MISSED, Phase.MUST_RETURN, Phase.RETRY, _has_retries, (_spend_work,),
+            label="miss [retries > 0] / work -= 1"),
+        Row(Trigger.MISSED, Phase.MUST_RETURN, Phase.FAILED, None, (_spend_work,),
+            FailReason.BUDGET_EXHAUSTED, "miss [retries == 0] / budget_exhausted"),
+        Row(Trigger.MISSED, Phase.RETRY, Phase.RETRY, _more_than_one_retry, (_spend_retry,),
+            label="miss [retries-1 > 0] / retries -= 1"),
+        Row(Trigger.MISSED, Phase.RETRY, Phase.FAILED, None, (_spend_retry,),
+            FailReason.BUDGET_EXHAUSTED, "miss [retries-1 == 0] / budget_exhausted"),
     ]  # fmt: skip
-    for phase in ACTIVE_PHASES:
-        rows.append(
-            Row("aborted", phase, Phase.FAILED, effects=(_aborted,), label="llm_error / timeout")
-        )
+    for trigger, reason in (
+        (Trigger.LLM_FAILED, FailReason.LLM_ERROR),
+        (Trigger.TIMED_OUT, FailReason.TIMEOUT),
+        (Trigger.STOPPED, FailReason.CANCELLED),
+    ):
+        for phase in ACTIVE_PHASES:
+            rows.append(Row(trigger, phase, Phase.FAILED, reason=reason, label=_ABORTED))
     return tuple(rows)
 
 
 TABLE: tuple[Row, ...] = _rows()
 
 
+def _failing_with(reason: FailReason) -> Callable[[EventData], None]:
+    def fail(event: EventData) -> None:
+        _books(event).failure_reason = reason
+
+    fail.__name__ = f"fail_{reason.value}"
+    return fail
+
+
 def _machine() -> Machine:
     transitions = []
     for row in TABLE:
+        effects: list[Callable[[EventData], None]] = list(row.effects)
+        if row.reason is not None:
+            effects.append(_failing_with(row.reason))
         spec: dict[str, Any] = {
-            "trigger": row.trigger,
+            "trigger": row.trigger.value,
             "source": row.source.value,
             "dest": row.dest.value,
-            "before": list(row.effects),
+            "before": effects,
         }
         if row.guard is not None:
             spec["conditions"] = row.guard
@@ -195,38 +243,37 @@ def _machine() -> Machine:
 
 
 _MACHINE = _machine()
-_EVENTS = {name: _MACHINE.events[name] for name in ("returned", "gave_up", "missed", "aborted")}
+_EVENTS = {trigger: _MACHINE.events[trigger.value] for trigger in Trigger}
 
 
-_Situation = tuple[str, str, int, int, Any]
+_Situation = tuple[str, Trigger, int, int]
 _Result = tuple[str, int, int, FailReason | None]
 _MEMO: dict[_Situation, _Result] = {}
 _MEMO_LIMIT = 4096
 
 
-def fire(budget: Budget, trigger: str, **kwargs: Any) -> Phase:
+def fire(budget: Budget, trigger: Trigger) -> Phase:
     """Fire ``trigger`` on the machine with ``budget`` as its model (no memo).
 
     Raises:
         transitions.MachineError: ``trigger`` is not valid in the budget's phase.
     """
-    _EVENTS[trigger].trigger(budget, **kwargs)
+    _EVENTS[trigger].trigger(budget)
     return budget.phase
 
 
-def advance(budget: Budget, trigger: str, **kwargs: Any) -> Phase:
+def advance(budget: Budget, trigger: Trigger) -> Phase:
     """Move ``budget`` as the machine does for ``trigger``; return the phase it lands in.
 
     Raises:
         transitions.MachineError: ``trigger`` is not valid in the budget's phase.
     """
-    situation = (budget.state, trigger, budget.work_remaining, budget.retries_remaining,
-                 kwargs.get("reason"))  # fmt: skip
+    situation = (budget.state, trigger, budget.work_remaining, budget.retries_remaining)
     result = _MEMO.get(situation)
     if result is None:
         scratch = Budget(budget.state, budget.work_remaining, budget.retries_remaining,
                          budget.retry_total)  # fmt: skip
-        fire(scratch, trigger, **kwargs)
+        fire(scratch, trigger)
         result = (scratch.state, scratch.work_remaining, scratch.retries_remaining,
                   scratch.failure_reason)  # fmt: skip
         if len(_MEMO) >= _MEMO_LIMIT:
@@ -239,7 +286,10 @@ def advance(budget: Budget, trigger: str, **kwargs: Any) -> Phase:
 
 
 def mermaid_chart() -> str:
-    """The state chart of :data:`TABLE` as a mermaid ``stateDiagram-v2``."""
+    """The state chart of :data:`TABLE` as a mermaid ``stateDiagram-v2``.
+
+    Rows that draw the same edge (the same phases and label) are drawn once.
+    """
     lines = [
         "stateDiagram-v2",
         "    [*] --> normal: max_turns > 1",

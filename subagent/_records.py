@@ -91,7 +91,6 @@ class Turn(BaseModel):
         index: 1-based position in the run.
         type: The phase the turn started in.
         outcome: What the turn came to.
-        phase_before: The phase before the turn (same value as ``type``).
         phase_after: The phase the run moved to.
         reply: The reply text.
         tool_calls: Tool calls the model requested.
@@ -115,7 +114,6 @@ class Turn(BaseModel):
     index: int
     type: TurnType
     outcome: TurnOutcome
-    phase_before: str
     phase_after: str
     reply: str = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)

@@ -1,26 +1,27 @@
 """The turn loop: one run of an agent, driven by the phase machine.
 
 Each turn: build the request for the current phase (tools stripped outside ``normal``),
-call the model (transport retries inside the turn), judge the reply (tool turn, explicit
-fail, or return attempt), fire the machine's trigger, and write the feedback the next turn
-needs. The machine decides the next phase; this module only awaits and records.
+call the model (transport retries inside the turn), judge the reply (a tool turn, an
+explicit fail, or a return attempt), fire the machine's trigger, and write the feedback the
+next turn needs. The machine decides the next phase and why a run failed; this module only
+awaits, judges and records. Whoever listens (spans, ``on_event``, ``on_text``) is told
+through the run's :class:`~subagent.observe.Observer`, scope by scope.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from opentelemetry.trace import Span, TracerProvider
+from opentelemetry.trace import TracerProvider
 
 from subagent._conversation import ContextPolicy, Conversation
 from subagent._errors import ErrorKind, LLMError, SubAgentError
-from subagent._phases import Budget, Phase, advance
+from subagent._phases import Budget, Phase, Trigger, advance
 from subagent._records import (
-    FailReason,
     Failure,
     Step,
     ToolResult,
@@ -30,7 +31,6 @@ from subagent._records import (
     build_step,
 )
 from subagent._templates import TemplateSet
-from subagent._text import fence
 from subagent.llm import (
     LLM,
     LLMRequest,
@@ -39,20 +39,13 @@ from subagent.llm import (
     RetryPolicy,
     StopReason,
     ToolCall,
-    ToolDefinition,
     TransportRetry,
     TurnInfo,
     call_with_retries,
 )
-from subagent.observe import EventHandler, RunStarted, Telemetry, TurnEnded, TurnStarted
-from subagent.parsers import (
-    OutputContract,
-    ParseResult,
-    detect_explicit_fail,
-    format_validation_errors,
-    run_validators,
-)
-from subagent.tools import Tool, ToolArgumentsError, render_result
+from subagent.observe import EventHandler, Observer, TurnScope, observer_for_run
+from subagent.parsers import OutputContract, ParseResult, detect_explicit_fail, run_validators
+from subagent.tools import Toolbox
 
 __all__ = ["AgentParts", "RunOptions", "execute_run"]
 
@@ -64,8 +57,7 @@ class AgentParts:
     name: str
     templates: TemplateSet
     contract: OutputContract
-    tools: Mapping[str, Tool]
-    tool_definitions: list[ToolDefinition]
+    toolbox: Toolbox
     validators: Sequence[Any]
     system_with_tools: Message
     system_without_tools: Message
@@ -91,17 +83,16 @@ class RunOptions:
 
 @dataclass(slots=True)
 class _Verdict:
-    """What the runtime made of one reply."""
+    """What the runtime made of one reply (or of a failed call)."""
 
     outcome: TurnOutcome
-    trigger: str
+    trigger: Trigger
     error: str | None = None
     error_type: str | None = None
     tool_results: list[ToolResult] = field(default_factory=list)
     output: Any = None
-    failure: Failure | None = None
-    is_tool_turn: bool = False
-    tool_messages: list[Message] = field(default_factory=list)
+    error_kind: ErrorKind | None = None  # the LLM error behind a failed call
+    tool_messages: list[Message] | None = None  # a tool turn's exchange, kept in context
 
 
 async def execute_run(parts: AgentParts, options: RunOptions, opening: list[Message]) -> Step[Any]:
@@ -114,11 +105,11 @@ class _Run:
         "_budget",
         "_conversation",
         "_failure",
+        "_observer",
         "_options",
         "_output",
         "_parts",
         "_started",
-        "_telemetry",
         "_turns",
     )  # fmt: skip
 
@@ -132,54 +123,41 @@ class _Run:
         self._turns: list[Turn] = []
         self._output: Any = None
         self._failure: Failure | None = None
-        self._telemetry = Telemetry.for_run(parts.name, options.tracer_provider, options.on_event)
+        self._observer: Observer = observer_for_run(
+            parts.name, options.llm, options.tracer_provider, options.on_event, options.on_text
+        )
         self._started = 0.0
 
     # --- the loop ---
 
     async def execute(self) -> Step[Any]:
         self._started = time.perf_counter()
-        telemetry = self._telemetry
-        if telemetry is None:
-            return await self._execute_untraced()
-        span = telemetry.start_run(
-            RunStarted(self._parts.name, self._options.max_turns, self._options.return_retries,
-                       self._budget.state),
-            getattr(self._options.llm, "provider_name", None),
-        )  # fmt: skip
-        step: Step[Any] | None = None
-        error: BaseException | None = None
-        try:
-            with telemetry.activate(span):
-                step = await self._execute_untraced()
-            return step
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            telemetry.end_run(span, step, error)
-
-    async def _execute_untraced(self) -> Step[Any]:
-        try:
-            if self._options.mission_timeout is None:
-                await self._turn_loop()
-            else:
-                with anyio.move_on_after(self._options.mission_timeout) as scope:
+        options = self._options
+        with self._observer.run(
+            options.max_turns, options.return_retries, self._budget.state
+        ) as run:
+            try:
+                if options.mission_timeout is None:
                     await self._turn_loop()
-                if scope.cancelled_caught:
-                    self._abort_on_mission_timeout()
-        except SubAgentError as exc:
-            exc.turns = tuple(self._turns)
-            raise
-        return build_step(
-            agent=self._parts.name,
-            output=self._output,
-            failure=self._failure,
-            turns=self._turns,
-            max_turns=self._options.max_turns,
-            return_retries=self._options.return_retries,
-            duration_s=time.perf_counter() - self._started,
-        )
+                else:
+                    with anyio.move_on_after(options.mission_timeout) as scope:
+                        await self._turn_loop()
+                    if scope.cancelled_caught:
+                        self._abort_on_mission_timeout()
+            except SubAgentError as exc:
+                exc.turns = tuple(self._turns)
+                raise
+            step = build_step(
+                agent=self._parts.name,
+                output=self._output,
+                failure=self._failure,
+                turns=self._turns,
+                max_turns=options.max_turns,
+                return_retries=options.return_retries,
+                duration_s=time.perf_counter() - self._started,
+            )
+            run.finished(step)
+        return step
 
     async def _turn_loop(self) -> None:
         while self._budget.active:
@@ -190,9 +168,8 @@ class _Run:
             f"the run did not finish within mission_timeout={self._options.mission_timeout:g} s"
         )
         if self._budget.active:
-            advance(self._budget, "aborted", reason=FailReason.TIMEOUT)
-        self._failure = Failure(reason=FailReason.TIMEOUT, message=message,
-                                error_kind=ErrorKind.TIMEOUT)  # fmt: skip
+            advance(self._budget, Trigger.TIMED_OUT)
+            self._failure = self._failed(message, ErrorKind.TIMEOUT)
         if self._turns and self._turns[-1].outcome is TurnOutcome.FAIL:
             self._turns[-1] = self._turns[-1].model_copy(
                 update={"error": message, "phase_after": Phase.FAILED.value}
@@ -206,8 +183,9 @@ class _Run:
         turn_type = _TURN_TYPE[phase]
         index = len(self._turns) + 1
         offer_tools = phase is Phase.NORMAL or self._options.keep_tool_schemas
-        tools = self._parts.tool_definitions if offer_tools else []
-        system = self._parts.system_with_tools if offer_tools else self._parts.system_without_tools
+        parts = self._parts
+        tools = parts.toolbox.definitions if offer_tools else []
+        system = parts.system_with_tools if offer_tools else parts.system_without_tools
         messages = (system, *self._conversation.messages())
         collapsed = self._conversation.collapsed
         request = LLMRequest(
@@ -215,193 +193,115 @@ class _Run:
             tools=tools,
             tool_choice="none" if tools and phase is not Phase.NORMAL else None,
             settings=self._options.settings,
-            turn=TurnInfo(index=index, type=turn_type.value, agent=self._parts.name),
+            turn=TurnInfo(index=index, type=turn_type.value, agent=parts.name),
         )
-        telemetry = self._telemetry
-        span: Span | None = None
-        if telemetry is not None:
-            in_retry = phase is Phase.RETRY
-            span = telemetry.start_turn(TurnStarted(
-                agent=self._parts.name, index=index, type=turn_type, phase=phase.value,
-                work_remaining=budget.work_remaining, retries_remaining=budget.retries_remaining,
-                tools_offered=len(tools), messages=len(messages), collapsed=collapsed,
-                attempt=budget.retry_attempt if in_retry else None,
-                total=budget.retry_total if in_retry else None,
-            ))  # fmt: skip
+        in_retry = phase is Phase.RETRY
         started = time.perf_counter()
         retries: list[TransportRetry] = []
         response: LLMResponse | None = None
-        turn: Turn | None = None
-        verdict: _Verdict | None = None
-        error: BaseException | None = None
-        try:
-            with Telemetry.activate(span):
+        with self._observer.turn(
+            index, turn_type, budget.work_remaining, budget.retries_remaining,
+            budget.retry_attempt if in_retry else None, budget.retry_total if in_retry else None,
+            len(tools), len(messages), collapsed,
+        ) as observed:  # fmt: skip
+            try:
                 try:
                     response = await self._call(request, retries)
                 except LLMError as exc:
                     verdict = self._llm_failure(exc)
                 else:
                     verdict = await self._judge(response, index)
-            feedback = self._apply(verdict, response, index)
-            turn = Turn(
-                index=index,
-                type=turn_type,
-                outcome=verdict.outcome,
-                phase_before=phase.value,
-                phase_after=budget.state,
+            except anyio.get_cancelled_exc_class():
+                self._record(observed, Turn(
+                    index=index, type=turn_type, outcome=TurnOutcome.FAIL,
+                    phase_after=phase.value, reply=response.text if response else "",
+                    tool_calls=list(response.tool_calls) if response else [],
+                    error="cancelled before the turn completed", error_type="cancelled",
+                    stop_reason=response.stop_reason if response else None,
+                    usage=response.usage if response else _NO_USAGE,
+                    messages_sent=len(messages), messages_collapsed=collapsed,
+                    work_remaining=budget.work_remaining,
+                    retries_remaining=budget.retries_remaining, transport_retries=retries,
+                    duration_s=time.perf_counter() - started,
+                ))  # fmt: skip
+                raise
+            feedback = self._apply(verdict, response)
+            self._record(observed, Turn(
+                index=index, type=turn_type, outcome=verdict.outcome, phase_after=budget.state,
                 reply=response.text if response else "",
                 tool_calls=list(response.tool_calls) if response else [],
-                tool_results=verdict.tool_results,
-                error=verdict.error,
-                error_type=verdict.error_type,
-                feedback=feedback,
+                tool_results=verdict.tool_results, error=verdict.error,
+                error_type=verdict.error_type, feedback=feedback,
                 stop_reason=response.stop_reason if response else None,
                 raw_stop_reason=response.raw_stop_reason if response else None,
-                usage=response.usage if response else _NO_USAGE,
-                messages_sent=len(messages),
-                messages_collapsed=collapsed,
-                work_remaining=budget.work_remaining,
-                retries_remaining=budget.retries_remaining,
-                transport_retries=retries,
+                usage=response.usage if response else _NO_USAGE, messages_sent=len(messages),
+                messages_collapsed=collapsed, work_remaining=budget.work_remaining,
+                retries_remaining=budget.retries_remaining, transport_retries=retries,
                 duration_s=time.perf_counter() - started,
-            )
-            self._turns.append(turn)
-        except BaseException as exc:
-            error = exc
-            if isinstance(exc, anyio.get_cancelled_exc_class()):
-                turn = self._record_interrupted(index, turn_type, phase, response, messages,
-                                                collapsed, retries, started)  # fmt: skip
-            raise
-        finally:
-            if telemetry is not None:
-                ended = None
-                if turn is not None:
-                    ended = TurnEnded(
-                        agent=self._parts.name, index=index, type=turn_type, outcome=turn.outcome,
-                        phase_before=phase.value, phase_after=turn.phase_after,
-                        work_remaining=turn.work_remaining,
-                        retries_remaining=turn.retries_remaining, error=turn.error,
-                        stop_reason=turn.stop_reason.value if turn.stop_reason else None,
-                        duration_s=turn.duration_s,
-                    )  # fmt: skip
-                error_type = turn.error_type if turn is not None else None
-                telemetry.end_turn(span, ended, error, error_type)
+            ))  # fmt: skip
 
-    def _record_interrupted(
-        self,
-        index: int,
-        turn_type: TurnType,
-        phase: Phase,
-        response: LLMResponse | None,
-        messages: tuple[Message, ...],
-        collapsed: int,
-        retries: list[TransportRetry],
-        started: float,
-    ) -> Turn:
-        """Keep a turn cut short by cancellation (a mission timeout) in the record."""
-        turn = Turn(
-            index=index, type=turn_type, outcome=TurnOutcome.FAIL, phase_before=phase.value,
-            phase_after=phase.value, reply=response.text if response else "",
-            error="cancelled before the turn completed", error_type="cancelled",
-            stop_reason=response.stop_reason if response else None,
-            usage=response.usage if response else _NO_USAGE, messages_sent=len(messages),
-            messages_collapsed=collapsed, work_remaining=self._budget.work_remaining,
-            retries_remaining=self._budget.retries_remaining, transport_retries=retries,
-            duration_s=time.perf_counter() - started,
-        )  # fmt: skip
+    def _record(self, observed: TurnScope, turn: Turn) -> None:
         self._turns.append(turn)
-        return turn
+        observed.ended(turn)
 
     async def _call(self, request: LLMRequest, retries: list[TransportRetry]) -> LLMResponse:
-        telemetry = self._telemetry
-        if telemetry is None:
-            return await self._call_llm(request, retries.append)
-        span = telemetry.start_chat(request, self._options.llm)
-
-        def on_retry(retry: TransportRetry) -> None:
-            retries.append(retry)
-            telemetry.chat_retry(span, retry)
-
-        response: LLMResponse | None = None
-        llm_error: LLMError | None = None
-        error: BaseException | None = None
-        try:
-            with Telemetry.activate(span):
-                response = await self._call_llm(request, on_retry)
-            return response
-        except LLMError as exc:
-            llm_error = exc
-            raise
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            telemetry.end_chat(span, response, llm_error, error)
-
-    async def _call_llm(
-        self, request: LLMRequest, on_retry: Callable[[TransportRetry], None]
-    ) -> LLMResponse:
+        observer = self._observer
         options = self._options
-        return await call_with_retries(
-            options.llm, request, options.retry_policy, options.timeout, on_retry, options.on_text
-        )
+        with observer.chat(request) as chat:
+
+            def on_retry(retry: TransportRetry) -> None:
+                retries.append(retry)
+                chat.retried(retry)
+
+            response = await call_with_retries(
+                options.llm, request, options.retry_policy, options.timeout, on_retry,
+                chat.text if observer.wants_text else None,
+            )  # fmt: skip
+            chat.replied(response)
+        return response
 
     # --- judging a reply ---
 
-    def _llm_failure(self, exc: LLMError) -> _Verdict:
-        reason = FailReason.TIMEOUT if exc.kind is ErrorKind.TIMEOUT else FailReason.LLM_ERROR
-        return _Verdict(
-            TurnOutcome.FAIL, "aborted", error=str(exc), error_type=exc.kind.value,
-            failure=Failure(reason=reason, message=str(exc), error_kind=exc.kind),
-        )  # fmt: skip
+    @staticmethod
+    def _llm_failure(exc: LLMError) -> _Verdict:
+        trigger = Trigger.TIMED_OUT if exc.kind is ErrorKind.TIMEOUT else Trigger.LLM_FAILED
+        return _Verdict(TurnOutcome.FAIL, trigger, error=str(exc), error_type=exc.kind.value,
+                        error_kind=exc.kind)  # fmt: skip
 
     async def _judge(self, response: LLMResponse, index: int) -> _Verdict:
         if response.stop_reason is StopReason.CONTENT_FILTER:
             message = "the provider's content filter blocked the reply"
-            return _Verdict(
-                TurnOutcome.FAIL, "aborted", error=message, error_type="content_filter",
-                failure=Failure(reason=FailReason.LLM_ERROR, message=message,
-                                error_kind=ErrorKind.CONTENT_FILTER),
-            )  # fmt: skip
+            return _Verdict(TurnOutcome.FAIL, Trigger.LLM_FAILED, error=message,
+                            error_type="content_filter",
+                            error_kind=ErrorKind.CONTENT_FILTER)  # fmt: skip
         if response.tool_calls:
             if self._budget.phase is Phase.NORMAL:
                 return await self._run_tools(response, index)
-            return self._refuse_tools(response)
+            error, results = self._parts.toolbox.refuse(response.tool_calls)
+            return _Verdict(TurnOutcome.ERROR, Trigger.MISSED, error, "tools_unavailable",
+                            tool_results=results)  # fmt: skip
         return await self._judge_return(response)
 
     async def _judge_return(self, response: LLMResponse) -> _Verdict:
         templates = self._parts.templates
         text = response.text
         if response.stop_reason is StopReason.LENGTH:
-            return _Verdict(TurnOutcome.ERROR, "missed", templates.render("truncated_reply"),
+            return _Verdict(TurnOutcome.ERROR, Trigger.MISSED, templates.render("truncated_reply"),
                             "truncated")  # fmt: skip
         reason = detect_explicit_fail(text)
         if reason is not None:
-            return _Verdict(
-                TurnOutcome.FAIL, "gave_up", error=reason, error_type="explicit_fail",
-                failure=Failure(reason=FailReason.EXPLICIT_FAIL, message=reason),
-            )  # fmt: skip
+            return _Verdict(TurnOutcome.FAIL, Trigger.GAVE_UP, error=reason,
+                            error_type="explicit_fail")  # fmt: skip
         parsed: ParseResult = self._parts.contract.parse(text, templates)
         if not parsed.ok:
-            return _Verdict(TurnOutcome.ERROR, "missed", parsed.feedback, "invalid_output")
+            return _Verdict(TurnOutcome.ERROR, Trigger.MISSED, parsed.feedback, "invalid_output")
         value = parsed.value
         if self._parts.validators:
             validation = await run_validators(self._parts.validators, value)
             if not validation.valid:
                 error = templates.render("validation_failed", errors=list(validation.errors))
-                return _Verdict(TurnOutcome.ERROR, "missed", error, "validation_failed")
-        return _Verdict(TurnOutcome.SUCCESS, "returned", output=value)
-
-    def _refuse_tools(self, response: LLMResponse) -> _Verdict:
-        names = ", ".join(sorted({call.name for call in response.tool_calls}))
-        error = self._parts.templates.render("tools_unavailable", tool_names=names)
-        results = [
-            ToolResult(call_id=call.id, name=call.name, ok=False, content=error,
-                       error_type="tools_unavailable", duration_s=0.0)
-            for call in response.tool_calls
-        ]  # fmt: skip
-        return _Verdict(TurnOutcome.ERROR, "missed", error, "tools_unavailable",
-                        tool_results=results)  # fmt: skip
+                return _Verdict(TurnOutcome.ERROR, Trigger.MISSED, error, "validation_failed")
+        return _Verdict(TurnOutcome.SUCCESS, Trigger.RETURNED, output=value)
 
     async def _run_tools(self, response: LLMResponse, index: int) -> _Verdict:
         calls = [
@@ -421,7 +321,7 @@ class _Run:
                     group.start_soon(run_one, position, call)
         done = [result for result in results if result is not None]
         assistant = Message(role="assistant", content=response.text, tool_calls=tuple(calls))
-        tool_messages = [assistant] + [
+        exchange = [assistant] + [
             Message(role="tool", content=result.content, tool_call_id=result.call_id,
                     name=result.name)
             for result in done
@@ -429,98 +329,56 @@ class _Run:
         failed = [result for result in done if not result.ok]
         if failed:
             error = "\n".join(f"{result.name}: {result.error_type}" for result in failed)
-            return _Verdict(TurnOutcome.ERROR, "missed", error, "tool_error", tool_results=done,
-                            is_tool_turn=True, tool_messages=tool_messages)  # fmt: skip
-        return _Verdict(TurnOutcome.CONTINUE, "missed", tool_results=done, is_tool_turn=True,
-                        tool_messages=tool_messages)  # fmt: skip
+            return _Verdict(TurnOutcome.ERROR, Trigger.USED_TOOLS, error, "tool_error",
+                            tool_results=done, tool_messages=exchange)  # fmt: skip
+        return _Verdict(TurnOutcome.CONTINUE, Trigger.USED_TOOLS, tool_results=done,
+                        tool_messages=exchange)  # fmt: skip
 
     async def _run_tool(self, call: ToolCall) -> ToolResult:
-        telemetry = self._telemetry
-        span = telemetry.start_tool(call) if telemetry is not None else None
-        result: ToolResult | None = None
-        error: BaseException | None = None
-        try:
-            with Telemetry.activate(span):
-                result = await self._invoke_tool(call)
-            return result
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            if telemetry is not None:
-                telemetry.end_tool(span, result, error)
-
-    async def _invoke_tool(self, call: ToolCall) -> ToolResult:
-        templates = self._parts.templates
-        tool = self._parts.tools.get(call.name)
-        started = time.perf_counter()
-        if tool is None:
-            content = templates.render(
-                "unknown_tool", name=call.name, available=", ".join(self._parts.tools) or "none"
-            )
-            return ToolResult(call_id=call.id, name=call.name, ok=False, content=content,
-                              error_type="unknown_tool")  # fmt: skip
-        try:
-            value = await tool.call(call.arguments)
-        except ToolArgumentsError as exc:
-            errors = (
-                format_validation_errors(exc.validation)
-                if exc.validation is not None
-                else [{"location": "(arguments)", "message": str(exc), "received": ""}]
-            )
-            content = templates.render("tool_arguments_invalid", name=call.name, errors=errors)
-            return ToolResult(call_id=call.id, name=call.name, ok=False, content=content,
-                              error_type="invalid_arguments",
-                              duration_s=time.perf_counter() - started)  # fmt: skip
-        except Exception as exc:
-            text = f"{type(exc).__name__}: {exc}"
-            content = templates.render("tool_error", name=call.name, error=text, fence=fence(text),
-                                       hint="")  # fmt: skip
-            return ToolResult(call_id=call.id, name=call.name, ok=False, content=content,
-                              error_type=type(exc).__name__,
-                              duration_s=time.perf_counter() - started)  # fmt: skip
-        text = render_result(value)
-        content = templates.render("tool_result", name=call.name, content=text, fence=fence(text))
-        return ToolResult(call_id=call.id, name=call.name, ok=True, content=content,
-                          duration_s=time.perf_counter() - started)  # fmt: skip
+        with self._observer.tool(call) as observed:
+            result = await self._parts.toolbox.run(call)
+            observed.returned(result)
+        return result
 
     # --- moving on ---
 
-    def _apply(self, verdict: _Verdict, response: LLMResponse | None, index: int) -> str | None:
+    def _apply(self, verdict: _Verdict, response: LLMResponse | None) -> str | None:
         """Fire the verdict's trigger; write what the next turn needs. Returns the feedback."""
         budget = self._budget
-        advance(budget, verdict.trigger, **({"reason": verdict.failure.reason}
-                                              if verdict.trigger == "aborted" and verdict.failure
-                                              else {}))  # fmt: skip
-        if verdict.outcome is TurnOutcome.SUCCESS:
+        next_phase = advance(budget, verdict.trigger)
+        if next_phase is Phase.DONE:
             self._output = verdict.output
             return None
-        if verdict.failure is not None:
-            self._failure = verdict.failure
+        if next_phase is Phase.FAILED:
+            self._failure = self._failed(self._failure_message(verdict), verdict.error_kind)
             return None
-        next_phase = budget.phase
-        if verdict.is_tool_turn:
-            exchange = list(verdict.tool_messages)
+        if verdict.tool_messages is not None:
+            exchange = verdict.tool_messages
             notice = None
             if next_phase is Phase.MUST_RETURN:
                 notice = self._must_return_warning()
                 exchange.append(self._user(notice))
             self._conversation.add_exchange(exchange)
             return notice
-        assert verdict.error is not None
-        assert response is not None
+        assert verdict.error is not None and response is not None
         feedback = self._feedback(verdict.error, next_phase)
-        if next_phase is Phase.FAILED:
-            self._failure = Failure(
-                reason=FailReason.BUDGET_EXHAUSTED,
-                message=(
-                    f"no valid answer within max_turns={self._options.max_turns} and "
-                    f"return_retries={self._options.return_retries}; last error: {verdict.error}"
-                ),
-            )
-            return None
         self._conversation.add_failed_attempt(_as_reply(response), self._user(feedback))
         return feedback
+
+    def _failed(self, message: str, error_kind: ErrorKind | None) -> Failure:
+        """The run's failure; its reason is the one the table's row recorded."""
+        reason = self._budget.failure_reason
+        assert reason is not None
+        return Failure(reason=reason, message=message, error_kind=error_kind)
+
+    def _failure_message(self, verdict: _Verdict) -> str:
+        if verdict.trigger is Trigger.MISSED:
+            options = self._options
+            return (
+                f"no valid answer within max_turns={options.max_turns} and "
+                f"return_retries={options.return_retries}; last error: {verdict.error}"
+            )
+        return verdict.error or verdict.outcome.value
 
     def _feedback(self, error: str, next_phase: Phase) -> str:
         templates = self._parts.templates
@@ -542,7 +400,7 @@ class _Run:
         retries = self._budget.retries_remaining
         return self._parts.templates.render(
             "must_return_warning",
-            has_tools=bool(self._parts.tools),
+            has_tools=bool(self._parts.toolbox),
             has_retries=retries > 0,
             retry_count=retries,
         )

@@ -10,7 +10,7 @@ values are inserted verbatim, and a name that no scope defines raises
 from __future__ import annotations
 
 import importlib.resources
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -58,9 +58,9 @@ def _build_tree(name: str, source: str) -> tuple[_Node, ...]:
                 stack[-1][1].append(_Node("partial", key))
             # comments and delimiter changes render nothing
     except chevron.tokenizer.ChevronError as exc:
-        raise TemplateError(f"template {name!r} is not valid Mustache: {exc}") from exc
+        raise TemplateError(f"template {name!r} is not valid Mustache: {exc}", name) from exc
     if len(stack) != 1:
-        raise TemplateError(f"template {name!r} has an unclosed section {stack[-1][0]!r}")
+        raise TemplateError(f"template {name!r} has an unclosed section {stack[-1][0]!r}", name)
     return tuple(stack[0][1])
 
 
@@ -113,6 +113,29 @@ class Template:
         """Top-level names the template reads outside any section."""
         return {node.key.partition(".")[0] for node in self._tree if node.kind != "literal"}
 
+    def partials(self) -> set[str]:
+        """Names of the templates this one includes (``{{> name}}``), at any depth."""
+        found: set[str] = set()
+        stack = list(self._tree)
+        while stack:
+            node = stack.pop()
+            if node.kind == "partial":
+                found.add(node.key)
+            stack.extend(node.children)
+        return found
+
+    def check_partials(self, known: Iterable[str]) -> None:
+        """Fail now, rather than mid-run, if this template includes an unknown partial.
+
+        Raises:
+            TemplateError: A ``{{> name}}`` names no template of ``known``.
+        """
+        unknown = sorted(self.partials() - set(known))
+        if unknown:
+            raise TemplateError(
+                f"template {self.name!r} includes unknown partial(s) {unknown}", self.name
+            )
+
     def render(self, data: Mapping[str, Any], partials: TemplateSet | None = None) -> str:
         """Render with ``data``; values are inserted verbatim (no HTML escaping).
 
@@ -138,7 +161,7 @@ class Template:
             if kind == "partial":
                 if partials is None or node.key not in partials:
                     raise TemplateError(
-                        f"template {self.name!r} includes unknown partial {node.key!r}"
+                        f"template {self.name!r} includes unknown partial {node.key!r}", self.name
                     )
                 partials[node.key]._render(partials[node.key]._tree, scopes, out, partials)
                 continue
@@ -218,19 +241,28 @@ class TemplateSet(Mapping[str, Template]):
         """
         if not overrides:
             return self
-        unknown = sorted(set(overrides) - set(self._templates))
+        if not isinstance(overrides, Mapping):
+            raise TemplateError(
+                f"prompt overrides must be a mapping of template name to Mustache source, "
+                f"got {type(overrides).__name__}"
+            )
+        unknown = sorted(str(name) for name in set(overrides) - set(self._templates))
         if unknown:
             raise TemplateError(
-                f"unknown prompt template(s) {unknown}; known: {sorted(self._templates)}"
+                f"unknown prompt template(s) {unknown}; known: {sorted(self._templates)}",
+                unknown[0],
             )
         merged = dict(self._templates)
         for name, source in overrides.items():
             if not isinstance(source, str):
                 raise TemplateError(
                     f"prompt override {name!r} must be a Mustache string, "
-                    f"got {type(source).__name__}"
+                    f"got {type(source).__name__}",
+                    name,
                 )
             merged[name] = Template(name, source)
+        for name in overrides:
+            merged[name].check_partials(merged)
         return TemplateSet(merged)
 
 

@@ -32,8 +32,9 @@ class ScriptedLLM:
     taking the :class:`LLMRequest` and returning one of the first two (sync or async).
 
     Every request is recorded in :attr:`requests`. Running past the end of the script raises
-    :class:`~subagent.ScriptExhaustedError`, which ends the run as a failed ``llm_error``
-    naming the call that had no reply.
+    :class:`~subagent.ScriptExhaustedError` naming the call that had no reply. It is a bug in
+    the test, not a model failure: it is never retried and propagates out of ``run`` (with
+    the turns made so far in ``.turns``) instead of ending the run as a failed step.
 
     Args:
         script: The replies, in call order.

@@ -11,6 +11,7 @@ from subagent import (
     MissingVariableError,
     ScriptedLLM,
     SubAgent,
+    TemplateError,
     Tool,
 )
 
@@ -62,6 +63,46 @@ def test_bad_run_overrides_are_rejected_before_any_call(option: str, value: obje
 def test_unknown_prompt_override_is_rejected() -> None:
     with pytest.raises(ConfigurationError, match="sytem"):
         SubAgent(name="a", prompt="p", prompts={"sytem": "x"})
+
+
+@pytest.mark.parametrize(
+    ("prompts", "template"),
+    [
+        ({"system": "{{#open}}never closed"}, "system"),  # not valid Mustache
+        ({"system": 42}, "system"),  # not a string
+        ({"sytem": "x"}, "sytem"),  # no such template
+        ({"system": "{{> nowhere}}"}, "system"),  # includes a template that does not exist
+    ],
+)
+def test_a_malformed_prompt_override_is_reported_under_prompts(
+    prompts: dict[str, object], template: str
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        SubAgent(name="a", prompt="p", prompts=prompts)  # type: ignore[arg-type]
+    assert caught.value.field == "prompts"
+    assert f"{template!r}" in caught.value.message
+    assert isinstance(caught.value.__cause__, TemplateError)
+    assert caught.value.__cause__.template == template
+
+
+def test_prompt_overrides_that_are_not_a_mapping_are_reported_under_prompts() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        SubAgent(name="a", prompt="p", prompts=[("system", "x")])  # type: ignore[arg-type]
+    assert caught.value.field == "prompts"
+
+
+@pytest.mark.parametrize("prompt", ["{{#a}}never closed", "Do {{> system}}"])
+def test_a_malformed_task_prompt_is_reported_under_prompt_at_construction(prompt: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        SubAgent(name="a", prompt=prompt)
+    assert caught.value.field == "prompt"
+
+
+def test_an_override_may_include_a_known_template() -> None:
+    llm = ScriptedLLM(["ok"])
+    agent = SubAgent(name="a", prompt="p", prompts={"system": "Be brief. {{> tool_list}}"})
+    assert agent.run_sync(llm=llm).ok
+    assert llm.requests[0].messages[0].content == "Be brief."
 
 
 def test_tool_with_var_args_is_rejected_naming_the_tool() -> None:

@@ -1,10 +1,10 @@
-"""The phase machine: DESIGN.md's table, fired trigger by trigger."""
+"""The phase machine: the state table, fired trigger by trigger."""
 
 from __future__ import annotations
 
 import pytest
 
-from subagent._phases import TABLE, Budget, Phase, advance, mermaid_chart
+from subagent._phases import ACTIVE_PHASES, TABLE, Budget, Phase, Trigger, advance, mermaid_chart
 from subagent._records import FailReason
 
 
@@ -16,61 +16,92 @@ def test_initial_phase_depends_on_the_work_budget(max_turns: int, phase: Phase) 
 @pytest.mark.parametrize("phase", [Phase.NORMAL, Phase.MUST_RETURN, Phase.RETRY])
 def test_valid_return_is_done_from_every_active_phase(phase: Phase) -> None:
     budget = Budget(phase.value, 1, 1, 1)
-    assert advance(budget, "returned") is Phase.DONE
+    assert advance(budget, Trigger.RETURNED) is Phase.DONE
     assert (budget.work_remaining, budget.retries_remaining) == (1, 1)
 
 
 @pytest.mark.parametrize("phase", [Phase.NORMAL, Phase.MUST_RETURN, Phase.RETRY])
 def test_explicit_fail_fails_from_every_active_phase_without_spending(phase: Phase) -> None:
     budget = Budget(phase.value, 2, 3, 3)
-    assert advance(budget, "gave_up") is Phase.FAILED
+    assert advance(budget, Trigger.GAVE_UP) is Phase.FAILED
     assert budget.failure_reason is FailReason.EXPLICIT_FAIL
     assert (budget.work_remaining, budget.retries_remaining) == (2, 3)
 
 
-@pytest.mark.parametrize("reason", [FailReason.LLM_ERROR, FailReason.TIMEOUT])
-def test_abort_records_its_reason(reason: FailReason) -> None:
-    budget = Budget.start(3, 1)
-    assert advance(budget, "aborted", reason=reason) is Phase.FAILED
+@pytest.mark.parametrize(
+    ("trigger", "reason"),
+    [
+        (Trigger.LLM_FAILED, FailReason.LLM_ERROR),
+        (Trigger.TIMED_OUT, FailReason.TIMEOUT),
+        (Trigger.STOPPED, FailReason.CANCELLED),
+    ],
+)
+@pytest.mark.parametrize("phase", ACTIVE_PHASES)
+def test_abort_fails_from_every_active_phase_with_its_reason(
+    phase: Phase, trigger: Trigger, reason: FailReason
+) -> None:
+    budget = Budget(phase.value, 2, 1, 1)
+    assert advance(budget, trigger) is Phase.FAILED
     assert budget.failure_reason is reason
+    assert (budget.work_remaining, budget.retries_remaining) == (2, 1)
+
+
+def test_every_row_into_failed_says_why_and_no_other_row_does() -> None:
+    for row in TABLE:
+        assert (row.reason is not None) == (row.dest is Phase.FAILED), row
+
+
+def test_a_tool_turn_spends_a_work_turn_like_a_miss() -> None:
+    for work in (2, 3, 4):
+        used, missed = Budget.start(work, 1), Budget.start(work, 1)
+        assert advance(used, Trigger.USED_TOOLS) is advance(missed, Trigger.MISSED)
+        assert used == missed
+
+
+@pytest.mark.parametrize("phase", [Phase.MUST_RETURN, Phase.RETRY])
+def test_a_tool_turn_is_impossible_where_tools_are_not_offered(phase: Phase) -> None:
+    from transitions import MachineError
+
+    with pytest.raises(MachineError):
+        advance(Budget(phase.value, 1, 1, 1), Trigger.USED_TOOLS)
 
 
 def test_normal_miss_spends_work_and_stays_while_more_than_one_is_left() -> None:
     budget = Budget.start(4, 0)
-    assert advance(budget, "missed") is Phase.NORMAL
+    assert advance(budget, Trigger.MISSED) is Phase.NORMAL
     assert budget.work_remaining == 3
 
 
 def test_normal_miss_moves_to_must_return_when_one_work_turn_is_left() -> None:
     budget = Budget.start(2, 0)
-    assert advance(budget, "missed") is Phase.MUST_RETURN
+    assert advance(budget, Trigger.MISSED) is Phase.MUST_RETURN
     assert budget.work_remaining == 1
 
 
 def test_must_return_miss_moves_to_retry_when_retries_are_left() -> None:
     budget = Budget.start(1, 2)
-    assert advance(budget, "missed") is Phase.RETRY
+    assert advance(budget, Trigger.MISSED) is Phase.RETRY
     assert (budget.work_remaining, budget.retries_remaining) == (0, 2)
     assert budget.retry_attempt == 1
 
 
 def test_must_return_miss_fails_without_retries() -> None:
     budget = Budget.start(1, 0)
-    assert advance(budget, "missed") is Phase.FAILED
+    assert advance(budget, Trigger.MISSED) is Phase.FAILED
     assert budget.failure_reason is FailReason.BUDGET_EXHAUSTED
     assert budget.work_remaining == 0
 
 
 def test_retry_miss_spends_a_retry_and_stays_while_more_than_one_is_left() -> None:
     budget = Budget(Phase.RETRY.value, 0, 2, 2)
-    assert advance(budget, "missed") is Phase.RETRY
+    assert advance(budget, Trigger.MISSED) is Phase.RETRY
     assert budget.retries_remaining == 1
     assert budget.retry_attempt == 2
 
 
 def test_retry_miss_on_the_last_retry_fails() -> None:
     budget = Budget(Phase.RETRY.value, 0, 1, 1)
-    assert advance(budget, "missed") is Phase.FAILED
+    assert advance(budget, Trigger.MISSED) is Phase.FAILED
     assert budget.failure_reason is FailReason.BUDGET_EXHAUSTED
     assert budget.retries_remaining == 0
 
@@ -82,7 +113,7 @@ def test_missing_every_turn_takes_exactly_max_turns_plus_retries_turns(
     budget = Budget.start(max_turns, retries)
     turns = 0
     while budget.active:
-        advance(budget, "missed")
+        advance(budget, Trigger.MISSED)
         turns += 1
     assert turns == max_turns + retries
 
@@ -91,15 +122,17 @@ def test_missing_every_turn_takes_exactly_max_turns_plus_retries_turns(
 def test_final_phases_accept_no_trigger(phase: Phase) -> None:
     from transitions import MachineError
 
-    for trigger in ("returned", "missed", "gave_up"):
+    for trigger in Trigger:
         with pytest.raises(MachineError):
             advance(Budget(phase.value, 1, 1, 1), trigger)
 
 
 def test_table_covers_every_trigger_from_every_active_phase() -> None:
-    active = {Phase.NORMAL, Phase.MUST_RETURN, Phase.RETRY}
-    for trigger in ("returned", "gave_up", "missed", "aborted"):
-        assert {row.source for row in TABLE if row.trigger == trigger} == active
+    active = set(ACTIVE_PHASES)
+    for trigger in Trigger:
+        sources = {row.source for row in TABLE if row.trigger is trigger}
+        expected = {Phase.NORMAL} if trigger is Trigger.USED_TOOLS else active
+        assert sources == expected, trigger
 
 
 def test_mermaid_chart_draws_every_row_of_the_table() -> None:
@@ -116,23 +149,16 @@ def test_memoised_advance_matches_live_firing_everywhere() -> None:
 
     from subagent._phases import fire
 
-    for phase, trigger, work, retries, reason in product(
-        [p.value for p in Phase],
-        ["returned", "gave_up", "missed", "aborted"],
-        range(5),
-        range(5),
-        [None, FailReason.LLM_ERROR, FailReason.TIMEOUT],
+    for phase, trigger, work, retries in product(
+        [p.value for p in Phase], list(Trigger), range(5), range(5)
     ):
-        if (trigger == "aborted") != (reason is not None):
-            continue
-        kwargs = {"reason": reason} if reason is not None else {}
         live, replayed = Budget(phase, work, retries, 4), Budget(phase, work, retries, 4)
         try:
-            fire(live, trigger, **kwargs)
+            fire(live, trigger)
         except MachineError:
             with pytest.raises(MachineError):
-                advance(replayed, trigger, **kwargs)
+                advance(replayed, trigger)
             continue
-        advance(Budget(phase, work, retries, 4), trigger, **kwargs)  # first time: fills the memo
-        advance(replayed, trigger, **kwargs)  # second time: replays it
-        assert replayed == live, (phase, trigger, work, retries, reason)
+        advance(Budget(phase, work, retries, 4), trigger)  # first time: fills the memo
+        advance(replayed, trigger)  # second time: replays it
+        assert replayed == live, (phase, trigger, work, retries)

@@ -6,20 +6,15 @@ import gc
 import json
 import logging
 import weakref
-from collections.abc import Iterator
 from contextlib import aclosing
 from typing import Any
 
 import anyio
 import pytest
 from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace import Span as SdkSpan
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, StatusCode
-from pydantic import BaseModel
+from support import CALC, Answer, Traced, attrs, parent_id, span_id
 
 from subagent import (
     ErrorKind,
@@ -35,17 +30,18 @@ from subagent import (
     ScriptedLLM,
     SubAgent,
     ToolCall,
+    Turn,
     TurnEnded,
     TurnOutcome,
     TurnStarted,
     TurnType,
     Usage,
 )
+from subagent.observe import NO_OBSERVER, observer_for_run, span_observer
 from subagent.observe._otel import (
     CAPTURE_CONTENT_ENV,
     CONTENT_LIMIT,
     ERROR_TEXT_LIMIT,
-    Telemetry,
     _tracer_for,
 )
 
@@ -54,87 +50,13 @@ pytestmark = pytest.mark.anyio
 DETACH_ERROR = "Failed to detach context"
 
 
-class Answer(BaseModel):
-    value: int
-
-
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
 def divide(a: int, b: int) -> float:
     """Divide a by b."""
     return a / b
 
 
-class OpenSpans(SpanProcessor):
-    """Tracks spans that started and have not ended."""
-
-    def __init__(self) -> None:
-        self.open: dict[int, str] = {}
-        self.started = 0
-
-    def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
-        self.started += 1
-        self.open[span.context.span_id] = span.name
-
-    def on_end(self, span: ReadableSpan) -> None:
-        assert span.context is not None
-        self.open.pop(span.context.span_id, None)
-
-
-class Traced:
-    """A private SDK provider with an in-memory exporter; never the global provider."""
-
-    def __init__(self) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.open_spans = OpenSpans()
-        self.provider = TracerProvider()
-        self.provider.add_span_processor(self.open_spans)
-        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-
-    @property
-    def spans(self) -> tuple[ReadableSpan, ...]:
-        return self.exporter.get_finished_spans()
-
-    def named(self, name: str) -> list[ReadableSpan]:
-        return [span for span in self.spans if span.name == name]
-
-    def one(self, name: str) -> ReadableSpan:
-        found = self.named(name)
-        assert len(found) == 1, f"{len(found)} spans named {name!r}: {self.names()}"
-        return found[0]
-
-    def names(self) -> list[str]:
-        return [span.name for span in self.spans]
-
-
-@pytest.fixture
-def traced() -> Iterator[Traced]:
-    traced = Traced()
-    yield traced
-    traced.provider.shutdown()
-
-
-def attrs(span: ReadableSpan) -> dict[str, Any]:
-    return dict(span.attributes or {})
-
-
-def span_id(span: ReadableSpan) -> int:
-    assert span.context is not None
-    return span.context.span_id
-
-
-def parent_id(span: ReadableSpan) -> int | None:
-    return span.parent.span_id if span.parent is not None else None
-
-
 def usage(i: int, o: int) -> Usage:
     return Usage(input_tokens=i, output_tokens=o)
-
-
-CALC = SubAgent(name="calc", prompt="Compute {{question}}", output=Answer, tools=[add])
 
 
 # --- the span tree of a run ---
@@ -545,37 +467,28 @@ async def test_stream_closed_early_inside_an_active_span_logs_no_detach_error(
 ) -> None:
     """The pattern a streaming turn uses: a chat span current while a stream is read."""
     caplog.set_level(logging.DEBUG, logger="opentelemetry.context")
-    telemetry = Telemetry.for_run("calc", traced.provider, None)
-    assert telemetry is not None
     llm = ScriptedLLM(["one two three four", "five six seven"])
+    observer = span_observer("calc", traced.provider, llm)
+    assert observer is not None
     request = LLMRequest(messages=(Message(role="user", content="hi"),))
 
-    span = telemetry.start_chat(request, llm)
-    with Telemetry.activate(span):
+    with observer.chat(request) as chat:
+        span = trace.get_current_span()
         async with aclosing(llm.stream(request)) as stream:
             async for delta in stream:
                 assert delta.text == "one "
                 assert trace.get_current_span() is span
                 break  # closed after the first delta
-    telemetry.end_chat(span, None, None, None)
+        chat.replied(LLMResponse(text="one "))
     assert trace.get_current_span() is trace.INVALID_SPAN
 
     started = anyio.Event()
-    span = telemetry.start_chat(request, llm)
-    error: BaseException | None = None
-    with anyio.CancelScope() as scope:
-        try:
-            with Telemetry.activate(span):
-                async with aclosing(llm.stream(request)) as stream:
-                    async for _ in stream:
-                        started.set()
-                        scope.cancel()
-                        await anyio.lowlevel.checkpoint()
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            telemetry.end_chat(span, None, None, error)
+    with anyio.CancelScope() as scope, observer.chat(request):
+        async with aclosing(llm.stream(request)) as stream:
+            async for _ in stream:
+                started.set()
+                scope.cancel()
+                await anyio.lowlevel.checkpoint()
     assert started.is_set() and scope.cancelled_caught
     assert trace.get_current_span() is trace.INVALID_SPAN
     assert traced.open_spans.open == {}
@@ -623,7 +536,7 @@ async def test_nested_agent_runs_as_a_child_of_the_calling_tool_span(traced: Tra
 
 async def test_without_provider_or_handler_a_run_has_no_telemetry() -> None:
     assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-    assert Telemetry.for_run("calc", None, None) is None
+    assert observer_for_run("calc", ScriptedLLM(), None, None, None) is NO_OBSERVER
     step = await CALC.run({"question": "1+2"}, llm=ScriptedLLM(['{"value": 3}']))
     assert step.ok
     # the library never installs a global provider
@@ -650,38 +563,26 @@ def test_tracer_is_cached_per_provider_without_keeping_it_alive() -> None:
 
 
 def test_turn_error_text_is_truncated(traced: Traced) -> None:
-    telemetry = Telemetry.for_run("calc", traced.provider, None)
-    assert telemetry is not None
-    started = TurnStarted(
-        agent="calc",
-        index=1,
-        type=TurnType.NORMAL,
-        phase="normal",
-        work_remaining=2,
-        retries_remaining=0,
-        tools_offered=0,
-        messages=2,
-        collapsed=0,
-    )
-    span = telemetry.start_turn(started)
-    ended = TurnEnded(
-        agent="calc",
-        index=1,
-        type=TurnType.NORMAL,
-        outcome=TurnOutcome.ERROR,
-        phase_before="normal",
-        phase_after="normal",
-        work_remaining=1,
-        retries_remaining=0,
-        error="e" * 10_000,
-        stop_reason="stop",
-        duration_s=0.0,
-    )
-    telemetry.end_turn(span, ended, None, "invalid_output")
-    turn = traced.one("agent_turn normal")
-    assert len(attrs(turn)["subagent.turn.error"]) == ERROR_TEXT_LIMIT
-    assert turn.status.description is not None
-    assert len(turn.status.description) == ERROR_TEXT_LIMIT
+    observer = span_observer("calc", traced.provider, ScriptedLLM())
+    assert observer is not None
+    with observer.turn(1, TurnType.NORMAL, 2, 0, None, None, 0, 2, 0) as turn:
+        turn.ended(
+            Turn(
+                index=1,
+                type=TurnType.NORMAL,
+                outcome=TurnOutcome.ERROR,
+                phase_after="normal",
+                work_remaining=1,
+                retries_remaining=0,
+                error="e" * 10_000,
+                error_type="invalid_output",
+            )
+        )
+    span = traced.one("agent_turn normal")
+    assert len(attrs(span)["subagent.turn.error"]) == ERROR_TEXT_LIMIT
+    assert span.status.description is not None
+    assert len(span.status.description) == ERROR_TEXT_LIMIT
+    assert attrs(span)["error.type"] == "invalid_output"
 
 
 # --- on_event ---
@@ -719,12 +620,12 @@ async def test_on_event_delivers_typed_events_with_the_span_fields() -> None:
     )
     assert isinstance(first_end, TurnEnded)
     assert first_end.outcome is TurnOutcome.ERROR
-    assert (first_end.index, first_end.type, first_end.phase_before, first_end.phase_after) == (
+    assert (first_end.index, first_end.type, first_end.phase_after) == (
         1,
         TurnType.MUST_RETURN,
-        "must_return",
         "retry",
     )
+    assert first_end.turn is step.turns[0]
     assert (first_end.work_remaining, first_end.retries_remaining) == (0, 2)
     assert first_end.error is not None and "three" in first_end.error
     assert first_end.stop_reason == "stop"

@@ -1,32 +1,95 @@
 """The observation room: what a run reports, to whoever listens.
 
-What lives here:
+The turn loop reports to one :class:`Observer` through nested scopes (run > turn > chat /
+tool); see :mod:`subagent.observe._observer`. Implementations:
 
-- ``_events``: the typed run events (``RunStarted``, ``TurnStarted``, ``TurnEnded``,
-  ``RunEnded``) and the ``on_event`` callback type.
-- ``_otel``: OpenTelemetry spans of a run (the API only; never a provider).
+- ``_otel``: OpenTelemetry spans (the API only; the library never installs a provider).
+- ``_events``: the typed events (``RunStarted``, ``TurnStarted``, ``TurnEnded``,
+  ``RunEnded``) handed to ``run(on_event=...)``.
+- ``_observer``: the interface, the silent :data:`NO_OBSERVER`, ``on_text``'s
+  :class:`TextObserver`, and :func:`combine` for several at once.
+
+:func:`observer_for_run` picks a run's observers from its options.
 
 What it may import: the records (``subagent._records``), the LLM room's records and the
 base modules. The run loop reports into it; it never calls back into the loop.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from opentelemetry.trace import TracerProvider
+
 from subagent.observe._events import (
     EventHandler,
+    EventObserver,
     RunEnded,
     RunEvent,
     RunStarted,
     TurnEnded,
     TurnStarted,
 )
-from subagent.observe._otel import CAPTURE_CONTENT_ENV, Telemetry
+from subagent.observe._observer import (
+    NO_OBSERVER,
+    ChatScope,
+    Observer,
+    RunScope,
+    TextObserver,
+    ToolScope,
+    TurnScope,
+    combine,
+)
+from subagent.observe._otel import (
+    CAPTURE_CONTENT_ENV,
+    CONTENT_LIMIT,
+    ERROR_TEXT_LIMIT,
+    SpanObserver,
+    capture_enabled,
+    span_observer,
+)
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
+    "CONTENT_LIMIT",
+    "ERROR_TEXT_LIMIT",
+    "NO_OBSERVER",
+    "ChatScope",
     "EventHandler",
+    "EventObserver",
+    "Observer",
     "RunEnded",
     "RunEvent",
+    "RunScope",
     "RunStarted",
-    "Telemetry",
+    "SpanObserver",
+    "TextObserver",
+    "ToolScope",
     "TurnEnded",
+    "TurnScope",
     "TurnStarted",
+    "capture_enabled",
+    "combine",
+    "observer_for_run",
+    "span_observer",
 ]
+
+
+def observer_for_run(
+    agent: str,
+    llm: object,
+    tracer_provider: TracerProvider | None,
+    on_event: EventHandler | None,
+    on_text: Callable[[str], object] | None,
+) -> Observer:
+    """The observer of one run: its spans, its ``on_event`` and ``on_text`` callbacks.
+
+    With none of them, :data:`NO_OBSERVER`: the run pays nothing for observation.
+    """
+    return combine(
+        [
+            EventObserver(agent, on_event) if on_event is not None else None,
+            span_observer(agent, tracer_provider, llm),
+            TextObserver(on_text) if on_text is not None else None,
+        ]
+    )

@@ -1,7 +1,8 @@
-"""Typed run events, for observers that do not use OpenTelemetry (``on_event``).
+"""Typed run events, and the ``on_event`` observer that delivers them to a callback.
 
-They carry the same fields as the spans: ``RunStarted``, then for each turn
-``TurnStarted``/``TurnEnded``, then ``RunEnded`` with the :class:`~subagent.Step`.
+A run reports ``RunStarted``, then for each turn ``TurnStarted`` and ``TurnEnded`` (which
+carries the :class:`~subagent.Turn` record), then ``RunEnded`` with the
+:class:`~subagent.Step`. They carry the same facts as the spans.
 """
 
 from __future__ import annotations
@@ -10,9 +11,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from subagent._records import FailReason, Step, TurnOutcome, TurnType
+from subagent._records import FailReason, Step, Turn, TurnOutcome, TurnType
+from subagent.observe._observer import Observer, RunScope, TurnScope
 
-__all__ = ["EventHandler", "RunEnded", "RunEvent", "RunStarted", "TurnEnded", "TurnStarted"]
+__all__ = [
+    "EventHandler",
+    "EventObserver",
+    "RunEnded",
+    "RunEvent",
+    "RunStarted",
+    "TurnEnded",
+    "TurnStarted",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,19 +59,59 @@ class TurnStarted:
 
 @dataclass(frozen=True, slots=True)
 class TurnEnded:
-    """A turn finished; ``error`` says what was wrong with it, if anything."""
+    """A turn finished: ``turn`` is its record (also kept in ``Step.turns``).
+
+    The record's most read fields are also properties of the event.
+    """
 
     agent: str
-    index: int
-    type: TurnType
-    outcome: TurnOutcome
-    phase_before: str
-    phase_after: str
-    work_remaining: int
-    retries_remaining: int
-    error: str | None
-    stop_reason: str | None
-    duration_s: float
+    turn: Turn
+
+    @property
+    def index(self) -> int:
+        """The 1-based turn number."""
+        return self.turn.index
+
+    @property
+    def type(self) -> TurnType:
+        """The phase the turn started in."""
+        return self.turn.type
+
+    @property
+    def outcome(self) -> TurnOutcome:
+        """What the turn came to."""
+        return self.turn.outcome
+
+    @property
+    def phase_after(self) -> str:
+        """The phase the run moved to."""
+        return self.turn.phase_after
+
+    @property
+    def work_remaining(self) -> int:
+        """Work turns left after the turn."""
+        return self.turn.work_remaining
+
+    @property
+    def retries_remaining(self) -> int:
+        """Correction turns left after the turn."""
+        return self.turn.retries_remaining
+
+    @property
+    def error(self) -> str | None:
+        """What was wrong with the turn, if anything."""
+        return self.turn.error
+
+    @property
+    def stop_reason(self) -> str | None:
+        """The reply's normalised stop reason, if there was a reply."""
+        reason = self.turn.stop_reason
+        return reason.value if reason is not None else None
+
+    @property
+    def duration_s(self) -> float:
+        """Wall-clock seconds of the turn."""
+        return self.turn.duration_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,3 +134,62 @@ then ``RunEnded``."""
 EventHandler: TypeAlias = Callable[[RunEvent], None]
 """``run(on_event=...)``: a synchronous callable receiving each :data:`RunEvent`; it runs
 inside the turn loop, so it should be quick."""
+
+
+class EventObserver(Observer):
+    """``run(on_event=...)``: the run's events, handed to a callback as they happen.
+
+    The observer is its own run and turn scope (a run's turns are sequential); it has no
+    chat or tool scopes.
+    """
+
+    __slots__ = ("_agent", "_handler")
+
+    def __init__(self, agent: str, handler: EventHandler):
+        self._agent = agent
+        self._handler = handler
+
+    def run(self, max_turns: int, return_retries: int, phase: str) -> RunScope:
+        self._handler(RunStarted(self._agent, max_turns, return_retries, phase))
+        return self
+
+    def turn(
+        self,
+        index: int,
+        turn_type: TurnType,
+        work_remaining: int,
+        retries_remaining: int,
+        retry_attempt: int | None,
+        retry_total: int | None,
+        tools_offered: int,
+        messages: int,
+        collapsed: int,
+    ) -> TurnScope:
+        self._handler(
+            TurnStarted(
+                self._agent,
+                index,
+                turn_type,
+                turn_type.value,
+                work_remaining,
+                retries_remaining,
+                tools_offered,
+                messages,
+                collapsed,
+                retry_attempt,
+                retry_total,
+            )
+        )
+        return self
+
+    def __enter__(self) -> EventObserver:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+    def finished(self, step: Step[Any]) -> None:
+        self._handler(RunEnded(self._agent, step))
+
+    def ended(self, turn: Turn) -> None:
+        self._handler(TurnEnded(self._agent, turn))

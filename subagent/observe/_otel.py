@@ -1,8 +1,8 @@
-"""Spans and events of a run: the OpenTelemetry API only, and the ``on_event`` callback.
+"""OpenTelemetry spans of a run: an :class:`~subagent.observe.Observer` on the API only.
 
 The library never installs a tracer provider. A run traces to the provider it is given, or
 to the global one once an application has configured it; with neither (the API's proxy or
-no-op provider) and no ``on_event`` handler, the turn loop skips this module entirely.
+no-op provider), :func:`span_observer` returns ``None`` and the run pays nothing for spans.
 
 Spans (names are low-cardinality, attributes carry the detail):
 
@@ -13,9 +13,12 @@ Spans (names are low-cardinality, attributes carry the detail):
 - ``execute_tool {tool}`` (INTERNAL), a child of the turn: one tool call. An agent used as a
   tool (``inner.as_tool()``) runs under it, so its run is a child of the tool span.
 
-Every hook is on the run's path, so each does the least it can: one ``set_attributes`` call
-per span end, the chat span's per-run attributes computed once, and message content
-serialised only when :data:`CAPTURE_CONTENT_ENV` opts in.
+Each span is a scope of the observer: it is made current while its block runs (so children
+nest under it, and an agent called as a tool traces under the tool's span), and it is ended
+when the block is left, by cancellation too. Every hook is on the run's path, so each does
+the least it can: one ``set_attributes`` call per span end, the chat span's per-run
+attributes computed once, and message content serialised only when
+:data:`CAPTURE_CONTENT_ENV` opts in.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import json
 import os
 import weakref
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from contextvars import Token
 from types import TracebackType
 from typing import Any
@@ -38,12 +40,19 @@ from opentelemetry.util.types import AttributeValue
 
 from subagent.__about__ import __version__
 from subagent._errors import LLMError
-from subagent._records import Step, ToolResult, TurnOutcome
+from subagent._records import Step, ToolResult, Turn, TurnOutcome, TurnType
 from subagent._text import shorten
 from subagent.llm import LLMRequest, LLMResponse, Message, ToolCall, TransportRetry
-from subagent.observe._events import EventHandler, RunEnded, RunStarted, TurnEnded, TurnStarted
+from subagent.observe._observer import ChatScope, Observer, RunScope, ToolScope, TurnScope
 
-__all__ = ["CAPTURE_CONTENT_ENV", "CONTENT_LIMIT", "ERROR_TEXT_LIMIT", "Telemetry"]
+__all__ = [
+    "CAPTURE_CONTENT_ENV",
+    "CONTENT_LIMIT",
+    "ERROR_TEXT_LIMIT",
+    "SpanObserver",
+    "capture_enabled",
+    "span_observer",
+]
 
 CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 """Set to ``true`` to record prompts, replies, tool arguments and results on spans."""
@@ -150,21 +159,26 @@ def output_messages_json(response: LLMResponse) -> str:
                            "finish_reason": response.stop_reason.value}])  # fmt: skip
 
 
-# --- making a span current ---
+# --- spans as observer scopes ---
 
 
-class _Activation:
-    """Make a span current for a ``with`` block without ending it (cheaper than use_span)."""
+class _SpanScope:
+    """A span made current for a ``with`` block, and ended when the block is left.
 
-    __slots__ = ("_span", "_token")
+    Subclasses describe the span from what the loop reports (``_described`` is set then);
+    a block left by an exception before that is described by :meth:`_interrupted`.
+    """
+
+    __slots__ = ("_described", "_span", "_token")
     _token: Token[Context]
 
     def __init__(self, span: Span):
         self._span = span
+        self._described = False
 
-    def __enter__(self) -> Span:
+    def __enter__(self) -> Any:
         self._token = otel_context.attach(trace.set_span_in_context(self._span))
-        return self._span
+        return self
 
     def __exit__(
         self,
@@ -173,119 +187,24 @@ class _Activation:
         traceback: TracebackType | None,
     ) -> None:
         otel_context.detach(self._token)
+        span = self._span
+        try:
+            if exc is not None and not self._described:
+                self._interrupted(span, exc)
+        finally:
+            span.end()
+
+    def _interrupted(self, span: Span, exc: BaseException) -> None:
+        attributes: dict[str, AttributeValue] = {}
+        _fail(span, attributes, *_exception_error(exc))
+        span.set_attributes(attributes)
 
 
-class _Inactive:
-    """The ``with`` block of a run that is not traced."""
-
+class _RunSpan(_SpanScope):
     __slots__ = ()
 
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc_info: object) -> None:
-        return None
-
-
-_INACTIVE = _Inactive()
-
-
-class Telemetry:
-    """The observers of one run: a tracer, an event handler, or both.
-
-    Build it with :meth:`for_run`, which returns ``None`` when nobody listens.
-    """
-
-    __slots__ = (
-        "_agent",
-        "_capture",
-        "_chat_attributes",
-        "_chat_llm",
-        "_chat_name",
-        "_on_event",
-        "_tracer",
-        "_turn_budget",
-    )
-
-    def __init__(self, agent: str, tracer: Tracer | None, on_event: EventHandler | None):
-        self._agent = agent
-        self._tracer = tracer
-        self._on_event = on_event
-        self._capture = tracer is not None and capture_enabled()
-        self._chat_llm: object = None
-        self._chat_attributes: dict[str, AttributeValue] = {}
-        self._chat_name = "chat"
-        self._turn_budget = (0, 0)  # the open turn's budget at its start (turns are sequential)
-
-    @classmethod
-    def for_run(
-        cls,
-        agent: str,
-        tracer_provider: trace.TracerProvider | None,
-        on_event: EventHandler | None,
-    ) -> Telemetry | None:
-        """The run's telemetry, or ``None`` if there is no tracer and no handler."""
-        tracer = _tracer_for(tracer_provider)
-        if tracer is None and on_event is None:
-            return None
-        return cls(agent, tracer, on_event)
-
-    @staticmethod
-    def activate(span: Span | None) -> AbstractContextManager[Any]:
-        """Make ``span`` current for the block (children nest under it); it is not ended.
-
-        The context is attached on entry and detached on exit in the same task, also when
-        the block is left by cancellation.
-        """
-        if span is None:
-            return _INACTIVE
-        return _Activation(span)
-
-    # --- run ---
-
-    def start_run(self, started: RunStarted, provider: str | None) -> Span | None:
-        """Emit ``RunStarted`` and open ``invoke_agent {agent}``."""
-        if self._on_event is not None:
-            self._on_event(started)
-        if self._tracer is None:
-            return None
-        attributes: dict[str, AttributeValue] = {
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": started.agent,
-            "subagent.max_turns": started.max_turns,
-            "subagent.return_retries": started.return_retries,
-        }
-        if provider:
-            attributes["gen_ai.provider.name"] = provider
-        return self._tracer.start_span(
-            f"invoke_agent {started.agent}", kind=SpanKind.INTERNAL, attributes=attributes
-        )
-
-    def end_run(self, span: Span | None, step: Step[Any] | None, exc: BaseException | None) -> None:
-        """Close the run span with the outcome; emit ``RunEnded`` when there is a step."""
-        try:
-            if step is not None and self._on_event is not None:
-                self._on_event(RunEnded(self._agent, step))
-        finally:
-            if span is not None:
-                try:
-                    if step is not None:
-                        self._describe_run(span, step)
-                    elif exc is not None:
-                        error_type, description = _exception_error(exc)
-                        attributes: dict[str, AttributeValue] = {
-                            "subagent.outcome": "failed",
-                            "subagent.failure.reason": (
-                                "cancelled" if _is_cancellation(exc) else "error"
-                            ),
-                        }
-                        _fail(span, attributes, error_type, description)
-                        span.set_attributes(attributes)
-                finally:
-                    span.end()
-
-    @staticmethod
-    def _describe_run(span: Span, step: Step[Any]) -> None:
+    def finished(self, step: Step[Any]) -> None:
+        self._described = True
         # Summed here rather than read from ``step.usage``, which may build pydantic models.
         input_tokens = output_tokens = 0
         for turn in step.turns:
@@ -298,94 +217,188 @@ class Telemetry:
             "gen_ai.usage.input_tokens": input_tokens,
             "gen_ai.usage.output_tokens": output_tokens,
         }
+        span = self._span
         if failure is not None:
             reason = failure.reason.value
             attributes["subagent.failure.reason"] = reason
             _fail(span, attributes, reason, failure.message)
         span.set_attributes(attributes)
 
-    # --- turn ---
-
-    def start_turn(self, started: TurnStarted) -> Span | None:
-        """Emit ``TurnStarted`` and open ``agent_turn {type}`` under the current span."""
-        if self._on_event is not None:
-            self._on_event(started)
-        if self._tracer is None:
-            return None
-        turn_type = started.type.value
+    def _interrupted(self, span: Span, exc: BaseException) -> None:
+        error_type, description = _exception_error(exc)
         attributes: dict[str, AttributeValue] = {
-            "subagent.turn.index": started.index,
-            "subagent.turn.type": turn_type,
-            "subagent.phase.before": started.phase,
-            "subagent.turn.tools_offered": started.tools_offered,
-            "subagent.context.messages": started.messages,
-            "subagent.context.collapsed": started.collapsed,
+            "subagent.outcome": "failed",
+            "subagent.failure.reason": "cancelled" if _is_cancellation(exc) else "error",
         }
-        self._turn_budget = (started.work_remaining, started.retries_remaining)
-        if started.attempt is not None and started.total is not None:
-            attributes["subagent.retry.attempt"] = started.attempt
-            attributes["subagent.retry.total"] = started.total
-        return self._tracer.start_span(
-            f"agent_turn {turn_type}", kind=SpanKind.INTERNAL, attributes=attributes
-        )
-
-    def end_turn(
-        self,
-        span: Span | None,
-        ended: TurnEnded | None,
-        exc: BaseException | None,
-        error_type: str | None = None,
-    ) -> None:
-        """Close the turn span; emit ``TurnEnded`` when the turn completed.
-
-        The budget attributes say what is left after the turn (for a turn cut short by
-        cancellation, what it started with: nothing was spent).
-        """
-        try:
-            if ended is not None and self._on_event is not None:
-                self._on_event(ended)
-        finally:
-            if span is not None:
-                try:
-                    if ended is not None:
-                        self._describe_turn(span, ended, error_type)
-                    elif exc is not None:
-                        error, description = _exception_error(exc)
-                        work, retries = self._turn_budget
-                        attributes: dict[str, AttributeValue] = {
-                            "subagent.turn.error": description,
-                            "subagent.budget.work_remaining": work,
-                            "subagent.budget.retries_remaining": retries,
-                        }
-                        _fail(span, attributes, error, description)
-                        span.set_attributes(attributes)
-                finally:
-                    span.end()
-
-    @staticmethod
-    def _describe_turn(span: Span, ended: TurnEnded, error_type: str | None) -> None:
-        outcome = ended.outcome
-        attributes: dict[str, AttributeValue] = {
-            "subagent.turn.outcome": outcome.value,
-            "subagent.phase.after": ended.phase_after,
-            "subagent.budget.work_remaining": ended.work_remaining,
-            "subagent.budget.retries_remaining": ended.retries_remaining,
-        }
-        if ended.stop_reason is not None:
-            attributes["gen_ai.response.finish_reasons"] = (ended.stop_reason,)
-        error = ended.error
-        if error is not None:
-            attributes["subagent.turn.error"] = shorten(error, ERROR_TEXT_LIMIT)
-        if outcome in _ERROR_OUTCOMES:
-            _fail(span, attributes, error_type or outcome.value, error or outcome.value)
+        _fail(span, attributes, error_type, description)
         span.set_attributes(attributes)
 
-    # --- chat ---
 
-    def _chat_base(self, request: LLMRequest, llm: object) -> dict[str, AttributeValue]:
+class _TurnSpan(_SpanScope):
+    __slots__ = ("_budget",)
+
+    def __init__(self, span: Span, budget: tuple[int, int]):
+        super().__init__(span)
+        self._budget = budget  # (work, retries) at the start: what is left if cut short
+
+    def ended(self, turn: Turn) -> None:
+        self._described = True
+        outcome = turn.outcome
+        attributes: dict[str, AttributeValue] = {
+            "subagent.turn.outcome": outcome.value,
+            "subagent.phase.after": turn.phase_after,
+            "subagent.budget.work_remaining": turn.work_remaining,
+            "subagent.budget.retries_remaining": turn.retries_remaining,
+        }
+        if turn.stop_reason is not None:
+            attributes["gen_ai.response.finish_reasons"] = (turn.stop_reason.value,)
+        error = turn.error
+        if error is not None:
+            attributes["subagent.turn.error"] = shorten(error, ERROR_TEXT_LIMIT)
+        span = self._span
+        if outcome in _ERROR_OUTCOMES:
+            _fail(span, attributes, turn.error_type or outcome.value, error or outcome.value)
+        span.set_attributes(attributes)
+
+    def _interrupted(self, span: Span, exc: BaseException) -> None:
+        error, description = _exception_error(exc)
+        work, retries = self._budget
+        attributes: dict[str, AttributeValue] = {
+            "subagent.turn.error": description,
+            "subagent.budget.work_remaining": work,
+            "subagent.budget.retries_remaining": retries,
+        }
+        _fail(span, attributes, error, description)
+        span.set_attributes(attributes)
+
+
+class _ChatSpan(_SpanScope):
+    __slots__ = ("_capture",)
+
+    def __init__(self, span: Span, capture: bool):
+        super().__init__(span)
+        self._capture = capture
+
+    def retried(self, retry: TransportRetry) -> None:
+        self._span.add_event(
+            "transport_retry",
+            {
+                "error.type": retry.kind.value,
+                "subagent.retry.attempt": retry.attempt,
+                "subagent.retry.delay_s": retry.delay_s,
+                "exception.message": shorten(retry.message, ERROR_TEXT_LIMIT),
+            },
+        )
+
+    def text(self, piece: str) -> None:
+        return None
+
+    def replied(self, response: LLMResponse) -> None:
+        self._described = True
+        usage = response.usage
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.response.finish_reasons": (response.stop_reason.value,),
+            "gen_ai.usage.input_tokens": usage.input_tokens,
+            "gen_ai.usage.output_tokens": usage.output_tokens,
+        }
+        if response.model:
+            attributes["gen_ai.response.model"] = response.model
+        if self._capture:
+            attributes["gen_ai.output.messages"] = output_messages_json(response)
+        self._span.set_attributes(attributes)
+
+    def _interrupted(self, span: Span, exc: BaseException) -> None:
+        attributes: dict[str, AttributeValue] = {}
+        if isinstance(exc, LLMError):
+            _fail(span, attributes, exc.kind.value, str(exc))
+        else:
+            _fail(span, attributes, *_exception_error(exc))
+        span.set_attributes(attributes)
+
+
+class _ToolSpan(_SpanScope):
+    __slots__ = ("_capture",)
+
+    def __init__(self, span: Span, capture: bool):
+        super().__init__(span)
+        self._capture = capture
+
+    def returned(self, result: ToolResult) -> None:
+        self._described = True
+        attributes: dict[str, AttributeValue] = {}
+        if not result.ok:
+            _fail(self._span, attributes, result.error_type or "tool_error", result.content)
+        if self._capture:
+            attributes["gen_ai.tool.call.result"] = shorten(result.content, CONTENT_LIMIT)
+        if attributes:
+            self._span.set_attributes(attributes)
+
+
+class SpanObserver(Observer):
+    """Spans of one run: ``invoke_agent`` > ``agent_turn`` > ``chat`` / ``execute_tool``.
+
+    Build it with :func:`span_observer`, which returns ``None`` when there is no tracer.
+    """
+
+    __slots__ = ("_agent", "_capture", "_chat_attributes", "_chat_name", "_llm", "_tracer")
+
+    def __init__(self, agent: str, tracer: Tracer, llm: object):
+        self._agent = agent
+        self._tracer = tracer
+        self._llm = llm
+        self._capture = capture_enabled()
+        self._chat_attributes: dict[str, AttributeValue] | None = None
+        self._chat_name = "chat"
+
+    def run(self, max_turns: int, return_retries: int, phase: str) -> RunScope:
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": self._agent,
+            "subagent.max_turns": max_turns,
+            "subagent.return_retries": return_retries,
+        }
+        provider = getattr(self._llm, "provider_name", None)
+        if provider:
+            attributes["gen_ai.provider.name"] = str(provider)
+        span = self._tracer.start_span(
+            f"invoke_agent {self._agent}", kind=SpanKind.INTERNAL, attributes=attributes
+        )
+        return _RunSpan(span)
+
+    def turn(
+        self,
+        index: int,
+        turn_type: TurnType,
+        work_remaining: int,
+        retries_remaining: int,
+        retry_attempt: int | None,
+        retry_total: int | None,
+        tools_offered: int,
+        messages: int,
+        collapsed: int,
+    ) -> TurnScope:
+        type_name = turn_type.value
+        attributes: dict[str, AttributeValue] = {
+            "subagent.turn.index": index,
+            "subagent.turn.type": type_name,
+            "subagent.phase.before": type_name,
+            "subagent.turn.tools_offered": tools_offered,
+            "subagent.context.messages": messages,
+            "subagent.context.collapsed": collapsed,
+        }
+        if retry_attempt is not None and retry_total is not None:
+            attributes["subagent.retry.attempt"] = retry_attempt
+            attributes["subagent.retry.total"] = retry_total
+        span = self._tracer.start_span(
+            f"agent_turn {type_name}", kind=SpanKind.INTERNAL, attributes=attributes
+        )
+        return _TurnSpan(span, (work_remaining, retries_remaining))
+
+    def _chat_base(self, request: LLMRequest) -> dict[str, AttributeValue]:
         """The chat attributes that stay the same for the whole run (computed once)."""
-        if self._chat_llm is llm:
+        if self._chat_attributes is not None:
             return self._chat_attributes
+        llm = self._llm
         model = str(getattr(llm, "model_name", None) or "unknown")
         attributes: dict[str, AttributeValue] = {
             "gen_ai.operation.name": "chat",
@@ -404,76 +417,19 @@ class Telemetry:
             value = request.settings.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 attributes[name] = value
-        self._chat_llm = llm
         self._chat_name = f"chat {model}"
         self._chat_attributes = attributes
         return attributes
 
-    def start_chat(self, request: LLMRequest, llm: object) -> Span | None:
-        """Open ``chat {model}`` (GenAI semantic conventions) under the current span."""
-        if self._tracer is None:
-            return None
-        attributes = self._chat_base(request, llm)
-        name = self._chat_name
+    def chat(self, request: LLMRequest) -> ChatScope:
+        attributes = self._chat_base(request)
         if self._capture:
             content = input_messages_json(request.messages)
             attributes = {**attributes, "gen_ai.input.messages": content}
-        return self._tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
+        span = self._tracer.start_span(self._chat_name, kind=SpanKind.CLIENT, attributes=attributes)
+        return _ChatSpan(span, self._capture)
 
-    @staticmethod
-    def chat_retry(span: Span | None, retry: TransportRetry) -> None:
-        """Record a transport retry as a ``transport_retry`` span event."""
-        if span is not None:
-            span.add_event(
-                "transport_retry",
-                {
-                    "error.type": retry.kind.value,
-                    "subagent.retry.attempt": retry.attempt,
-                    "subagent.retry.delay_s": retry.delay_s,
-                    "exception.message": shorten(retry.message, ERROR_TEXT_LIMIT),
-                },
-            )
-
-    def end_chat(
-        self,
-        span: Span | None,
-        response: LLMResponse | None,
-        error: LLMError | None,
-        exc: BaseException | None,
-    ) -> None:
-        """Close the chat span with the response's model, finish reason and usage."""
-        if span is None:
-            return
-        try:
-            attributes: dict[str, AttributeValue]
-            if response is not None:
-                usage = response.usage
-                attributes = {
-                    "gen_ai.response.finish_reasons": (response.stop_reason.value,),
-                    "gen_ai.usage.input_tokens": usage.input_tokens,
-                    "gen_ai.usage.output_tokens": usage.output_tokens,
-                }
-                if response.model:
-                    attributes["gen_ai.response.model"] = response.model
-                if self._capture:
-                    attributes["gen_ai.output.messages"] = output_messages_json(response)
-                span.set_attributes(attributes)
-            elif error is not None or exc is not None:
-                attributes = {}
-                if error is not None:
-                    _fail(span, attributes, error.kind.value, str(error))
-                elif exc is not None:
-                    _fail(span, attributes, *_exception_error(exc))
-                span.set_attributes(attributes)
-        finally:
-            span.end()
-
-    # --- tools ---
-
-    def start_tool(self, call: ToolCall) -> Span | None:
-        """Open ``execute_tool {name}`` under the current span."""
-        if self._tracer is None:
-            return None
+    def tool(self, call: ToolCall) -> ToolScope:
         attributes: dict[str, AttributeValue] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": call.name,
@@ -487,26 +443,15 @@ class Telemetry:
                 else json.dumps(call.arguments, ensure_ascii=False, default=str)
             )
             attributes["gen_ai.tool.call.arguments"] = shorten(arguments, CONTENT_LIMIT)
-        return self._tracer.start_span(
+        span = self._tracer.start_span(
             f"execute_tool {call.name}", kind=SpanKind.INTERNAL, attributes=attributes
         )
+        return _ToolSpan(span, self._capture)
 
-    def end_tool(
-        self, span: Span | None, result: ToolResult | None, exc: BaseException | None
-    ) -> None:
-        """Close the tool span; failed calls get status ERROR and ``error.type``."""
-        if span is None:
-            return
-        try:
-            attributes: dict[str, AttributeValue] = {}
-            if result is not None:
-                if not result.ok:
-                    _fail(span, attributes, result.error_type or "tool_error", result.content)
-                if self._capture:
-                    attributes["gen_ai.tool.call.result"] = shorten(result.content, CONTENT_LIMIT)
-            elif exc is not None:
-                _fail(span, attributes, *_exception_error(exc))
-            if attributes:
-                span.set_attributes(attributes)
-        finally:
-            span.end()
+
+def span_observer(
+    agent: str, tracer_provider: trace.TracerProvider | None, llm: object
+) -> SpanObserver | None:
+    """The run's span observer, or ``None`` when no tracer provider is configured."""
+    tracer = _tracer_for(tracer_provider)
+    return None if tracer is None else SpanObserver(agent, tracer, llm)

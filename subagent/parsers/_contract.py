@@ -5,7 +5,7 @@ Three routes, chosen from ``SubAgent(output=...)``:
 * ``None`` or ``str``: the reply's text is the output.
 * a pydantic model or any type pydantic can validate: JSON is extracted tolerantly from the
   reply, then validated; failures become per-field feedback.
-* a parser callable ``(text, **kwargs) -> ParseResult`` (or the seed's dict form).
+* a parser callable ``(text, **kwargs) -> ParseResult`` (or its dict form).
 """
 
 from __future__ import annotations

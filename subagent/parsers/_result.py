@@ -48,7 +48,7 @@ class ParseResult:
 
 
 def coerce_parse_result(result: object, parser_name: str) -> ParseResult:
-    """Accept a :class:`ParseResult` or the seed's dict form; reject anything else.
+    """Accept a :class:`ParseResult` or its dict form; reject anything else.
 
     Raises:
         ParserContractError: ``result`` is neither, naming the parser and what it returned.
@@ -86,9 +86,10 @@ def coerce_parse_result(result: object, parser_name: str) -> ParseResult:
 class OutputParser(Protocol):
     """A parser for ``SubAgent(output=...)``: ``(text, **kwargs) -> ParseResult``.
 
-    The seed's dict form (``{"status": "success", "data": ...}``) is accepted too. A model
-    class does not fit this shape (calling it builds an instance), which lets type checkers
-    tell ``output=Model`` (typed ``SubAgent[Model]``) from ``output=parser``.
+    The dict form (``{"status": "success", "data": ...}`` or ``{"status": "error",
+    "feedback": ...}``) is accepted too. A model class does not fit this shape (calling it
+    builds an instance), which lets type checkers tell ``output=Model`` (typed
+    ``SubAgent[Model]``) from ``output=parser``.
     """
 
     def __call__(

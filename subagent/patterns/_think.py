@@ -1,6 +1,6 @@
 """``think_with_retry``: one question, one parser, and correction turns until it parses.
 
-The seed's single-call micro-agent, as a thin layer over a single-shot
+A single-call micro-agent, as a thin layer over a single-shot
 :class:`~subagent.SubAgent` (``max_turns=1``, ``return_retries=max_retries - 1``): the same
 state machine, collapsed context on corrections, turn records and spans as any run.
 """
@@ -63,9 +63,9 @@ async def think_with_retry(
         llm: The model.
         messages: The task: a user prompt, or a list of messages (dicts or
             :class:`~subagent.Message`).
-        parser: ``(text, **parser_kwargs) -> ParseResult`` (or the seed's dict form). Its
+        parser: ``(text, **parser_kwargs) -> ParseResult`` (or the dict form ``{"status": "success", "data": ...}``). Its
             ``instructions`` attribute, if any, goes into the system prompt.
-        max_retries: Total attempts, the first included (>= 1), as in the seed.
+        max_retries: Total attempts, the first included (>= 1).
         **parser_kwargs: Passed to ``parser`` on every attempt.
 
     Returns:

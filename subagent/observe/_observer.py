@@ -1,0 +1,294 @@
+"""The one path a run reports on: an observer, and the scopes it opens for each part of a run.
+
+The turn loop reports four nested kinds of scope, each a context manager::
+
+    with observer.run() as run:                        # the whole run
+        with observer.turn(...) as turn:               # one turn
+            with observer.chat(request) as chat:       # its LLM call
+                chat.retried(retry); chat.text(piece); chat.replied(response)
+            with observer.tool(call) as tool:          # each tool call (maybe concurrent)
+                tool.returned(result)
+            turn.ended(turn_record)
+        run.finished(step)
+
+A scope that is left by an exception before its report (``ended``, ``replied``...) was cut
+short: the observer records how (cancellation, an error) and closes it all the same.
+
+:class:`Observer` does nothing, cheaply: a run nobody listens to gets :data:`NO_OBSERVER`,
+whose scopes are one shared object. OpenTelemetry spans, the ``on_event`` callback and the
+``on_text`` callback are implementations; :func:`combine` puts several behind one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Protocol
+
+from subagent._records import Step, ToolResult, Turn, TurnType
+from subagent.llm import LLMRequest, LLMResponse, ToolCall, TransportRetry
+
+__all__ = [
+    "NO_OBSERVER",
+    "ChatScope",
+    "Observer",
+    "RunScope",
+    "TextObserver",
+    "ToolScope",
+    "TurnScope",
+    "combine",
+]
+
+
+class _Scope(Protocol):
+    def __enter__(self) -> Any: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None: ...
+
+
+class RunScope(_Scope, Protocol):
+    """The whole run; told its :class:`~subagent.Step` when it finishes."""
+
+    def finished(self, step: Step[Any]) -> None: ...
+
+
+class TurnScope(_Scope, Protocol):
+    """One turn; told its :class:`~subagent.Turn` record when it ends."""
+
+    def ended(self, turn: Turn) -> None: ...
+
+
+class ChatScope(_Scope, Protocol):
+    """One LLM call, transport retries included."""
+
+    def retried(self, retry: TransportRetry) -> None: ...
+
+    def text(self, piece: str) -> None: ...
+
+    def replied(self, response: LLMResponse) -> None: ...
+
+
+class ToolScope(_Scope, Protocol):
+    """One tool call."""
+
+    def returned(self, result: ToolResult) -> None: ...
+
+
+class _Nothing:
+    """Every scope of a run nobody listens to: one object, no state, no work."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> _Nothing:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+    def finished(self, step: Step[Any]) -> None:
+        return None
+
+    def ended(self, turn: Turn) -> None:
+        return None
+
+    def retried(self, retry: TransportRetry) -> None:
+        return None
+
+    def text(self, piece: str) -> None:
+        return None
+
+    def replied(self, response: LLMResponse) -> None:
+        return None
+
+    def returned(self, result: ToolResult) -> None:
+        return None
+
+
+_NOTHING = _Nothing()
+
+
+class Observer:
+    """What a run reports to. This base class listens to nothing; subclasses override.
+
+    One observer serves one run (it may keep that run's state). The loop calls the scope
+    methods in nesting order, tool scopes possibly concurrently within a turn.
+
+    Attributes:
+        wants_text: Whether the observer wants the reply's text as it arrives; when no
+            observer of a run does, the model is not asked to stream.
+    """
+
+    __slots__ = ()
+
+    wants_text: bool = False
+
+    def run(self, max_turns: int, return_retries: int, phase: str) -> RunScope:
+        """Open the run's scope (its budgets, and the phase it starts in)."""
+        return _NOTHING
+
+    def turn(
+        self,
+        index: int,
+        turn_type: TurnType,
+        work_remaining: int,
+        retries_remaining: int,
+        retry_attempt: int | None,
+        retry_total: int | None,
+        tools_offered: int,
+        messages: int,
+        collapsed: int,
+    ) -> TurnScope:
+        """Open a turn's scope.
+
+        Args:
+            index: The 1-based turn number.
+            turn_type: The phase the turn starts in.
+            work_remaining: Work turns left, this one included.
+            retries_remaining: Correction turns left.
+            retry_attempt: The 1-based correction attempt on ``retry`` turns, else ``None``.
+            retry_total: The correction budget on ``retry`` turns, else ``None``.
+            tools_offered: Tools offered to the model in this turn.
+            messages: Messages in the request.
+            collapsed: Failed-attempt messages left out of the request so far.
+        """
+        return _NOTHING
+
+    def chat(self, request: LLMRequest) -> ChatScope:
+        """Open the scope of the turn's LLM call."""
+        return _NOTHING
+
+    def tool(self, call: ToolCall) -> ToolScope:
+        """Open the scope of one tool call."""
+        return _NOTHING
+
+
+NO_OBSERVER = Observer()
+"""The observer of a run nobody listens to."""
+
+
+class TextObserver(Observer):
+    """``run(on_text=...)``: hands each piece of a streamed reply to a callback."""
+
+    __slots__ = ("_on_text",)
+
+    wants_text = True
+
+    def __init__(self, on_text: Callable[[str], object]):
+        self._on_text = on_text
+
+    def chat(self, request: LLMRequest) -> ChatScope:
+        return self
+
+    # The chat scope itself: only text pieces are of interest.
+
+    def __enter__(self) -> TextObserver:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+    def retried(self, retry: TransportRetry) -> None:
+        return None
+
+    def text(self, piece: str) -> None:
+        self._on_text(piece)
+
+    def replied(self, response: LLMResponse) -> None:
+        return None
+
+
+class _Fanout:
+    """The scopes of several observers, entered in order and left in reverse order."""
+
+    __slots__ = ("_entered", "_scopes")
+
+    def __init__(self, scopes: list[Any]):
+        self._scopes = scopes
+        self._entered = 0
+
+    def __enter__(self) -> _Fanout:
+        for scope in self._scopes:
+            scope.__enter__()
+            self._entered += 1
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        # Every entered scope is left, even when leaving one raises; the first such error
+        # is raised after the others are closed.
+        error: BaseException | None = None
+        for scope in reversed(self._scopes[: self._entered]):
+            try:
+                scope.__exit__(exc_type, exc, traceback)
+            except BaseException as raised:
+                error = error or raised
+        if error is not None:
+            raise error
+
+    def finished(self, step: Step[Any]) -> None:
+        for scope in self._scopes:
+            scope.finished(step)
+
+    def ended(self, turn: Turn) -> None:
+        for scope in self._scopes:
+            scope.ended(turn)
+
+    def retried(self, retry: TransportRetry) -> None:
+        for scope in self._scopes:
+            scope.retried(retry)
+
+    def text(self, piece: str) -> None:
+        for scope in self._scopes:
+            scope.text(piece)
+
+    def replied(self, response: LLMResponse) -> None:
+        for scope in self._scopes:
+            scope.replied(response)
+
+    def returned(self, result: ToolResult) -> None:
+        for scope in self._scopes:
+            scope.returned(result)
+
+
+class _Observers(Observer):
+    """Several observers of one run, as one."""
+
+    __slots__ = ("_observers", "wants_text")
+
+    def __init__(self, observers: Sequence[Observer]):
+        self._observers = tuple(observers)
+        self.wants_text = any(observer.wants_text for observer in observers)
+
+    def run(self, max_turns: int, return_retries: int, phase: str) -> RunScope:
+        return _Fanout([o.run(max_turns, return_retries, phase) for o in self._observers])
+
+    def turn(self, *facts: Any) -> TurnScope:
+        return _Fanout([o.turn(*facts) for o in self._observers])
+
+    def chat(self, request: LLMRequest) -> ChatScope:
+        return _Fanout([o.chat(request) for o in self._observers])
+
+    def tool(self, call: ToolCall) -> ToolScope:
+        return _Fanout([o.tool(call) for o in self._observers])
+
+
+def combine(observers: Sequence[Observer | None]) -> Observer:
+    """One observer for all of ``observers`` (``None`` entries are skipped).
+
+    No observer gives :data:`NO_OBSERVER`; one gives itself.
+    """
+    present = [observer for observer in observers if observer is not None]
+    if not present:
+        return NO_OBSERVER
+    if len(present) == 1:
+        return present[0]
+    return _Observers(present)
