@@ -1,9 +1,9 @@
 """Parser benchmark: multi_section_parser and json_parser on 1 KB, 100 KB and 1 MB replies.
 
 Prints the median time per parse and the microseconds per KB (flat = linear), then the
-seed's worst case -- thousands of distinct headers -- against a faithful re-implementation
-of the seed's multi_section_parser (kept here only), which checks every line against the
-header *list* and pre-scans the reply once per header: O(lines x headers).
+worst case of a naive section parser -- thousands of distinct headers -- against such a
+parser (kept here only) that checks every line against the header *list* and pre-scans the
+reply once per header: O(lines x headers).
 
 Run with `python bench/parsers.py`.
 """
@@ -77,10 +77,10 @@ def median_seconds(
     return statistics.median(times)
 
 
-# --- the seed's algorithm, faithfully (think-with-retry.md, multi_section_parser) ----------
+# --- the naive algorithm: each line checked against the header list ----------------------
 
 
-def seed_multi_section_parser(
+def naive_multi_section_parser(
     raw_reply: str, section_headers: list[str], match_mode: str = "ALL"
 ) -> dict[str, Any]:
     if match_mode == "ALL":
@@ -140,22 +140,22 @@ def main() -> dict[str, float]:
             cells.append(f"{micros:>10.0f} ({per_kb:5.1f}/KB)")
         print(f"  {name:<24}" + "".join(f"{cell:>22}" for cell in cells))
 
-    print("seed worst case: N distinct headers, one content line each (ALL mode)")
-    print(f"  {'N headers':>10} {'reply':>9} {'seed (ms)':>11} {'ours (ms)':>11} {'speed-up':>9}")
+    print("naive worst case: N distinct headers, one content line each (ALL mode)")
+    print(f"  {'N headers':>10} {'reply':>9} {'naive (ms)':>11} {'ours (ms)':>11} {'speed-up':>9}")
     for count in (1_000, 10_000):
         headers, text = many_headers_reply(count)
-        expected = seed_multi_section_parser(text, headers)["sections"]
+        expected = naive_multi_section_parser(text, headers)["sections"]
         assert multi_section_parser(text, headers).sections == expected
-        seed_run = functools.partial(seed_multi_section_parser, text, headers)
-        seed = median_seconds(seed_run, max_repeats=1, warm_up=False)  # seconds per call
+        naive_run = functools.partial(naive_multi_section_parser, text, headers)
+        naive = median_seconds(naive_run, max_repeats=1, warm_up=False)  # seconds per call
         ours = median_seconds(
             functools.partial(multi_section_parser, text, headers), max_repeats=20
         )
-        results[f"seed/{count}"] = seed * 1e6
+        results[f"naive/{count}"] = naive * 1e6
         results[f"ours/{count}"] = ours * 1e6
         print(
-            f"  {count:>10,} {len(text) / 1024:>7.0f}KB {seed * 1e3:>11.1f} {ours * 1e3:>11.2f}"
-            f" {seed / ours:>8.0f}x"
+            f"  {count:>10,} {len(text) / 1024:>7.0f}KB {naive * 1e3:>11.1f} {ours * 1e3:>11.2f}"
+            f" {naive / ours:>8.0f}x"
         )
     return results
 
