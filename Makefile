@@ -32,6 +32,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check subagent tests examples bench scripts
 	$(BIN)/ruff format --check subagent tests examples bench scripts
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py

@@ -63,8 +63,9 @@ async def think_with_retry(
         llm: The model.
         messages: The task: a user prompt, or a list of messages (dicts or
             :class:`~subagent.Message`).
-        parser: ``(text, **parser_kwargs) -> ParseResult`` (or the dict form ``{"status": "success", "data": ...}``). Its
-            ``instructions`` attribute, if any, goes into the system prompt.
+        parser: ``(text, **parser_kwargs) -> ParseResult`` (or the dict form
+            ``{"status": "success", "data": ...}``). Its ``instructions`` attribute, if
+            any, goes into the system prompt.
         max_retries: Total attempts, the first included (>= 1).
         **parser_kwargs: Passed to ``parser`` on every attempt.
 
