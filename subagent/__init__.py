@@ -66,7 +66,7 @@ from subagent.patterns import (
     think_with_retry,
 )
 from subagent.testing import ScriptedLLM
-from subagent.tools import Tool
+from subagent.tools import FromExtras, Tool, ToolOutput, tool
 
 __all__ = [
     "LLM",
@@ -76,6 +76,7 @@ __all__ = [
     "EventHandler",
     "FailReason",
     "Failure",
+    "FromExtras",
     "JSONParser",
     "LLMError",
     "LLMRequest",
@@ -107,6 +108,7 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolDefinition",
+    "ToolOutput",
     "ToolResult",
     "TransportRetry",
     "Turn",
@@ -123,6 +125,7 @@ __all__ = [
     "retry_loop",
     "sections_parser",
     "think_with_retry",
+    "tool",
 ]
 
 

@@ -25,7 +25,8 @@ from subagent._templates import Template, default_templates
 from subagent.llm import LLM, Message, RetryPolicy, messages_from
 from subagent.observe import EventHandler
 from subagent.parsers import OutputParser, build_contract
-from subagent.tools import Tool, Toolbox, build_tools
+from subagent.protocols import PROTOCOLS, ProtocolName, ReplyProtocol
+from subagent.tools import TOOL_RESULT_LIMIT, Tool, Toolbox, build_tools
 
 __all__ = ["SubAgent"]
 
@@ -48,6 +49,13 @@ def _check_policy(value: object) -> ContextPolicy:
     if value not in _POLICIES:
         raise ConfigurationError("context_policy", f"must be one of {_POLICIES}, got {value!r}")
     return cast(ContextPolicy, value)
+
+
+def _check_protocol(value: object) -> ReplyProtocol:
+    protocol = PROTOCOLS.get(value) if isinstance(value, str) else None
+    if protocol is None:
+        raise ConfigurationError("protocol", f"must be one of {sorted(PROTOCOLS)}, got {value!r}")
+    return protocol
 
 
 def _check_llm(value: object, name: str = "llm") -> LLM | None:
@@ -94,8 +102,18 @@ class SubAgent(Generic[OutputT]):
         mission_timeout: Seconds allowed for the whole run.
         keep_tool_schemas: Keep tool schemas in ``must_return``/``retry`` requests and ask
             for ``tool_choice="none"`` (friendlier to prompt caches); calls are refused either
-            way.
+            way. Native protocol only.
         description: What the agent does, when it is used as a tool of another agent.
+        protocol: How tools travel: ``native`` (the model's own tool calling, the default)
+            or ``react`` (tools described in the prompt, one action per reply, read from
+            the text; for models without reliable tool calling).
+        parallel_tool_calls: Run the calls of one reply concurrently (default); ``False``
+            runs them one after another, in order.
+        prune_unknown_args: Drop arguments a tool does not take, recording their names on
+            the turn and the tool span (default); ``False`` reports them to the model as
+            invalid. A :class:`Tool` may set its own.
+        max_tool_result_chars: Characters of a tool's result the model is shown; the rest
+            is cut, with a note saying how much.
     """
 
     name: str
@@ -115,6 +133,10 @@ class SubAgent(Generic[OutputT]):
     mission_timeout: float | None = None
     keep_tool_schemas: bool = False
     description: str = ""
+    protocol: ProtocolName = "native"
+    parallel_tool_calls: bool = True
+    prune_unknown_args: bool = True
+    max_tool_result_chars: int = TOOL_RESULT_LIMIT
     _parts: AgentParts = field(init=False, repr=False)
     _task: Template = field(init=False, repr=False)
 
@@ -150,20 +172,26 @@ class SubAgent(Generic[OutputT]):
         tools = build_tools(self.tools)
         contract = build_contract(self.output, self.parser_kwargs)
         instructions = contract.instructions(templates)
-        listed = [{"name": t.name, "description": t.description or ""} for t in tools.values()]
+        protocol = _check_protocol(self.protocol)
+        for flag in ("keep_tool_schemas", "parallel_tool_calls", "prune_unknown_args"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigurationError(flag, f"must be a bool, got {getattr(self, flag)!r}")
+        check_int("max_tool_result_chars", self.max_tool_result_chars, 1)
+        toolbox = Toolbox(tools, templates, prune_unknown_args=self.prune_unknown_args,
+                          result_limit=self.max_tool_result_chars)  # fmt: skip
 
         def system(with_tools: bool) -> Message:
-            text = templates.render(
-                "system", agent_name=self.name, has_tools=with_tools and bool(listed),
-                tools=listed if with_tools else [], output_instructions=instructions,
-            )  # fmt: skip
+            listed = toolbox.definitions if with_tools else []
+            text = protocol.system_prompt(templates, self.name, listed, instructions)
             return Message(role="system", content=text)
 
         parts = AgentParts(
             name=self.name,
             templates=templates,
             contract=contract,
-            toolbox=Toolbox(tools, templates),
+            toolbox=toolbox,
+            protocol=protocol,
+            parallel_tool_calls=self.parallel_tool_calls,
             validators=tuple(self.validators),
             system_with_tools=system(True),
             system_without_tools=system(False),

@@ -70,8 +70,17 @@ class ToolResult(BaseModel):
         name: The tool's name.
         ok: Whether the tool ran and returned.
         content: What the model was shown (the result, or the error).
-        error_type: The exception's type name when the call failed.
+        error_type: Why the call failed: ``unknown_tool``, ``invalid_arguments``,
+            ``timeout``, ``unserializable_result``, ``tools_unavailable``, ``cancelled``, or
+            the exception's type name.
         duration_s: Wall-clock seconds spent in the tool.
+        pruned_arguments: Arguments the model sent that the tool does not take, dropped
+            before the call.
+        cut_chars: Characters of the result the model was not shown (it was too long).
+        full_output: The whole result as text, when it was cut for the model but is short
+            enough to keep (see ``TOOL_RECORD_LIMIT``).
+        completed: ``False`` when the run was cut short (a timeout, a stop) before the call
+            returned.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -82,6 +91,10 @@ class ToolResult(BaseModel):
     content: str
     error_type: str | None = None
     duration_s: float = 0.0
+    pruned_arguments: list[str] = Field(default_factory=list)
+    cut_chars: int = 0
+    full_output: str | None = None
+    completed: bool = True
 
 
 class Turn(BaseModel):

@@ -11,7 +11,7 @@ through the run's :class:`~subagent.observe.Observer`, scope by scope.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +45,8 @@ from subagent.llm import (
 )
 from subagent.observe import EventHandler, Observer, TurnScope, observer_for_run
 from subagent.parsers import OutputContract, ParseResult, detect_explicit_fail, run_validators
-from subagent.tools import Toolbox
+from subagent.protocols import ReplyProtocol
+from subagent.tools import Toolbox, ToolRun, render_result
 
 __all__ = ["AgentParts", "RunOptions", "execute_run"]
 
@@ -58,6 +59,8 @@ class AgentParts:
     templates: TemplateSet
     contract: OutputContract
     toolbox: Toolbox
+    protocol: ReplyProtocol
+    parallel_tool_calls: bool
     validators: Sequence[Any]
     system_with_tools: Message
     system_without_tools: Message
@@ -93,6 +96,8 @@ class _Verdict:
     output: Any = None
     error_kind: ErrorKind | None = None  # the LLM error behind a failed call
     tool_messages: list[Message] | None = None  # a tool turn's exchange, kept in context
+    note: str | None = None  # feedback after a tool turn (an invalid final tool answer)
+    calls: list[ToolCall] | None = None  # the calls the reply asked for, with their ids
 
 
 async def execute_run(parts: AgentParts, options: RunOptions, opening: list[Message]) -> Step[Any]:
@@ -104,7 +109,9 @@ class _Run:
     __slots__ = (
         "_budget",
         "_conversation",
+        "_extras",
         "_failure",
+        "_in_flight",
         "_observer",
         "_options",
         "_output",
@@ -127,6 +134,11 @@ class _Run:
             parts.name, options.llm, options.tracer_provider, options.on_event, options.on_text
         )
         self._started = 0.0
+        # Objects a tool returned for the next tool turn's calls (ToolOutput.extras).
+        self._extras: Mapping[str, Any] | None = None
+        # The calls of the tool turn under way and what has come back, for the record of a
+        # turn cut short.
+        self._in_flight: tuple[list[ToolCall], list[ToolRun | None]] | None = None
 
     # --- the loop ---
 
@@ -182,10 +194,15 @@ class _Run:
         phase = budget.phase
         turn_type = _TURN_TYPE[phase]
         index = len(self._turns) + 1
-        offer_tools = phase is Phase.NORMAL or self._options.keep_tool_schemas
         parts = self._parts
-        tools = parts.toolbox.definitions if offer_tools else []
-        system = parts.system_with_tools if offer_tools else parts.system_without_tools
+        offer_tools = phase is Phase.NORMAL
+        native = parts.protocol.native_tools
+        tools = (
+            parts.toolbox.definitions
+            if native and (offer_tools or self._options.keep_tool_schemas)
+            else []
+        )
+        system = parts.system_with_tools if offer_tools or tools else parts.system_without_tools
         messages = (system, *self._conversation.messages())
         collapsed = self._conversation.collapsed
         request = LLMRequest(
@@ -215,7 +232,8 @@ class _Run:
                 self._record(observed, Turn(
                     index=index, type=turn_type, outcome=TurnOutcome.FAIL,
                     phase_after=phase.value, reply=response.text if response else "",
-                    tool_calls=list(response.tool_calls) if response else [],
+                    tool_calls=self._interrupted_calls(response),
+                    tool_results=self._interrupted_results(),
                     error="cancelled before the turn completed", error_type="cancelled",
                     stop_reason=response.stop_reason if response else None,
                     usage=response.usage if response else _NO_USAGE,
@@ -229,7 +247,7 @@ class _Run:
             self._record(observed, Turn(
                 index=index, type=turn_type, outcome=verdict.outcome, phase_after=budget.state,
                 reply=response.text if response else "",
-                tool_calls=list(response.tool_calls) if response else [],
+                tool_calls=verdict.calls if verdict.calls is not None else [],
                 tool_results=verdict.tool_results, error=verdict.error,
                 error_type=verdict.error_type, feedback=feedback,
                 stop_reason=response.stop_reason if response else None,
@@ -243,6 +261,25 @@ class _Run:
     def _record(self, observed: TurnScope, turn: Turn) -> None:
         self._turns.append(turn)
         observed.ended(turn)
+
+    def _interrupted_calls(self, response: LLMResponse | None) -> list[ToolCall]:
+        if self._in_flight is not None:
+            return list(self._in_flight[0])
+        return list(response.tool_calls) if response else []
+
+    def _interrupted_results(self) -> list[ToolResult]:
+        """The results of a tool turn cut short: those that came back, then the others."""
+        if self._in_flight is None:
+            return []
+        calls, runs = self._in_flight
+        self._in_flight = None
+        return [
+            run.result if run is not None else ToolResult(
+                call_id=call.id, name=call.name, ok=False, content="", error_type="cancelled",
+                completed=False,
+            )
+            for call, run in zip(calls, runs, strict=True)
+        ]  # fmt: skip
 
     async def _call(self, request: LLMRequest, retries: list[TransportRetry]) -> LLMResponse:
         observer = self._observer
@@ -274,20 +311,28 @@ class _Run:
             return _Verdict(TurnOutcome.FAIL, Trigger.LLM_FAILED, error=message,
                             error_type="content_filter",
                             error_kind=ErrorKind.CONTENT_FILTER)  # fmt: skip
-        if response.tool_calls:
-            if self._budget.phase is Phase.NORMAL:
-                return await self._run_tools(response, index)
-            error, results = self._parts.toolbox.refuse(response.tool_calls)
+        in_normal = self._budget.phase is Phase.NORMAL
+        reading = self._parts.protocol.read(response, in_normal)
+        if reading.calls:
+            calls = [
+                call if call.id else call.model_copy(update={"id": f"call_{index}_{position}"})
+                for position, call in enumerate(reading.calls, start=1)
+            ]
+            if in_normal:
+                return await self._run_tools(response, calls)
+            error, results = self._parts.toolbox.refuse(calls)
             return _Verdict(TurnOutcome.ERROR, Trigger.MISSED, error, "tools_unavailable",
-                            tool_results=results)  # fmt: skip
-        return await self._judge_return(response)
-
-    async def _judge_return(self, response: LLMResponse) -> _Verdict:
-        templates = self._parts.templates
-        text = response.text
+                            tool_results=results, calls=calls)  # fmt: skip
         if response.stop_reason is StopReason.LENGTH:
-            return _Verdict(TurnOutcome.ERROR, Trigger.MISSED, templates.render("truncated_reply"),
-                            "truncated")  # fmt: skip
+            cut = self._parts.templates.render("truncated_reply")
+            return _Verdict(TurnOutcome.ERROR, Trigger.MISSED, cut, "truncated")
+        if reading.problem is not None:
+            return _Verdict(TurnOutcome.ERROR, Trigger.MISSED, reading.problem, "invalid_action")
+        return await self._judge_answer(reading.answer or "")
+
+    async def _judge_answer(self, text: str) -> _Verdict:
+        """A return attempt: an explicit fail, or an answer the output contract judges."""
+        templates = self._parts.templates
         reason = detect_explicit_fail(text)
         if reason is not None:
             return _Verdict(TurnOutcome.FAIL, Trigger.GAVE_UP, error=reason,
@@ -303,42 +348,60 @@ class _Run:
                 return _Verdict(TurnOutcome.ERROR, Trigger.MISSED, error, "validation_failed")
         return _Verdict(TurnOutcome.SUCCESS, Trigger.RETURNED, output=value)
 
-    async def _run_tools(self, response: LLMResponse, index: int) -> _Verdict:
-        calls = [
-            call if call.id else call.model_copy(update={"id": f"call_{index}_{position}"})
-            for position, call in enumerate(response.tool_calls, start=1)
-        ]
-        results: list[ToolResult | None] = [None] * len(calls)
-        if len(calls) == 1:
-            results[0] = await self._run_tool(calls[0])
+    async def _run_tools(self, response: LLMResponse, calls: list[ToolCall]) -> _Verdict:
+        """Run a tool turn's calls (concurrently unless told not to); results keep call order."""
+        runs: list[ToolRun | None] = [None] * len(calls)
+        self._in_flight = (calls, runs)
+        extras, self._extras = self._extras, None  # handed to this turn's calls, then cleared
+        if len(calls) == 1 or not self._parts.parallel_tool_calls:
+            for position, call in enumerate(calls):
+                runs[position] = await self._run_tool(call, extras)
         else:
 
             async def run_one(position: int, call: ToolCall) -> None:
-                results[position] = await self._run_tool(call)
+                runs[position] = await self._run_tool(call, extras)
 
             async with anyio.create_task_group() as group:
                 for position, call in enumerate(calls):
                     group.start_soon(run_one, position, call)
-        done = [result for result in results if result is not None]
-        assistant = Message(role="assistant", content=response.text, tool_calls=tuple(calls))
-        exchange = [assistant] + [
-            Message(role="tool", content=result.content, tool_call_id=result.call_id,
-                    name=result.name)
-            for result in done
-        ]  # fmt: skip
-        failed = [result for result in done if not result.ok]
+        self._in_flight = None
+        done = [run for run in runs if run is not None]
+        results = [run.result for run in done]
+        for run in done:
+            if run.extras:
+                self._extras = {**(self._extras or {}), **run.extras}
+        exchange = self._parts.protocol.tool_exchange(response, calls, results,
+                                                      self._parts.templates)  # fmt: skip
+        final = next((run for run in done if run.final), None)
+        if final is not None:
+            answer = await self._judge_final(final)
+            if answer.outcome is TurnOutcome.SUCCESS:
+                answer.tool_results, answer.calls = results, calls
+                return answer
+            note = self._parts.templates.render(
+                "tool_final_invalid", name=final.result.name, error=answer.error or ""
+            )
+            return _Verdict(TurnOutcome.ERROR, Trigger.USED_TOOLS, answer.error,
+                            answer.error_type, tool_results=results, tool_messages=exchange,
+                            note=note, calls=calls)  # fmt: skip
+        failed = [result for result in results if not result.ok]
         if failed:
             error = "\n".join(f"{result.name}: {result.error_type}" for result in failed)
             return _Verdict(TurnOutcome.ERROR, Trigger.USED_TOOLS, error, "tool_error",
-                            tool_results=done, tool_messages=exchange)  # fmt: skip
-        return _Verdict(TurnOutcome.CONTINUE, Trigger.USED_TOOLS, tool_results=done,
-                        tool_messages=exchange)  # fmt: skip
+                            tool_results=results, tool_messages=exchange, calls=calls)  # fmt: skip
+        return _Verdict(TurnOutcome.CONTINUE, Trigger.USED_TOOLS, tool_results=results,
+                        tool_messages=exchange, calls=calls)  # fmt: skip
 
-    async def _run_tool(self, call: ToolCall) -> ToolResult:
+    async def _judge_final(self, final: ToolRun) -> _Verdict:
+        """A tool's final value, judged by the output contract like any return."""
+        value = final.value
+        return await self._judge_answer(value if isinstance(value, str) else render_result(value))
+
+    async def _run_tool(self, call: ToolCall, extras: Mapping[str, Any] | None) -> ToolRun:
         with self._observer.tool(call) as observed:
-            result = await self._parts.toolbox.run(call)
-            observed.returned(result)
-        return result
+            run = await self._parts.toolbox.run(call, extras)
+            observed.returned(run.result)
+        return run
 
     # --- moving on ---
 
@@ -354,15 +417,18 @@ class _Run:
             return None
         if verdict.tool_messages is not None:
             exchange = verdict.tool_messages
-            notice = None
+            notes = [verdict.note] if verdict.note else []
             if next_phase is Phase.MUST_RETURN:
-                notice = self._must_return_warning()
+                notes.append(self._must_return_warning())
+            notice = "\n\n".join(notes) or None
+            if notice is not None:
                 exchange.append(self._user(notice))
             self._conversation.add_exchange(exchange)
             return notice
         assert verdict.error is not None and response is not None
         feedback = self._feedback(verdict.error, next_phase)
-        self._conversation.add_failed_attempt(_as_reply(response), self._user(feedback))
+        reply = self._parts.protocol.failed_reply(response)
+        self._conversation.add_failed_attempt(reply, self._user(feedback))
         return feedback
 
     def _failed(self, message: str, error_kind: ErrorKind | None) -> Failure:
@@ -412,12 +478,3 @@ class _Run:
 
 _TURN_TYPE = {Phase(kind.value): kind for kind in TurnType}
 _NO_USAGE = LLMResponse.model_fields["usage"].get_default(call_default_factory=True)
-
-
-def _as_reply(response: LLMResponse) -> Message:
-    """The failed reply as the assistant said it (tool calls described in text)."""
-    text = response.text
-    if response.tool_calls:
-        calls = "\n".join(f"[call {call.name}({call.arguments})]" for call in response.tool_calls)
-        text = f"{text}\n{calls}" if text else calls
-    return Message(role="assistant", content=text)

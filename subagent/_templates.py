@@ -24,6 +24,8 @@ __all__ = ["Template", "TemplateSet", "default_templates", "prompts_dir"]
 
 _MISSING = object()
 _MEMOISABLE = frozenset({str, int, float, bool, type(None)})
+# Longer text (a tool result, a model's error) is unique to one render: not worth keeping.
+_MEMO_TEXT = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,8 +203,9 @@ def prompts_dir() -> Path:
 class TemplateSet(Mapping[str, Template]):
     """Named templates: the shipped defaults, optionally overridden by name.
 
-    Renders whose values are all hashable (counts, flags, names) are memoised: most
+    Renders whose values are all short scalars (counts, flags, names) are memoised: most
     prompts a run sends (the must-return warning, the tool list) are the same every time.
+    At most 512 renders are kept, none with a text value over 256 characters.
     """
 
     _CACHE_LIMIT = 512
@@ -222,7 +225,10 @@ class TemplateSet(Mapping[str, Template]):
 
     def render(self, name: str, /, **data: Any) -> str:
         """Render template ``name`` with ``data`` (partials come from this set), stripped."""
-        if not all(type(value) in _MEMOISABLE for value in data.values()):
+        if not all(
+            type(value) in _MEMOISABLE and (type(value) is not str or len(value) <= _MEMO_TEXT)
+            for value in data.values()
+        ):
             return self._templates[name].render(data, self).strip()
         key = (name, frozenset(data.items()))
         cached = self._rendered.get(key)

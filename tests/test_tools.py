@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Annotated
 
+import anyio
 import pytest
 from pydantic import BaseModel, Field
 
-from subagent import Tool
-from subagent.tools._tool import ToolArgumentsError, render_result
+from subagent import ConfigurationError, FromExtras, Tool, tool
+from subagent.tools import ToolArgumentsError, render_result
 
 pytestmark = pytest.mark.anyio
 
@@ -99,3 +101,132 @@ def test_results_render_as_text_or_json() -> None:
     assert render_result("plain") == "plain"
     assert render_result(Point(x=1)) == '{"x":1}'
     assert render_result({"a": [1, None]}) == '{"a":[1,null]}'
+
+
+# --- the decorator, schemas, pruning ---
+
+
+def test_the_decorator_makes_a_tool_that_stays_callable() -> None:
+    @tool
+    def double(x: int) -> int:
+        """Double x."""
+        return 2 * x
+
+    @tool(name="triple", timeout=2.5, run_in_thread=False)
+    def times_three(x: int) -> int:
+        """Triple x."""
+        return 3 * x
+
+    assert isinstance(double, Tool) and double.definition.description == "Double x."
+    assert double(4) == 8
+    assert (times_three.name, times_three.timeout, times_three.run_in_thread) == (
+        "triple",
+        2.5,
+        False,
+    )
+    assert times_three(2) == 6
+
+
+class Address(BaseModel):
+    city: str
+
+
+class Person(BaseModel):
+    name: str
+    home: Address
+
+
+class Node(BaseModel):
+    value: int
+    children: list[Node] = []
+
+
+def register(person: Person, backup: Address | None = None) -> str:
+    return person.name
+
+
+def walk(tree: Node) -> int:
+    return tree.value
+
+
+def test_nested_models_are_inlined_rather_than_referenced() -> None:
+    schema = Tool(register).definition.parameters
+    assert "$defs" not in json.dumps(schema) and "$ref" not in json.dumps(schema)
+    assert schema["properties"]["person"]["properties"]["home"]["properties"]["city"] == {
+        "title": "City",
+        "type": "string",
+    }
+    assert schema["additionalProperties"] is False
+
+
+def test_a_recursive_model_keeps_its_definitions() -> None:
+    schema = Tool(walk).definition.parameters
+    assert "$defs" in schema  # a recursive model cannot be inlined
+    assert schema["properties"]["tree"]["$ref"].startswith("#/$defs/")
+
+
+def test_pruning_drops_unknown_arguments_and_names_them() -> None:
+    kept, pruned = Tool(search).prune({"query": "a", "colour": "red", "size": 2})
+    assert kept == {"query": "a"} and pruned == ["colour", "size"]
+    assert Tool(search).prune({"query": "a"}) == ({"query": "a"}, [])
+
+
+def test_extras_parameters_are_hidden_from_the_model_and_need_a_default() -> None:
+    def query(sql: str, conn: Annotated[object, FromExtras] = None) -> str:
+        return sql
+
+    made = Tool(query)
+    assert made.extras_parameters == {"conn"}
+    assert list(made.definition.parameters["properties"]) == ["sql"]
+
+    def strict(sql: str, conn: Annotated[object, FromExtras]) -> str:
+        return sql
+
+    with pytest.raises(ConfigurationError, match=r"'conn' of tool 'strict'.*needs a default"):
+        Tool(strict)
+
+
+async def test_extras_reach_only_the_parameters_marked_for_them() -> None:
+    seen: list[object] = []
+
+    def query(sql: str, conn: Annotated[object, FromExtras] = None) -> str:
+        seen.append(conn)
+        return sql
+
+    marker = object()
+    await Tool(query).call({"sql": "x"}, {"conn": marker, "other": 1})
+    await Tool(query).call({"sql": "x"})
+    assert seen == [marker, None]
+
+
+@pytest.mark.parametrize("value", ["1", 0, None])
+def test_tool_flags_must_be_bools(value: object) -> None:
+    with pytest.raises(ConfigurationError, match="run_in_thread"):
+        Tool(search, run_in_thread=value)  # type: ignore[arg-type]
+
+
+def test_a_tool_timeout_must_be_positive_seconds() -> None:
+    with pytest.raises(ConfigurationError, match="timeout"):
+        Tool(search, timeout=0)
+
+
+async def test_a_tool_over_its_timeout_raises_timeout_error() -> None:
+    async def stuck() -> None:
+        await anyio.sleep_forever()
+
+    with pytest.raises(TimeoutError):
+        await Tool(stuck, timeout=0.01).call({})
+
+
+async def test_a_blocked_sync_tool_is_abandoned_at_its_timeout() -> None:
+    release = threading.Event()
+
+    def blocked() -> str:
+        release.wait(10)
+        return "late"
+
+    try:
+        with pytest.raises(TimeoutError):
+            await Tool(blocked, timeout=0.01).call({})
+    finally:
+        release.set()  # the abandoned thread returns; its result is dropped

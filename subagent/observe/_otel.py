@@ -326,6 +326,8 @@ class _ToolSpan(_SpanScope):
     def returned(self, result: ToolResult) -> None:
         self._described = True
         attributes: dict[str, AttributeValue] = {}
+        if result.pruned_arguments:
+            attributes["subagent.tool.pruned_arguments"] = tuple(result.pruned_arguments)
         if not result.ok:
             _fail(self._span, attributes, result.error_type or "tool_error", result.content)
         if self._capture:

@@ -2,8 +2,9 @@
 
 What lives here:
 
-- ``_tool``: :class:`Tool`, built from a function's signature and docstring; its JSON schema
-  and the validation of the model's arguments.
+- ``_tool``: :class:`Tool` and the :func:`tool` decorator, built from a function's signature
+  and docstring; its JSON schema, argument validation and pruning; :class:`ToolOutput`
+  (final answers, extras) and :data:`FromExtras`.
 - ``_execute``: :class:`Toolbox`, an agent's tools ready to run the model's calls: every
   failure becomes a result the model reads, never an exception.
 
@@ -11,7 +12,29 @@ What it may import: the records (``ToolResult``), the LLM room's records, the pa
 error formatting, and the base modules.
 """
 
-from subagent.tools._execute import Toolbox
-from subagent.tools._tool import Tool, ToolArgumentsError, build_tools, render_result
+from subagent.tools._execute import TOOL_RECORD_LIMIT, TOOL_RESULT_LIMIT, Toolbox, ToolRun
+from subagent.tools._tool import (
+    FromExtras,
+    Tool,
+    ToolArgumentsError,
+    ToolOutput,
+    build_tools,
+    inline_definitions,
+    render_result,
+    tool,
+)
 
-__all__ = ["Tool", "ToolArgumentsError", "Toolbox", "build_tools", "render_result"]
+__all__ = [
+    "TOOL_RECORD_LIMIT",
+    "TOOL_RESULT_LIMIT",
+    "FromExtras",
+    "Tool",
+    "ToolArgumentsError",
+    "ToolOutput",
+    "ToolRun",
+    "Toolbox",
+    "build_tools",
+    "inline_definitions",
+    "render_result",
+    "tool",
+]

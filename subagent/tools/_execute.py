@@ -1,24 +1,51 @@
 """Running the model's tool calls: validated arguments in, the text the model sees out.
 
 A call never raises out of here (cancellation aside): an unknown tool, arguments that do not
-fit, or an exception from the tool all become a failed :class:`~subagent.ToolResult` whose
-content is the feedback the model reads on its next turn. Tool output and error text are
-fenced as data.
+fit, a timeout, an exception from the tool, or a return value that cannot become text all
+become a failed :class:`~subagent.ToolResult` whose content is the feedback the model reads
+on its next turn. Tool output and error text are fenced as data, and a long result is cut
+to :data:`TOOL_RESULT_LIMIT` characters before the model sees it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from subagent._records import ToolResult
 from subagent._templates import TemplateSet
 from subagent._text import fence
 from subagent.llm import ToolCall, ToolDefinition
 from subagent.parsers import format_validation_errors
-from subagent.tools._tool import Tool, ToolArgumentsError, render_result
+from subagent.tools._tool import Tool, ToolArgumentsError, ToolOutput, render_result
 
-__all__ = ["Toolbox"]
+__all__ = ["TOOL_RECORD_LIMIT", "TOOL_RESULT_LIMIT", "ToolRun", "Toolbox"]
+
+TOOL_RESULT_LIMIT = 32_000
+"""Characters of a tool's result the model is shown, its fences included (about 8,000
+tokens); the rest is cut, with a note saying how much."""
+TOOL_RECORD_LIMIT = 1_000_000
+"""Characters of a cut result kept whole on the :class:`~subagent.ToolResult` record
+(``full_output``); a longer one keeps only what the model saw."""
+
+
+@dataclass(slots=True)
+class ToolRun:
+    """One call's record, and what the run needs from it beyond the record.
+
+    Attributes:
+        result: The call's record (also what the model reads).
+        final: The tool returned ``ToolOutput(final=True)``: ``value`` is a candidate answer.
+        value: The final value (when ``final``).
+        extras: Objects for the next tool turn's calls (never shown to the model).
+    """
+
+    result: ToolResult
+    final: bool = False
+    value: Any = None
+    extras: Mapping[str, Any] | None = None
 
 
 class Toolbox:
@@ -27,59 +54,126 @@ class Toolbox:
     Args:
         tools: The tools by name.
         templates: The agent's templates (results and errors are rendered with them).
+        prune_unknown_args: The default for tools that do not set their own.
+        result_limit: Characters of a result the model is shown.
+        record_limit: Characters of a cut result kept whole on its record.
     """
 
-    __slots__ = ("_templates", "definitions", "tools")
+    __slots__ = ("_prune", "_record_limit", "_result_limit", "_templates", "definitions", "tools")
 
-    def __init__(self, tools: Mapping[str, Tool], templates: TemplateSet):
+    def __init__(
+        self,
+        tools: Mapping[str, Tool],
+        templates: TemplateSet,
+        *,
+        prune_unknown_args: bool = True,
+        result_limit: int = TOOL_RESULT_LIMIT,
+        record_limit: int = TOOL_RECORD_LIMIT,
+    ):
         self.tools = tools
         self.definitions: list[ToolDefinition] = [tool.definition for tool in tools.values()]
         self._templates = templates
+        self._prune = prune_unknown_args
+        self._result_limit = result_limit
+        self._record_limit = record_limit
 
     def __bool__(self) -> bool:
         return bool(self.tools)
 
-    async def run(self, call: ToolCall) -> ToolResult:
+    async def run(self, call: ToolCall, extras: Mapping[str, Any] | None = None) -> ToolRun:
         """Run one call; failures become a failed result carrying the model's feedback."""
-        templates = self._templates
         tool = self.tools.get(call.name)
-        started = time.perf_counter()
         if tool is None:
-            content = templates.render(
+            content = self._templates.render(
                 "unknown_tool", name=call.name, available=", ".join(self.tools) or "none"
             )
-            return ToolResult(call_id=call.id, name=call.name, ok=False, content=content,
-                              error_type="unknown_tool")  # fmt: skip
+            return ToolRun(self._failed(call, content, "unknown_tool", 0.0))
+        arguments = call.arguments
+        pruned: list[str] = []
+        prune = self._prune if tool.prune_unknown_args is None else tool.prune_unknown_args
+        if prune and isinstance(arguments, Mapping):
+            arguments, pruned = tool.prune(arguments)
+        started = time.perf_counter()
         try:
-            value = await tool.call(call.arguments)
+            returned = await tool.call(arguments, extras)
         except ToolArgumentsError as exc:
             errors = (
                 format_validation_errors(exc.validation)
                 if exc.validation is not None
                 else [{"location": "(arguments)", "message": str(exc), "received": ""}]
             )
-            content = templates.render("tool_arguments_invalid", name=call.name, errors=errors)
-            return ToolResult(call_id=call.id, name=call.name, ok=False, content=content,
-                              error_type="invalid_arguments",
-                              duration_s=time.perf_counter() - started)  # fmt: skip
+            content = self._templates.render(
+                "tool_arguments_invalid", name=call.name, errors=errors
+            )
+            return ToolRun(self._failed(call, content, "invalid_arguments", started, pruned))
+        except TimeoutError:
+            text = f"the tool did not finish within {tool.timeout:g} s"
+            return ToolRun(self._error(call, text, "timeout", started, pruned))
         except Exception as exc:
             text = f"{type(exc).__name__}: {exc}"
-            content = templates.render("tool_error", name=call.name, error=text, fence=fence(text))
-            return ToolResult(call_id=call.id, name=call.name, ok=False, content=content,
-                              error_type=type(exc).__name__,
-                              duration_s=time.perf_counter() - started)  # fmt: skip
-        text = render_result(value)
-        content = templates.render("tool_result", name=call.name, content=text, fence=fence(text))
-        return ToolResult(call_id=call.id, name=call.name, ok=True, content=content,
-                          duration_s=time.perf_counter() - started)  # fmt: skip
+            return ToolRun(self._error(call, text, type(exc).__name__, started, pruned))
+        output = returned if isinstance(returned, ToolOutput) else None
+        value = output.value if output is not None else returned
+        try:
+            text = render_result(value)
+        except Exception as exc:
+            text = (
+                f"the tool returned a value that cannot be turned into text "
+                f"({type(exc).__name__}: {exc})"
+            )
+            return ToolRun(self._error(call, text, "unserializable_result", started, pruned))
+        result = self._result(call, text, started, pruned)
+        if output is None:
+            return ToolRun(result)
+        return ToolRun(result, output.final, value, output.extras or None)
 
     def refuse(self, calls: Sequence[ToolCall]) -> tuple[str, list[ToolResult]]:
         """The feedback for calls made where tools are not offered, and their results."""
         names = ", ".join(sorted({call.name for call in calls}))
         error = self._templates.render("tools_unavailable", tool_names=names)
-        results = [
-            ToolResult(call_id=call.id, name=call.name, ok=False, content=error,
-                       error_type="tools_unavailable", duration_s=0.0)
-            for call in calls
-        ]  # fmt: skip
-        return error, results
+        return error, [self._failed(call, error, "tools_unavailable", 0.0) for call in calls]
+
+    # --- records ---
+
+    def _result(self, call: ToolCall, text: str, started: float, pruned: list[str]) -> ToolResult:
+        shown, bars = _within(text, self._result_limit)
+        cut = len(text) - len(shown)
+        content = self._templates.render(
+            "tool_result", name=call.name, content=shown, fence=bars, cut_chars=cut,
+            total_chars=len(text),
+        )  # fmt: skip
+        full = text if cut and len(text) <= self._record_limit else None
+        return ToolResult(call_id=call.id, name=call.name, ok=True, content=content,
+                          duration_s=time.perf_counter() - started, pruned_arguments=pruned,
+                          cut_chars=cut, full_output=full)  # fmt: skip
+
+    def _error(
+        self, call: ToolCall, text: str, error_type: str, started: float, pruned: list[str]
+    ) -> ToolResult:
+        text, bars = _within(text, self._result_limit)
+        content = self._templates.render("tool_error", name=call.name, error=text, fence=bars)
+        return self._failed(call, content, error_type, started, pruned)
+
+    @staticmethod
+    def _failed(
+        call: ToolCall, content: str, error_type: str, started: float, pruned: Sequence[str] = ()
+    ) -> ToolResult:
+        duration = time.perf_counter() - started if started else 0.0
+        return ToolResult(call_id=call.id, name=call.name, ok=False, content=content,
+                          error_type=error_type, duration_s=duration,
+                          pruned_arguments=list(pruned))  # fmt: skip
+
+
+def _within(text: str, limit: int) -> tuple[str, str]:
+    """The longest start of ``text`` that fits in ``limit`` characters with its two fences.
+
+    A fence must be longer than any backtick run it encloses, so a result full of backticks
+    would otherwise reach the model at up to three times the limit.
+    """
+    shown = text[:limit]
+    while True:
+        bars = fence(shown)
+        room = max(0, limit - 2 * len(bars))
+        if len(shown) <= room:
+            return shown, bars
+        shown = shown[:room]

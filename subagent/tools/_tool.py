@@ -1,9 +1,15 @@
 """Tools: typed Python callables offered to the model.
 
 A tool's parameter schema comes from its signature through pydantic, its description from
-its docstring (the summary, and per-parameter text from a Google-style ``Args:`` section).
-Arguments from the model are validated before the call; a validation error names the field,
-what was received and what was expected, and goes back to the model as feedback.
+its docstring (the summary, and per-parameter text from a Google-style ``Args:`` section or
+``Annotated[..., Field(description=...)]``). Arguments from the model are validated before
+the call; unknown arguments are pruned (and recorded) by default, and a validation error
+names the field, what was received and what was expected, and goes back to the model.
+
+A tool may return a plain value (serialised for the model) or a :class:`ToolOutput`, which
+can end the run with its value (``final=True``) or hand Python objects to the next tool call
+without showing them to the model (``extras``, received by parameters marked
+:data:`FromExtras`).
 """
 
 from __future__ import annotations
@@ -11,23 +17,75 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, get_type_hints
+from typing import Annotated, Any, TypeVar, get_type_hints, overload
 
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, PydanticUserError, ValidationError, create_model
 from pydantic_core import to_json
 
+from subagent._checks import check_seconds
 from subagent._errors import ConfigurationError
 from subagent.llm import ToolDefinition
 
-__all__ = ["Tool", "ToolArgumentsError", "build_tools", "render_result"]
+__all__ = [
+    "FromExtras",
+    "Tool",
+    "ToolArgumentsError",
+    "ToolOutput",
+    "build_tools",
+    "inline_definitions",
+    "render_result",
+    "tool",
+]
 
 _ARGS_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters):\s*$", re.MULTILINE)
 _SECTION = re.compile(r"^\s*[A-Z][A-Za-z ]*:\s*$", re.MULTILINE)
 _ARG_LINE = re.compile(r"^\s{2,}(\w+)(?:\s*\([^)]*\))?\s*:\s*(.*)$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _FromExtras:
+    """The marker behind :data:`FromExtras`."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "FromExtras"
+
+
+FromExtras = _FromExtras()
+"""Marks a tool parameter as filled from the previous tool call's ``extras``.
+
+``conn: Annotated[Connection | None, FromExtras] = None``: the parameter is not in the
+schema the model sees; when the previous tool turn returned
+``ToolOutput(..., extras={"conn": ...})``, the call receives that object. It needs a default,
+used when no extras name it.
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """What a tool may return instead of a plain value.
+
+    Args:
+        value: The result: shown to the model (serialised like a plain return value), or
+            with ``final``, the run's answer.
+        final: End the run ``done`` with ``value`` as its output. The value goes through the
+            agent's output contract and validators like any return; if it does not pass,
+            the model is told why and the run goes on.
+        extras: Python objects handed to the next tool turn's calls, as keyword arguments of
+            their parameters marked :data:`FromExtras`. Never shown to the model; cleared
+            after that turn.
+    """
+
+    value: Any = None
+    final: bool = False
+    extras: Mapping[str, Any] = field(default_factory=dict)
 
 
 class ToolArgumentsError(Exception):
@@ -42,23 +100,33 @@ class ToolArgumentsError(Exception):
 class Tool:
     """A callable the model may call in ``normal`` turns.
 
-    Build one from a function with :meth:`from_function` (``SubAgent(tools=[f])`` does it for
-    you); pass a :class:`Tool` to rename it, describe it, or keep a sync function on the
-    event loop.
+    Build one with :func:`tool` (a decorator), or let ``SubAgent(tools=[f])`` wrap a plain
+    function; a :class:`Tool` is callable like its function.
 
     Args:
         function: The callable (sync or async).
         name: The name the model sees (default: the function's name).
         description: What the model is told (default: the docstring's summary).
         run_in_thread: Run a sync function in a worker thread (default) so a slow tool does
-            not block the event loop; set ``False`` for trivial functions.
+            not block the event loop; set ``False`` for cheap functions (it saves the
+            thread hop, a large part of a tool turn's cost).
+        timeout: Seconds the call may take (``None``: no limit of its own); past it the
+            model is told the tool timed out. A sync tool in a thread is abandoned, not
+            killed: see :meth:`call`.
+        prune_unknown_args: Drop arguments the signature does not have, and record their
+            names (``None``: the agent's setting, which defaults to ``True``); with
+            ``False`` they are reported to the model as invalid.
     """
 
     function: Callable[..., Any]
     name: str = ""
     description: str | None = None
     run_in_thread: bool = True
+    timeout: float | None = None
+    prune_unknown_args: bool | None = None
     _params: type[BaseModel] = field(init=False, repr=False)
+    _fields: frozenset[str] = field(init=False, repr=False)
+    _extras: frozenset[str] = field(init=False, repr=False)
     _definition: ToolDefinition = field(init=False, repr=False)
     _is_async: bool = field(init=False, repr=False)
 
@@ -71,14 +139,19 @@ class Tool:
             raise ConfigurationError(
                 "tools", f"tool name {name!r} must match {_NAME.pattern} (rename it with Tool)"
             )
+        check_seconds("timeout", self.timeout)
+        for flag in ("run_in_thread", "prune_unknown_args"):
+            value = getattr(self, flag)
+            if not isinstance(value, bool) and not (flag == "prune_unknown_args" and value is None):
+                raise ConfigurationError(flag, f"must be a bool, got {value!r} (tool {name!r})")
         summary, arg_docs = _parse_docstring(inspect.getdoc(function) or "")
-        params = _parameters_model(function, name, arg_docs)
-        schema = params.model_json_schema()
-        schema.pop("title", None)
+        params, schema, extras = _parameters_model(function, name, arg_docs)
         description = self.description if self.description is not None else summary
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "description", description)
         object.__setattr__(self, "_params", params)
+        object.__setattr__(self, "_fields", frozenset(params.model_fields))
+        object.__setattr__(self, "_extras", extras)
         object.__setattr__(
             self,
             "_definition",
@@ -91,10 +164,27 @@ class Tool:
         """Build a tool from ``function``; ``options`` are the other constructor fields."""
         return cls(function, **options)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function directly (no validation): a decorated tool stays usable."""
+        return self.function(*args, **kwargs)
+
     @property
     def definition(self) -> ToolDefinition:
         """What the model is told about this tool."""
         return self._definition
+
+    @property
+    def extras_parameters(self) -> frozenset[str]:
+        """The parameters filled from the previous tool call's extras."""
+        return self._extras
+
+    def prune(self, arguments: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """``arguments`` without the keys the signature does not have, and those keys."""
+        fields = self._fields
+        unknown = [key for key in arguments if key not in fields]
+        if not unknown:
+            return dict(arguments), []
+        return {key: value for key, value in arguments.items() if key in fields}, unknown
 
     def validate_arguments(self, arguments: Mapping[str, Any] | str) -> dict[str, Any]:
         """Check the model's arguments against the signature.
@@ -110,19 +200,80 @@ class Tool:
             raise ToolArgumentsError(exc) from exc
         return {name: getattr(validated, name) for name in type(validated).model_fields}
 
-    async def call(self, arguments: Mapping[str, Any] | str) -> Any:
+    async def call(
+        self, arguments: Mapping[str, Any] | str, extras: Mapping[str, Any] | None = None
+    ) -> Any:
         """Validate ``arguments`` and call the function (awaiting it if async).
+
+        ``extras`` fill the parameters marked :data:`FromExtras` (others are ignored). Under
+        :attr:`timeout`, or when the run is cancelled, an async tool is cancelled; a sync
+        tool in a worker thread is abandoned: the call returns at once, the thread runs on
+        until the function returns, and its result is dropped (Python cannot stop a
+        thread). Give blocking tools their own timeouts to release what they hold.
 
         Raises:
             ToolArgumentsError: The arguments do not fit the signature.
+            TimeoutError: The call took longer than :attr:`timeout`.
             Exception: Whatever the function raises.
         """
         kwargs = self.validate_arguments(arguments)
+        if extras and self._extras:
+            kwargs.update({key: value for key, value in extras.items() if key in self._extras})
+        if self.timeout is None:
+            return await self._invoke(kwargs)
+        with anyio.fail_after(self.timeout):
+            return await self._invoke(kwargs)
+
+    async def _invoke(self, kwargs: dict[str, Any]) -> Any:
         if self._is_async:
             return await self.function(**kwargs)
         if self.run_in_thread:
-            return await anyio.to_thread.run_sync(functools.partial(self.function, **kwargs))
+            return await anyio.to_thread.run_sync(
+                functools.partial(self.function, **kwargs), abandon_on_cancel=True
+            )
         return self.function(**kwargs)
+
+
+@overload
+def tool(function: F, /) -> Tool: ...
+@overload
+def tool(
+    *,
+    name: str = "",
+    description: str | None = None,
+    run_in_thread: bool = True,
+    timeout: float | None = None,
+    prune_unknown_args: bool | None = None,
+) -> Callable[[F], Tool]: ...
+def tool(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str = "",
+    description: str | None = None,
+    run_in_thread: bool = True,
+    timeout: float | None = None,
+    prune_unknown_args: bool | None = None,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Make a function a :class:`Tool`: ``@tool`` or ``@tool(timeout=5, ...)``.
+
+    The arguments are :class:`Tool`'s. The decorated name is the tool, still callable like
+    the function.
+    """
+    options: dict[str, Any] = {
+        "name": name,
+        "description": description,
+        "run_in_thread": run_in_thread,
+        "timeout": timeout,
+        "prune_unknown_args": prune_unknown_args,
+    }
+    if function is not None:
+        return Tool(function, **options)
+
+    def decorate(decorated: Callable[..., Any]) -> Tool:
+        return Tool(decorated, **options)
+
+    return decorate
 
 
 def build_tools(tools: Iterable[Tool | Callable[..., Any]]) -> dict[str, Tool]:
@@ -131,15 +282,19 @@ def build_tools(tools: Iterable[Tool | Callable[..., Any]]) -> dict[str, Tool]:
         raise ConfigurationError("tools", f"must be a list of callables, got {tools!r}")
     by_name: dict[str, Tool] = {}
     for item in tools:
-        tool = item if isinstance(item, Tool) else Tool(item)
-        if tool.name in by_name:
-            raise ConfigurationError("tools", f"two tools are named {tool.name!r}")
-        by_name[tool.name] = tool
+        built = item if isinstance(item, Tool) else Tool(item)
+        if built.name in by_name:
+            raise ConfigurationError("tools", f"two tools are named {built.name!r}")
+        by_name[built.name] = built
     return by_name
 
 
 def render_result(value: Any) -> str:
-    """A tool's return value as the text the model sees."""
+    """A tool's return value as the text the model sees.
+
+    Raises:
+        Exception: The value cannot be turned into text (the caller reports it).
+    """
     if isinstance(value, str):
         return value
     if isinstance(value, BaseModel):
@@ -155,9 +310,22 @@ def _is_async_callable(function: Callable[..., Any]) -> bool:
     )
 
 
+def _is_extras_parameter(annotation: Any) -> bool:
+    return typing.get_origin(annotation) is Annotated and any(
+        meta is FromExtras for meta in annotation.__metadata__
+    )
+
+
 def _parameters_model(
     function: Callable[..., Any], name: str, arg_docs: Mapping[str, str]
-) -> type[BaseModel]:
+) -> tuple[type[BaseModel], dict[str, Any], frozenset[str]]:
+    """The model validating the tool's arguments, its JSON schema, and the extras parameters.
+
+    Raises:
+        ConfigurationError: A parameter cannot be validated by pydantic or described as
+            JSON schema (the message names the tool and the parameter), takes ``*args`` or
+            ``**kwargs``, or is marked ``FromExtras`` without a default.
+    """
     try:
         signature = inspect.signature(function)
     except (TypeError, ValueError) as exc:
@@ -167,6 +335,7 @@ def _parameters_model(
     except Exception:  # unresolved forward references: fall back to raw annotations
         hints = {}
     fields: dict[str, Any] = {}
+    extras: set[str] = set()
     for param in signature.parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ConfigurationError(
@@ -175,10 +344,86 @@ def _parameters_model(
         annotation = hints.get(param.name, param.annotation)
         if annotation is inspect.Parameter.empty:
             annotation = Any
+        if _is_extras_parameter(annotation):
+            if param.default is inspect.Parameter.empty:
+                raise ConfigurationError(
+                    "tools",
+                    f"parameter {param.name!r} of tool {name!r} is filled from extras and "
+                    f"needs a default (used when no extras name it)",
+                )
+            extras.add(param.name)
+            continue
         default = ... if param.default is inspect.Parameter.empty else param.default
         doc = arg_docs.get(param.name)
         fields[param.name] = (annotation, Field(default, description=doc) if doc else default)
-    return create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+    try:
+        model, schema = _model_and_schema(f"{name}_arguments", fields)
+    except (PydanticUserError, TypeError) as exc:
+        culprit = _unsupported_parameter(fields)
+        what = f"parameter {culprit!r} of tool {name!r}" if culprit else f"tool {name!r}"
+        annotation = f" ({fields[culprit][0]!r})" if culprit else ""
+        reason = str(exc).split("\n", 1)[0]
+        raise ConfigurationError(
+            "tools",
+            f"{what} has a type{annotation} that pydantic cannot validate or describe as "
+            f"JSON schema: {reason}",
+        ) from exc
+    return model, schema, frozenset(extras)
+
+
+def _model_and_schema(
+    model_name: str, fields: Mapping[str, Any]
+) -> tuple[type[BaseModel], dict[str, Any]]:
+    model = create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)
+    schema = inline_definitions(model.model_json_schema())
+    schema.pop("title", None)
+    return model, schema
+
+
+def _unsupported_parameter(fields: Mapping[str, Any]) -> str | None:
+    """The first parameter whose type alone breaks the model or its schema."""
+    for parameter, definition in fields.items():
+        try:
+            _model_and_schema("parameter", {parameter: definition})
+        except (PydanticUserError, TypeError):
+            return parameter
+    return None
+
+
+def inline_definitions(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with its ``$ref``s to ``$defs`` replaced by the definitions themselves.
+
+    pydantic puts nested models under ``$defs``; OpenAI accepts that, but many
+    OpenAI-compatible servers (llama.cpp's grammar conversion among them) resolve ``$ref``
+    poorly or not at all. A recursive model cannot be inlined: its schema keeps ``$defs``.
+    """
+    definitions = schema.get("$defs")
+    if not definitions:
+        return schema
+
+    def resolve(node: Any, seen: tuple[str, ...]) -> Any:
+        if isinstance(node, dict):
+            reference = node.get("$ref")
+            if isinstance(reference, str) and reference.startswith("#/$defs/"):
+                key = reference.removeprefix("#/$defs/")
+                if key in seen or key not in definitions:
+                    raise _Recursive
+                merged = {**definitions[key], **{k: v for k, v in node.items() if k != "$ref"}}
+                return resolve(merged, (*seen, key))
+            return {k: resolve(v, seen) for k, v in node.items() if k != "$defs"}
+        if isinstance(node, list):
+            return [resolve(item, seen) for item in node]
+        return node
+
+    try:
+        resolved: dict[str, Any] = resolve(schema, ())
+    except _Recursive:
+        return schema
+    return resolved
+
+
+class _Recursive(Exception):
+    """A ``$ref`` that refers back to a definition being inlined."""
 
 
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:

@@ -1,0 +1,291 @@
+"""Tool turns of the loop: pruning, extras, final answers, limits, concurrency, timeouts."""
+
+from __future__ import annotations
+
+import threading
+from typing import Annotated, Any
+
+import anyio
+import pytest
+from pydantic import BaseModel
+from support import Traced, attrs
+
+from subagent import (
+    FailReason,
+    FromExtras,
+    LLMResponse,
+    ScriptedLLM,
+    Step,
+    SubAgent,
+    Tool,
+    ToolCall,
+    ToolOutput,
+    TurnOutcome,
+    TurnType,
+    tool,
+)
+from subagent.tools import TOOL_RECORD_LIMIT, TOOL_RESULT_LIMIT
+
+pytestmark = pytest.mark.anyio
+
+
+class Answer(BaseModel):
+    x: int
+
+
+def call(name: str, **arguments: Any) -> LLMResponse:
+    return LLMResponse(tool_calls=[ToolCall(name=name, arguments=arguments)])
+
+
+def calls(*pairs: tuple[str, dict[str, Any]]) -> LLMResponse:
+    return LLMResponse(tool_calls=[ToolCall(name=n, arguments=a) for n, a in pairs])
+
+
+@tool(run_in_thread=False)
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+async def run(agent: SubAgent[Any], script: list[Any], **options: Any) -> Step[Any]:
+    return await agent.run(llm=ScriptedLLM(script), **options)
+
+
+# --- arguments ---
+
+
+async def test_unknown_arguments_are_pruned_and_recorded_by_default(traced: Traced) -> None:
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[add], max_turns=2)
+    llm = ScriptedLLM([call("add", a=1, b=2, c=3, note="x"), '{"x": 3}'])
+    step = await agent.run(llm=llm, tracer_provider=traced.provider)
+    result = step.turns[0].tool_results[0]
+    assert result.ok and result.pruned_arguments == ["c", "note"]
+    assert "3" in result.content
+    span = traced.one("execute_tool add")
+    assert attrs(span)["subagent.tool.pruned_arguments"] == ("c", "note")
+
+
+async def test_unknown_arguments_are_reported_when_pruning_is_off() -> None:
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[add], max_turns=2,
+                     prune_unknown_args=False)  # fmt: skip
+    step = await run(agent, [call("add", a=1, b=2, c=3), '{"x": 3}'])
+    result = step.turns[0].tool_results[0]
+    assert not result.ok and result.error_type == "invalid_arguments"
+    assert "- c: Extra inputs are not permitted" in result.content
+
+
+async def test_a_tool_can_keep_unknown_arguments_an_error_on_its_own() -> None:
+    strict = Tool(add.function, prune_unknown_args=False, run_in_thread=False)
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[strict], max_turns=2)
+    step = await run(agent, [call("add", a=1, b=2, c=3), '{"x": 3}'])
+    assert step.turns[0].tool_results[0].error_type == "invalid_arguments"
+
+
+async def test_missing_required_arguments_are_named_in_the_feedback() -> None:
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[add], max_turns=2)
+    llm = ScriptedLLM([call("add", a=1), '{"x": 3}'])
+    step = await agent.run(llm=llm)
+    assert "- b: Field required" in step.turns[0].tool_results[0].content
+    tool_message = llm.requests[1].messages[-2]
+    assert tool_message.role == "tool" and "- b: Field required" in tool_message.content
+
+
+# --- results: conversion and limits ---
+
+
+class Circular:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+def _circular() -> dict[str, Any]:
+    loop: dict[str, Any] = {}
+    loop["self"] = loop
+    return loop
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"\xff", _circular(), Circular(), {"key": Circular()}],
+    ids=["bytes", "cycle", "repr", "nested"],
+)
+async def test_a_result_that_cannot_become_text_is_a_tool_error_not_a_crash(value: object) -> None:
+    def produce() -> object:
+        return value
+
+    producer = Tool(produce, run_in_thread=False)
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[producer], max_turns=2)
+    step = await run(agent, [calls(("produce", {}), ("produce", {})), '{"x": 1}'])
+    assert step.ok
+    results = step.turns[0].tool_results
+    assert [r.error_type for r in results] == ["unserializable_result"] * 2
+    assert "cannot be turned into text" in results[0].content
+    assert Step[Answer].model_validate_json(step.model_dump_json()) == step
+
+
+@pytest.mark.parametrize(("size", "kept_whole"), [(100_000, True), (TOOL_RECORD_LIMIT + 1, False)])
+async def test_a_long_result_is_cut_for_the_model_with_a_note(size: int, kept_whole: bool) -> None:
+    def dump() -> str:
+        return "`" * size  # the worst case: a fence must be longer than what it encloses
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[Tool(dump, run_in_thread=False)],
+                     max_turns=2)  # fmt: skip
+    llm = ScriptedLLM([call("dump"), '{"x": 1}'])
+    step = await agent.run(llm=llm)
+    result = step.turns[0].tool_results[0]
+    assert result.cut_chars == size  # all backticks: not even one fits inside its fences
+    assert len(result.content) < TOOL_RESULT_LIMIT + 300  # the header and the note
+    assert f"{size} of its {size} characters were cut" in result.content
+    assert (result.full_output is not None) is kept_whole
+    sent = llm.requests[1].messages[-2].content
+    assert sent == result.content
+
+
+async def test_a_long_plain_result_keeps_as_much_as_fits() -> None:
+    def dump() -> str:
+        return "x" * 5_000_000
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[Tool(dump, run_in_thread=False)],
+                     max_turns=2)  # fmt: skip
+    result = (await run(agent, [call("dump"), '{"x": 1}'])).turns[0].tool_results[0]
+    assert result.cut_chars == 5_000_000 - (TOOL_RESULT_LIMIT - 6)  # two 3-backtick fences
+    assert result.full_output is None  # over the record limit too
+
+
+async def test_the_result_limit_is_configurable_on_the_agent() -> None:
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[add], max_turns=2,
+                     max_tool_result_chars=7)  # fmt: skip
+    step = await run(agent, [call("add", a=20, b=3), '{"x": 23}'])
+    result = step.turns[0].tool_results[0]
+    assert result.cut_chars == 1 and result.full_output == "23"
+    assert "\n```\n2\n```\n" in result.content
+
+
+# --- ToolOutput: final answers and extras ---
+
+
+async def test_a_final_tool_output_ends_the_run_with_its_value() -> None:
+    @tool(run_in_thread=False)
+    def lookup(key: str) -> ToolOutput:
+        return ToolOutput(Answer(x=42), final=True)
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[lookup], max_turns=3)
+    step = await run(agent, [call("lookup", key="k")])
+    assert step.ok and step.output == Answer(x=42)
+    assert [(t.type, t.outcome) for t in step.turns] == [(TurnType.NORMAL, TurnOutcome.SUCCESS)]
+    assert step.turns[0].tool_results[0].ok
+
+
+async def test_an_invalid_final_tool_output_is_fed_back_and_the_run_goes_on() -> None:
+    @tool(run_in_thread=False)
+    def lookup(key: str) -> ToolOutput:
+        return ToolOutput({"x": "not a number"}, final=True)
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[lookup], max_turns=3)
+    llm = ScriptedLLM([call("lookup", key="k"), '{"x": 7}'])
+    step = await agent.run(llm=llm)
+    assert step.ok and step.output == Answer(x=7)
+    first = step.turns[0]
+    assert (first.outcome, first.error_type) == (TurnOutcome.ERROR, "invalid_output")
+    assert (
+        first.feedback is not None and "gave a final answer, but it is not valid" in first.feedback
+    )
+    assert llm.requests[1].messages[-1].content == first.feedback
+
+
+async def test_extras_reach_the_next_tool_call_only_and_never_the_model() -> None:
+    seen: list[object] = []
+    handle = object()
+
+    @tool(run_in_thread=False)
+    def open_db(path: str) -> ToolOutput:
+        return ToolOutput("opened", extras={"conn": handle})
+
+    @tool(run_in_thread=False)
+    def query(sql: str, conn: Annotated[object, FromExtras] = None) -> str:
+        seen.append(conn)
+        return "rows"
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[open_db, query], max_turns=4)
+    llm = ScriptedLLM([call("open_db", path="x"), call("query", sql="s"), call("query", sql="s"),
+                       '{"x": 1}'])  # fmt: skip
+    step = await agent.run(llm=llm)
+    assert step.ok
+    assert seen == [handle, None]  # handed to the next call, then cleared
+    assert all(repr(handle) not in m.content for r in llm.requests for m in r.messages)
+    assert "conn" not in str(llm.requests[0].tools[1].parameters)
+
+
+# --- concurrency ---
+
+
+async def test_parallel_tool_calls_overlap_and_keep_call_order() -> None:
+    started = {"first": anyio.Event(), "second": anyio.Event()}
+
+    async def meet(me: str, other: str) -> str:
+        started[me].set()
+        await started[other].wait()  # only returns if both calls run at once
+        return me
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[meet], max_turns=2)
+    with anyio.fail_after(10):  # a sequential run would wait forever
+        step = await run(agent, [calls(("meet", {"me": "first", "other": "second"}),
+                                       ("meet", {"me": "second", "other": "first"})),
+                                 '{"x": 1}'])  # fmt: skip
+    results = step.turns[0].tool_results
+    assert [r.call_id for r in results] == [c.id for c in step.turns[0].tool_calls]
+    assert ["\nfirst\n" in results[0].content, "\nsecond\n" in results[1].content] == [True, True]
+
+
+async def test_calls_run_one_after_another_when_parallel_tool_calls_is_off() -> None:
+    log: list[str] = []
+
+    async def step_tool(name: str) -> str:
+        log.append(f"{name} starts")
+        await anyio.lowlevel.checkpoint()
+        log.append(f"{name} ends")
+        return name
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[Tool(step_tool, name="work")],
+                     max_turns=2, parallel_tool_calls=False)  # fmt: skip
+    await run(agent, [calls(("work", {"name": "a"}), ("work", {"name": "b"})), '{"x": 1}'])
+    assert log == ["a starts", "a ends", "b starts", "b ends"]
+
+
+# --- timeouts and cancellation reach tools ---
+
+
+async def test_a_tool_over_its_own_timeout_is_a_tool_error() -> None:
+    @tool(timeout=0.01)
+    async def stuck() -> str:
+        await anyio.sleep_forever()
+        return "never"
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[stuck], max_turns=2)
+    step = await run(agent, [call("stuck"), '{"x": 1}'])
+    result = step.turns[0].tool_results[0]
+    assert (result.ok, result.error_type) == (False, "timeout")
+    assert "did not finish within 0.01 s" in result.content
+
+
+async def test_a_blocking_sync_tool_does_not_hold_the_run_past_its_mission_timeout() -> None:
+    release = threading.Event()
+    entered = threading.Event()
+
+    def blocking() -> str:
+        entered.set()
+        release.wait(30)
+        return "late"
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[blocking], max_turns=2)
+    try:
+        with anyio.fail_after(10):
+            step = await run(agent, [call("blocking"), '{"x": 1}'], mission_timeout=0.2)
+    finally:
+        release.set()  # the abandoned worker thread finishes; its result is dropped
+    assert entered.is_set()
+    assert step.failure is not None and step.failure.reason is FailReason.TIMEOUT
+    turn = step.turns[0]
+    assert [c.name for c in turn.tool_calls] == ["blocking"]
+    (result,) = turn.tool_results
+    assert (result.completed, result.error_type) == (False, "cancelled")
