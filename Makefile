@@ -29,8 +29,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check subagent tests examples bench scripts
-	$(BIN)/ruff format --check subagent tests examples bench scripts
+	$(BIN)/ruff check subagent tests examples bench scripts conftest.py
+	$(BIN)/ruff format --check subagent tests examples bench scripts conftest.py
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

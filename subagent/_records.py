@@ -253,7 +253,8 @@ class Step(BaseModel, Generic[OutputT]):
         cut = self.stop_reasons.get(StopReason.LENGTH.value, 0)
         if cut:
             extra = f"; {cut} repl{'y' if cut == 1 else 'ies'} hit max_tokens"
-        return f"{head} in {len(self.turns)} turns ({types}){extra}"
+        count = len(self.turns)
+        return f"{head} in {count} turn{'' if count == 1 else 's'} ({types}){extra}"
 
 
 def count_stop_reasons(turns: Iterable[Turn]) -> dict[str, int]:

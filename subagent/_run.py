@@ -457,7 +457,8 @@ class _Run:
             )  # fmt: skip
         final = next_phase is Phase.MUST_RETURN
         text = templates.render("error_feedback", error_message=error, final_turn=final,
-                                turns_left=budget.work_remaining)  # fmt: skip
+                                turns_left=budget.work_remaining,
+                                has_tools=bool(self._parts.toolbox))  # fmt: skip
         if final:
             text = f"{text}\n\n{self._must_return_warning()}"
         return text

@@ -110,10 +110,11 @@ def summary_line(span: ReadableSpan, agent: str | None = None, depth: int = 0) -
         outcome = str(attributes.get("subagent.outcome", "?"))
         if outcome != "done":
             outcome = f"{outcome} {attributes.get('subagent.failure.reason', '?')}"
+        turns = attributes.get("subagent.turns", "?")
         fields = [
             f"{indent}{attributes.get('gen_ai.agent.name', name.removeprefix('invoke_agent '))}",
             outcome,
-            f"{attributes.get('subagent.turns', '?')} turns",
+            f"{turns} turn{'' if turns == 1 else 's'}",
             f"tokens in={attributes.get('gen_ai.usage.input_tokens', 0)} "
             f"out={attributes.get('gen_ai.usage.output_tokens', 0)}",
             _milliseconds(span),

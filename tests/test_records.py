@@ -76,3 +76,9 @@ def test_raise_for_failure_raises_with_the_step() -> None:
 
 def test_summary_names_outcome_and_turn_types() -> None:
     assert a_run().summary() == "done in 3 turns (normal, must_return, retry)"
+
+
+def test_summary_says_turn_for_a_single_turn() -> None:
+    agent = SubAgent(name="a", prompt="p", output=Answer)
+    step = agent.run_sync(llm=ScriptedLLM(['{"value": 1}']), max_turns=1)
+    assert step.summary() == "done in 1 turn (must_return)"

@@ -288,6 +288,18 @@ async def test_normal_error_feedback_states_turns_left() -> None:
     assert "You have 3 turns left" in llm.requests[1].messages[-1].content
 
 
+async def test_normal_error_feedback_suggests_a_tool_only_to_an_agent_with_tools() -> None:
+    with_tools = ScriptedLLM([BAD, GOOD])
+    await agent().run(llm=with_tools, max_turns=4)
+    assert "call a tool" in with_tools.requests[1].messages[-1].content
+
+    without_tools = ScriptedLLM([BAD, GOOD])
+    await SubAgent(name="t", prompt="p", output=Answer).run(llm=without_tools, max_turns=4)
+    feedback = without_tools.requests[1].messages[-1].content
+    assert "You have 3 turns left" in feedback
+    assert "tool" not in feedback
+
+
 # --- feedback quality ---
 
 

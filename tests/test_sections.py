@@ -282,8 +282,21 @@ def test_sections_parser_carries_instructions_naming_the_headers() -> None:
 def test_sections_parser_checks_its_arguments_at_construction() -> None:
     with pytest.raises(ConfigurationError, match="match_mode"):
         sections_parser(HEADERS, match_mode="any")  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="section_headers"):
+    with pytest.raises(ConfigurationError, match="headers"):
         sections_parser([])
+
+
+@pytest.mark.parametrize(
+    ("headers", "regex_mode"),
+    [([], False), ("[Plan]", False), (["[Plan]", " "], False), (["a\nb"], False), (["("], True)],
+)
+def test_sections_parser_errors_name_its_own_argument_headers(
+    headers: object, regex_mode: bool
+) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        sections_parser(headers, regex_mode=regex_mode)  # type: ignore[arg-type]
+    assert info.value.field == "headers"
+    assert str(info.value).startswith("headers: ")
 
 
 def test_sections_parser_has_a_name_and_repr() -> None:

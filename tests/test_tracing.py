@@ -452,7 +452,7 @@ async def test_console_summary_reports_failures_and_indents_nested_runs() -> Non
         await outer.run(llm=llm, max_turns=2, tracer_provider=handle.provider)
     assert bodies(out.getvalue()) == [
         "  adder  turn 1 must_return  error  invalid_output  work=0 retries=0",
-        "  adder  failed budget_exhausted  1 turns  tokens in=0 out=0",
+        "  adder  failed budget_exhausted  1 turn  tokens in=0 out=0",
         "boss  turn 1 normal  error  tool_error  work=1 retries=0",
         "boss  turn 2 must_return  success  work=1 retries=0",
         "boss  done  2 turns  tokens in=0 out=0",

@@ -81,7 +81,7 @@ def multi_section_parser(
     if section_headers is None:
         _check_match_mode(match_mode)
         return _parse_divided(text, templates or default_templates())
-    return _HeaderSpec.build(section_headers, regex_mode, match_mode).parse(
+    return _HeaderSpec.build(section_headers, regex_mode, match_mode, "section_headers").parse(
         text, templates or default_templates()
     )
 
@@ -108,7 +108,7 @@ class SectionsParser:
         regex_mode: bool = False,
         instructions: str | None = None,
     ):
-        self._spec = _HeaderSpec.build(headers, regex_mode, match_mode)
+        self._spec = _HeaderSpec.build(headers, regex_mode, match_mode, "headers")
         self.headers: tuple[str, ...] = self._spec.headers
         self.match_mode: MatchMode = match_mode
         self.regex_mode = regex_mode
@@ -216,24 +216,25 @@ class _HeaderSpec:
     patterns: tuple[tuple[re.Pattern[str], str], ...]
 
     @classmethod
-    def build(cls, headers: object, regex_mode: bool, match_mode: object) -> _HeaderSpec:
+    def build(
+        cls, headers: object, regex_mode: bool, match_mode: object, field: str
+    ) -> _HeaderSpec:
+        """Check the arguments; errors name the caller's argument ``field``."""
         _check_match_mode(match_mode)
         if isinstance(headers, str | bytes) or not isinstance(headers, Sequence):
             raise ConfigurationError(
-                "section_headers",
+                field,
                 f"must be a list of header strings, got {type(headers).__name__}",
             )
         if not headers:
-            raise ConfigurationError("section_headers", "must name at least one header")
+            raise ConfigurationError(field, "must name at least one header")
         for header in headers:
             if not isinstance(header, str) or not header.strip():
                 raise ConfigurationError(
-                    "section_headers", f"each header must be a non-blank string, got {header!r}"
+                    field, f"each header must be a non-blank string, got {header!r}"
                 )
             if "\n" in header or "\r" in header:
-                raise ConfigurationError(
-                    "section_headers", f"a header must fit on one line, got {header!r}"
-                )
+                raise ConfigurationError(field, f"a header must fit on one line, got {header!r}")
         unique: tuple[str, ...] = tuple(dict.fromkeys(headers))
         exact: dict[str, str] = {}
         bare: dict[str, str] = {}
@@ -244,7 +245,7 @@ class _HeaderSpec:
                     patterns.append((re.compile(header.strip()), header))
                 except re.error as exc:
                     raise ConfigurationError(
-                        "section_headers", f"invalid regular expression {header!r}: {exc}"
+                        field, f"invalid regular expression {header!r}: {exc}"
                     ) from exc
                 continue
             key = header.strip()
