@@ -9,7 +9,7 @@ must then return a result that validates, and gets a separate budget of correcti
 from types import FunctionType
 
 from subagent.__about__ import __version__
-from subagent._agent import SubAgent
+from subagent._agent import RunArguments, SubAgent
 from subagent._errors import (
     ConfigurationError,
     ErrorKind,
@@ -21,6 +21,7 @@ from subagent._errors import (
     SubAgentError,
     TemplateError,
 )
+from subagent._handle import AgentRun
 from subagent._phases import Phase
 from subagent._records import (
     FailReason,
@@ -46,7 +47,18 @@ from subagent.llm import (
     TransportRetry,
     Usage,
 )
-from subagent.observe import EventHandler, RunEnded, RunEvent, RunStarted, TurnEnded, TurnStarted
+from subagent.observe import (
+    EventHandler,
+    ReasoningDelta,
+    RunEnded,
+    RunEvent,
+    RunStarted,
+    TextDelta,
+    ToolCallEnded,
+    ToolCallStarted,
+    TurnEnded,
+    TurnStarted,
+)
 from subagent.parsers import (
     JSONParser,
     OutputParser,
@@ -70,6 +82,7 @@ from subagent.tools import FromExtras, Tool, ToolOutput, tool
 
 __all__ = [
     "LLM",
+    "AgentRun",
     "ConfigurationError",
     "CorrectionError",
     "ErrorKind",
@@ -88,9 +101,11 @@ __all__ = [
     "ParseResult",
     "ParserContractError",
     "Phase",
+    "ReasoningDelta",
     "RetryLoop",
     "RetryLoopResult",
     "RetryPolicy",
+    "RunArguments",
     "RunEnded",
     "RunEvent",
     "RunFailedError",
@@ -104,9 +119,12 @@ __all__ = [
     "SubAgent",
     "SubAgentError",
     "TemplateError",
+    "TextDelta",
     "ThinkError",
     "Tool",
     "ToolCall",
+    "ToolCallEnded",
+    "ToolCallStarted",
     "ToolDefinition",
     "ToolOutput",
     "ToolResult",

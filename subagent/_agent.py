@@ -2,25 +2,25 @@
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, cast
+from typing import Any, Generic, TypedDict, cast
 
 import anyio
 import sniffio
 from opentelemetry.trace import TracerProvider
 from pydantic import BaseModel
-from typing_extensions import TypeVar
+from typing_extensions import TypeVar, Unpack
 
 from subagent._checks import check_int, check_seconds
 from subagent._conversation import ContextPolicy
 from subagent._errors import ConfigurationError, RunFailedError, TemplateError
+from subagent._handle import AgentRun
 from subagent._records import Step
-from subagent._run import AgentParts, RunOptions, execute_run
+from subagent._run import AgentParts, RunOptions, current_run_model, execute_run
 from subagent._templates import Template, default_templates
 from subagent.llm import LLM, Message, RetryPolicy, messages_from
 from subagent.observe import EventHandler
@@ -34,14 +34,6 @@ __all__ = ["SubAgent"]
 # type output, SubAgent[Model].
 OutputT = TypeVar("OutputT", default=Any)
 
-# The model and tracer provider of the run in progress, so an agent used as a tool of
-# another agent runs on its parent's model and traces into its parent's provider.
-_CURRENT_LLM: contextvars.ContextVar[LLM | None] = contextvars.ContextVar(
-    "subagent_llm", default=None
-)
-_CURRENT_PROVIDER: contextvars.ContextVar[TracerProvider | None] = contextvars.ContextVar(
-    "subagent_tracer_provider", default=None
-)
 _POLICIES = ("collapse", "accumulate")
 
 
@@ -49,6 +41,23 @@ def _check_policy(value: object) -> ContextPolicy:
     if value not in _POLICIES:
         raise ConfigurationError("context_policy", f"must be one of {_POLICIES}, got {value!r}")
     return cast(ContextPolicy, value)
+
+
+class RunArguments(TypedDict, total=False):
+    """The keyword arguments of :meth:`SubAgent.run` (also taken by ``start`` and ``stream``)."""
+
+    llm: LLM | None
+    max_turns: int | None
+    return_retries: int | None
+    messages: Sequence[Message | Mapping[str, Any]] | str | None
+    context_policy: ContextPolicy | None
+    settings: Mapping[str, Any] | None
+    retry_policy: RetryPolicy | None
+    timeout: float | None
+    mission_timeout: float | None
+    tracer_provider: TracerProvider | None
+    on_event: EventHandler | None
+    on_text: Callable[[str], object] | None
 
 
 def _check_protocol(value: object) -> ReplyProtocol:
@@ -250,14 +259,66 @@ class SubAgent(Generic[OutputT]):
             on_event=on_event, on_text=on_text,
         )  # fmt: skip
         opening, parts = self._opening(context, messages)
-        llm_token = _CURRENT_LLM.set(options.llm)
-        provider_token = _CURRENT_PROVIDER.set(options.tracer_provider)
-        try:
-            step = await execute_run(parts, options, opening)
-        finally:
-            _CURRENT_PROVIDER.reset(provider_token)
-            _CURRENT_LLM.reset(llm_token)
+        step = await execute_run(parts, options, opening)
         return cast("Step[OutputT]", step)
+
+    def start(
+        self,
+        context: Mapping[str, Any] | BaseModel | None = None,
+        **options: Unpack[RunArguments],
+    ) -> AgentRun[OutputT]:
+        """A run to watch and stop: ``async with agent.start(...) as run:``.
+
+        The run starts when the block is entered and lives as long as the block: call
+        ``run.stop()`` to end it early (it ends ``failed(cancelled)`` with the turns taken so
+        far), ``await run.result()`` for its Step. Leaving the block stops a run that has
+        not finished. Options are checked here, before anything is sent.
+
+        Args:
+            context: Values for the prompt template.
+            **options: The keyword arguments of :meth:`run`.
+
+        Raises:
+            ConfigurationError: An option is invalid.
+            MissingVariableError: The prompt needs a variable the context lacks.
+        """
+        return self._handle(context, options, stream=False)
+
+    def stream(
+        self,
+        context: Mapping[str, Any] | BaseModel | None = None,
+        **options: Unpack[RunArguments],
+    ) -> AgentRun[OutputT]:
+        """A run whose events stream in: ``async with agent.stream(...) as events:``.
+
+        Iterate the run for its typed events, in order: ``RunStarted``, per turn
+        ``TurnStarted``, ``TextDelta`` / ``ReasoningDelta`` as the reply arrives (when the
+        model can stream), ``ToolCallStarted`` / ``ToolCallEnded``, ``TurnEnded``; then
+        ``RunEnded`` with the Step. Leaving the block early stops the run cleanly. The same
+        handle as :meth:`start`: ``stop()`` and ``result()`` work too.
+
+        Args:
+            context: Values for the prompt template.
+            **options: The keyword arguments of :meth:`run`.
+
+        Raises:
+            ConfigurationError: An option is invalid.
+            MissingVariableError: The prompt needs a variable the context lacks.
+        """
+        return self._handle(context, options, stream=True)
+
+    def _handle(
+        self,
+        context: Mapping[str, Any] | BaseModel | None,
+        arguments: RunArguments,
+        *,
+        stream: bool,
+    ) -> AgentRun[OutputT]:
+        given: dict[str, Any] = dict(arguments)
+        messages = given.pop("messages", None)
+        options = self._options(**given)
+        opening, parts = self._opening(context, messages)
+        return AgentRun(parts, options, opening, stream=stream)
 
     def run_sync(
         self,
@@ -324,19 +385,20 @@ class SubAgent(Generic[OutputT]):
     def _options(
         self,
         *,
-        llm: LLM | None,
-        max_turns: int | None,
-        return_retries: int | None,
-        context_policy: ContextPolicy | None,
-        settings: Mapping[str, Any] | None,
-        retry_policy: RetryPolicy | None,
-        timeout: float | None,
-        mission_timeout: float | None,
-        tracer_provider: TracerProvider | None,
-        on_event: EventHandler | None,
+        llm: LLM | None = None,
+        max_turns: int | None = None,
+        return_retries: int | None = None,
+        context_policy: ContextPolicy | None = None,
+        settings: Mapping[str, Any] | None = None,
+        retry_policy: RetryPolicy | None = None,
+        timeout: float | None = None,
+        mission_timeout: float | None = None,
+        tracer_provider: TracerProvider | None = None,
+        on_event: EventHandler | None = None,
         on_text: Callable[[str], object] | None = None,
     ) -> RunOptions:
-        model = _check_llm(llm) or self.llm or _CURRENT_LLM.get()
+        parent_llm, parent_provider = current_run_model()
+        model = _check_llm(llm) or self.llm or parent_llm
         if model is None:
             raise ConfigurationError(
                 "llm", f"agent {self.name!r} has no model: pass llm= to SubAgent or to run()"
@@ -368,7 +430,7 @@ class SubAgent(Generic[OutputT]):
             ),
             settings={**self.settings, **settings} if settings else dict(self.settings),
             keep_tool_schemas=self.keep_tool_schemas,
-            tracer_provider=tracer_provider or _CURRENT_PROVIDER.get(),
+            tracer_provider=tracer_provider or parent_provider,
             on_event=on_event,
             on_text=on_text,
         )

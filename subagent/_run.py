@@ -10,8 +10,10 @@ through the run's :class:`~subagent.observe.Observer`, scope by scope.
 
 from __future__ import annotations
 
+import contextvars
+import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,22 +35,31 @@ from subagent._records import (
 from subagent._templates import TemplateSet
 from subagent.llm import (
     LLM,
+    DeltaHandler,
     LLMRequest,
     LLMResponse,
     Message,
     RetryPolicy,
     StopReason,
+    StreamDelta,
     ToolCall,
     TransportRetry,
     TurnInfo,
     call_with_retries,
 )
-from subagent.observe import EventHandler, Observer, TurnScope, observer_for_run
+from subagent.observe import (
+    ChatScope,
+    EventHandler,
+    EventQueue,
+    Observer,
+    TurnScope,
+    observer_for_run,
+)
 from subagent.parsers import OutputContract, ParseResult, detect_explicit_fail, run_validators
 from subagent.protocols import ReplyProtocol
 from subagent.tools import Toolbox, ToolRun, render_result
 
-__all__ = ["AgentParts", "RunOptions", "execute_run"]
+__all__ = ["AgentParts", "RunOptions", "current_run_model", "execute_run"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +111,42 @@ class _Verdict:
     calls: list[ToolCall] | None = None  # the calls the reply asked for, with their ids
 
 
-async def execute_run(parts: AgentParts, options: RunOptions, opening: list[Message]) -> Step[Any]:
-    """Run the agent to ``done`` or ``failed`` and return its :class:`Step`."""
-    return await _Run(parts, options, opening).execute()
+# The model and tracer provider of the run in progress, so an agent used as a tool of
+# another agent runs on its parent's model and traces into its parent's provider.
+_CURRENT: contextvars.ContextVar[tuple[LLM, TracerProvider | None] | None] = contextvars.ContextVar(
+    "subagent_current_run", default=None
+)
+
+
+def current_run_model() -> tuple[LLM | None, TracerProvider | None]:
+    """The model and tracer provider of the run in progress in this task, if any."""
+    current = _CURRENT.get()
+    return (None, None) if current is None else current
+
+
+async def execute_run(
+    parts: AgentParts,
+    options: RunOptions,
+    opening: list[Message],
+    *,
+    stop: anyio.CancelScope | None = None,
+    events: EventQueue | None = None,
+) -> Step[Any]:
+    """Run the agent to ``done`` or ``failed`` and return its :class:`Step`.
+
+    Args:
+        parts: The agent's prepared parts.
+        options: The run's options.
+        opening: The task's messages.
+        stop: Cancelling this scope stops the run: it ends ``failed(cancelled)`` with the
+            turns taken so far.
+        events: Where the run's events go (``SubAgent.stream()``).
+    """
+    token = _CURRENT.set((options.llm, options.tracer_provider))
+    try:
+        return await _Run(parts, options, opening, stop, events).execute()
+    finally:
+        _CURRENT.reset(token)
 
 
 class _Run:
@@ -117,12 +161,21 @@ class _Run:
         "_output",
         "_parts",
         "_started",
+        "_stop",
         "_turns",
     )  # fmt: skip
 
-    def __init__(self, parts: AgentParts, options: RunOptions, opening: list[Message]):
+    def __init__(
+        self,
+        parts: AgentParts,
+        options: RunOptions,
+        opening: list[Message],
+        stop: anyio.CancelScope | None = None,
+        events: EventQueue | None = None,
+    ):
         self._parts = parts
         self._options = options
+        self._stop = stop
         self._budget = Budget.start(options.max_turns, options.return_retries)
         if self._budget.phase is Phase.MUST_RETURN:
             opening = [*opening, self._user(self._must_return_warning())]
@@ -131,8 +184,9 @@ class _Run:
         self._output: Any = None
         self._failure: Failure | None = None
         self._observer: Observer = observer_for_run(
-            parts.name, options.llm, options.tracer_provider, options.on_event, options.on_text
-        )
+            parts.name, options.llm, options.tracer_provider, options.on_event, options.on_text,
+            events,
+        )  # fmt: skip
         self._started = 0.0
         # Objects a tool returned for the next tool turn's calls (ToolOutput.extras).
         self._extras: Mapping[str, Any] | None = None
@@ -149,13 +203,7 @@ class _Run:
             options.max_turns, options.return_retries, self._budget.state
         ) as run:
             try:
-                if options.mission_timeout is None:
-                    await self._turn_loop()
-                else:
-                    with anyio.move_on_after(options.mission_timeout) as scope:
-                        await self._turn_loop()
-                    if scope.cancelled_caught:
-                        self._abort_on_mission_timeout()
+                await self._turns_until_done()
             except SubAgentError as exc:
                 exc.turns = tuple(self._turns)
                 raise
@@ -171,19 +219,33 @@ class _Run:
             run.finished(step)
         return step
 
+    async def _turns_until_done(self) -> None:
+        """Take turns until the budget says stop, the mission timeout, or a stop."""
+        mission, stop = self._options.mission_timeout, self._stop
+        if mission is None and stop is None:
+            await self._turn_loop()
+            return
+        with stop if stop is not None else anyio.CancelScope() as stopping:
+            with anyio.move_on_after(math.inf if mission is None else mission) as timer:
+                await self._turn_loop()
+        if timer.cancelled_caught:
+            message = f"the run did not finish within mission_timeout={mission:g} s"
+            self._abort(Trigger.TIMED_OUT, message, ErrorKind.TIMEOUT)
+        elif stopping.cancelled_caught:
+            self._abort(Trigger.STOPPED, "the run was stopped before it finished", None)
+
     async def _turn_loop(self) -> None:
         while self._budget.active:
             await self._take_turn()
 
-    def _abort_on_mission_timeout(self) -> None:
-        message = (
-            f"the run did not finish within mission_timeout={self._options.mission_timeout:g} s"
-        )
+    def _abort(self, trigger: Trigger, message: str, error_kind: ErrorKind | None) -> None:
+        """End a run cut short from outside its turns (a mission timeout, a stop)."""
         if self._budget.active:
-            advance(self._budget, Trigger.TIMED_OUT)
-            self._failure = self._failed(message, ErrorKind.TIMEOUT)
-        if self._turns and self._turns[-1].outcome is TurnOutcome.FAIL:
-            self._turns[-1] = self._turns[-1].model_copy(
+            advance(self._budget, trigger)
+            self._failure = self._failed(message, error_kind)
+        last = self._turns[-1] if self._turns else None
+        if last is not None and last.error_type == "cancelled":
+            self._turns[-1] = last.model_copy(
                 update={"error": message, "phase_after": Phase.FAILED.value}
             )
 
@@ -292,7 +354,7 @@ class _Run:
 
             response = await call_with_retries(
                 options.llm, request, options.retry_policy, options.timeout, on_retry,
-                chat.text if observer.wants_text else None,
+                _deltas_to(chat) if observer.wants_text else None,
             )  # fmt: skip
             chat.replied(response)
         return response
@@ -479,3 +541,16 @@ class _Run:
 
 _TURN_TYPE = {Phase(kind.value): kind for kind in TurnType}
 _NO_USAGE = LLMResponse.model_fields["usage"].get_default(call_default_factory=True)
+
+
+def _deltas_to(chat: ChatScope) -> DeltaHandler:
+    """Hand a streamed reply's pieces to the chat scope, text and reasoning apart."""
+
+    def on_delta(delta: StreamDelta) -> Awaitable[None] | None:
+        if delta.reasoning:
+            waiting = chat.reasoning(delta.reasoning)
+            if waiting is not None:
+                return waiting
+        return chat.text(delta.text) if delta.text else None
+
+    return on_delta

@@ -78,8 +78,10 @@ class ScriptedLLM:
         return _as_response(item)
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[StreamDelta]:
-        """Stream the next scripted reply word by word, then the whole response."""
+        """Stream the next scripted reply word by word, reasoning first, then the response."""
         response = await self.complete(request)
+        for piece in _split_keeping_spaces(response.reasoning):
+            yield StreamDelta(reasoning=piece)
         for piece in _split_keeping_spaces(response.text):
             yield StreamDelta(text=piece)
         yield StreamDelta(response=response)

@@ -29,13 +29,14 @@ from subagent.llm._protocol import (
     messages_from,
 )
 from subagent.llm._retry_policy import DEFAULT_RETRYABLE, RetryPolicy
-from subagent.llm._transport import TransportRetry, call_with_retries
+from subagent.llm._transport import DeltaHandler, TransportRetry, call_with_retries
 from subagent.llm._wire import parse_retry_after, tool_calls_in_text
 
 __all__ = [
     "DEFAULT_BASE_URL",
     "DEFAULT_RETRYABLE",
     "LLM",
+    "DeltaHandler",
     "LLMRequest",
     "LLMResponse",
     "Message",

@@ -148,6 +148,8 @@ class LLMResponse(BaseModel):
         raw_stop_reason: The provider's own value, kept for diagnosis.
         usage: Token counts of this call.
         model: The model that answered, when the provider says.
+        reasoning: The model's reasoning, when the provider sends it apart from the text
+            (``reasoning_content``); never parsed as the answer.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -158,6 +160,7 @@ class LLMResponse(BaseModel):
     raw_stop_reason: str | None = None
     usage: Usage = Field(default_factory=Usage)
     model: str | None = None
+    reasoning: str = ""
 
     def model_post_init(self, context: Any, /) -> None:
         """Default the stop reason to ``tool_calls`` when the reply calls tools."""
@@ -170,12 +173,14 @@ class StreamDelta(BaseModel):
 
     Attributes:
         text: Text appended by this delta.
+        reasoning: Reasoning appended by this delta (``reasoning_content``).
         response: Set on the last item only: the complete reply.
     """
 
     model_config = ConfigDict(frozen=True)
 
     text: str = ""
+    reasoning: str = ""
     response: LLMResponse | None = None
 
 

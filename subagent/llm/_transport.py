@@ -7,14 +7,14 @@ conversation: the same request is sent again.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 
 import anyio
 from pydantic import BaseModel, ConfigDict
 
 from subagent._errors import ErrorKind, LLMError, ScriptExhaustedError
-from subagent.llm._protocol import LLM, LLMRequest, LLMResponse, StreamingLLM
+from subagent.llm._protocol import LLM, LLMRequest, LLMResponse, StreamDelta, StreamingLLM
 from subagent.llm._retry_policy import RetryPolicy
 
 
@@ -29,13 +29,15 @@ class TransportRetry(BaseModel):
     delay_s: float
 
 
-__all__ = ["TransportRetry", "call_with_retries"]
+__all__ = ["DeltaHandler", "TransportRetry", "call_with_retries"]
 
-TextHandler = Callable[[str], object]
+DeltaHandler = Callable[[StreamDelta], Awaitable[None] | None]
+"""Receives each piece of a streamed reply; may return an awaitable to slow the stream down
+(a consumer that is behind)."""
 
 
-async def _complete(llm: LLM, request: LLMRequest, on_text: TextHandler | None) -> LLMResponse:
-    if on_text is None or not isinstance(llm, StreamingLLM):
+async def _complete(llm: LLM, request: LLMRequest, on_delta: DeltaHandler | None) -> LLMResponse:
+    if on_delta is None or not isinstance(llm, StreamingLLM):
         return await llm.complete(request)
     # aclosing: the stream (and its HTTP response) is closed in this task, also when the
     # call is cancelled or times out half-way.
@@ -43,8 +45,10 @@ async def _complete(llm: LLM, request: LLMRequest, on_text: TextHandler | None) 
         async for delta in deltas:
             if delta.response is not None:
                 return delta.response
-            if delta.text:
-                on_text(delta.text)
+            if delta.text or delta.reasoning:
+                waiting = on_delta(delta)
+                if waiting is not None:
+                    await waiting
     raise LLMError(ErrorKind.INVALID_RESPONSE, "the stream ended without a final response")
 
 
@@ -54,7 +58,7 @@ async def call_with_retries(
     policy: RetryPolicy,
     call_timeout: float | None,
     on_retry: Callable[[TransportRetry], None],
-    on_text: TextHandler | None = None,
+    on_delta: DeltaHandler | None = None,
 ) -> LLMResponse:
     """Call ``llm`` until it answers or the policy gives up.
 
@@ -64,8 +68,9 @@ async def call_with_retries(
         policy: Which errors are retried, and the delays.
         call_timeout: Seconds allowed for one attempt (``None``: no limit).
         on_retry: Told about each retry before its delay.
-        on_text: When set and the model can stream, receives the reply's text as it
-            arrives (a retried call streams again from the start).
+        on_delta: When set and the model can stream, receives the reply's text and
+            reasoning as they arrive (a retried call streams again from the start); an
+            awaitable it returns is awaited before the next piece is read.
 
     Raises:
         LLMError: The last classified error, once the policy gives up.
@@ -76,9 +81,9 @@ async def call_with_retries(
         attempt += 1
         try:
             if call_timeout is None:
-                return await _complete(llm, request, on_text)
+                return await _complete(llm, request, on_delta)
             with anyio.fail_after(call_timeout):
-                return await _complete(llm, request, on_text)
+                return await _complete(llm, request, on_delta)
         except LLMError as exc:
             error = exc
         except TimeoutError:

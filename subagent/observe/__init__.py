@@ -8,6 +8,8 @@ tool); see :mod:`subagent.observe._observer`. Implementations:
   ``RunEnded``) handed to ``run(on_event=...)``.
 - ``_observer``: the interface, the silent :data:`NO_OBSERVER`, ``on_text``'s
   :class:`TextObserver`, and :func:`combine` for several at once.
+- ``_stream``: :class:`StreamObserver`, every event into an :class:`EventQueue` for
+  ``SubAgent.stream()``.
 
 :func:`observer_for_run` picks a run's observers from its options.
 
@@ -24,9 +26,13 @@ from opentelemetry.trace import TracerProvider
 from subagent.observe._events import (
     EventHandler,
     EventObserver,
+    ReasoningDelta,
     RunEnded,
     RunEvent,
     RunStarted,
+    TextDelta,
+    ToolCallEnded,
+    ToolCallStarted,
     TurnEnded,
     TurnStarted,
 )
@@ -48,22 +54,30 @@ from subagent.observe._otel import (
     capture_enabled,
     span_observer,
 )
+from subagent.observe._stream import DELTA_ROOM, EventQueue, StreamObserver
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
     "CONTENT_LIMIT",
+    "DELTA_ROOM",
     "ERROR_TEXT_LIMIT",
     "NO_OBSERVER",
     "ChatScope",
     "EventHandler",
     "EventObserver",
+    "EventQueue",
     "Observer",
+    "ReasoningDelta",
     "RunEnded",
     "RunEvent",
     "RunScope",
     "RunStarted",
     "SpanObserver",
+    "StreamObserver",
+    "TextDelta",
     "TextObserver",
+    "ToolCallEnded",
+    "ToolCallStarted",
     "ToolScope",
     "TurnEnded",
     "TurnScope",
@@ -81,8 +95,9 @@ def observer_for_run(
     tracer_provider: TracerProvider | None,
     on_event: EventHandler | None,
     on_text: Callable[[str], object] | None,
+    events: EventQueue | None = None,
 ) -> Observer:
-    """The observer of one run: its spans, its ``on_event`` and ``on_text`` callbacks.
+    """The observer of one run: its spans, its callbacks, its event stream.
 
     With none of them, :data:`NO_OBSERVER`: the run pays nothing for observation.
     """
@@ -91,5 +106,6 @@ def observer_for_run(
             EventObserver(agent, on_event) if on_event is not None else None,
             span_observer(agent, tracer_provider, llm),
             TextObserver(on_text) if on_text is not None else None,
+            StreamObserver(agent, events) if events is not None else None,
         ]
     )

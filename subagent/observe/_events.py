@@ -1,8 +1,9 @@
 """Typed run events, and the ``on_event`` observer that delivers them to a callback.
 
-A run reports ``RunStarted``, then for each turn ``TurnStarted`` and ``TurnEnded`` (which
-carries the :class:`~subagent.Turn` record), then ``RunEnded`` with the
-:class:`~subagent.Step`. They carry the same facts as the spans.
+A run reports ``RunStarted``, then for each turn ``TurnStarted``, ``ToolCallStarted`` /
+``ToolCallEnded`` per tool call and ``TurnEnded`` (which carries the :class:`~subagent.Turn`
+record), then ``RunEnded`` with the :class:`~subagent.Step`. ``stream()`` also delivers the
+reply's ``TextDelta`` and ``ReasoningDelta`` pieces. They carry the same facts as the spans.
 """
 
 from __future__ import annotations
@@ -11,15 +12,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from subagent._records import FailReason, Step, Turn, TurnOutcome, TurnType
-from subagent.observe._observer import Observer, RunScope, TurnScope
+from subagent._records import FailReason, Step, ToolResult, Turn, TurnOutcome, TurnType
+from subagent.llm import ToolCall
+from subagent.observe._observer import Observer, RunScope, ToolScope, TurnScope
 
 __all__ = [
     "EventHandler",
     "EventObserver",
+    "ReasoningDelta",
     "RunEnded",
     "RunEvent",
     "RunStarted",
+    "TextDelta",
+    "ToolCallEnded",
+    "ToolCallStarted",
     "TurnEnded",
     "TurnStarted",
 ]
@@ -115,6 +121,42 @@ class TurnEnded:
 
 
 @dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of the reply's text, as it streams in (``stream()`` only)."""
+
+    agent: str
+    index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """A piece of the reply's reasoning, as it streams in (``stream()`` only)."""
+
+    agent: str
+    index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted:
+    """A tool call is about to run (the calls of one reply may run at once)."""
+
+    agent: str
+    index: int
+    call: ToolCall
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallEnded:
+    """A tool call returned; ``result`` is what the model will read (also on the Turn)."""
+
+    agent: str
+    index: int
+    result: ToolResult
+
+
+@dataclass(frozen=True, slots=True)
 class RunEnded:
     """A run finished (``step.ok`` tells how)."""
 
@@ -127,27 +169,38 @@ class RunEnded:
         return self.step.failure.reason if self.step.failure else None
 
 
-RunEvent: TypeAlias = RunStarted | TurnStarted | TurnEnded | RunEnded
-"""Any event of a run, in the order ``RunStarted``, per turn ``TurnStarted``/``TurnEnded``,
-then ``RunEnded``."""
+RunEvent: TypeAlias = (
+    RunStarted
+    | TurnStarted
+    | TextDelta
+    | ReasoningDelta
+    | ToolCallStarted
+    | ToolCallEnded
+    | TurnEnded
+    | RunEnded
+)
+"""Any event of a run: ``RunStarted``; per turn ``TurnStarted``, the reply's deltas
+(``stream()`` only), ``ToolCallStarted`` / ``ToolCallEnded`` per tool call and
+``TurnEnded``; then ``RunEnded``."""
 
 EventHandler: TypeAlias = Callable[[RunEvent], None]
-"""``run(on_event=...)``: a synchronous callable receiving each :data:`RunEvent`; it runs
-inside the turn loop, so it should be quick."""
+"""``run(on_event=...)``: a synchronous callable receiving each :data:`RunEvent` but the
+deltas; it runs inside the turn loop, so it should be quick."""
 
 
 class EventObserver(Observer):
     """``run(on_event=...)``: the run's events, handed to a callback as they happen.
 
-    The observer is its own run and turn scope (a run's turns are sequential); it has no
-    chat or tool scopes.
+    The observer is its own run, turn and tool scope (a run's turns are sequential, and a
+    tool's result names its call); it has no chat scope, so it gets no deltas.
     """
 
-    __slots__ = ("_agent", "_handler")
+    __slots__ = ("_agent", "_handler", "_index")
 
     def __init__(self, agent: str, handler: EventHandler):
         self._agent = agent
         self._handler = handler
+        self._index = 0
 
     def run(self, max_turns: int, return_retries: int, phase: str) -> RunScope:
         self._handler(RunStarted(self._agent, max_turns, return_retries, phase))
@@ -165,21 +218,16 @@ class EventObserver(Observer):
         messages: int,
         collapsed: int,
     ) -> TurnScope:
+        self._index = index
         self._handler(
-            TurnStarted(
-                self._agent,
-                index,
-                turn_type,
-                turn_type.value,
-                work_remaining,
-                retries_remaining,
-                tools_offered,
-                messages,
-                collapsed,
-                retry_attempt,
-                retry_total,
-            )
-        )
+            TurnStarted(self._agent, index, turn_type, turn_type.value, work_remaining,
+                        retries_remaining, tools_offered, messages, collapsed, retry_attempt,
+                        retry_total)
+        )  # fmt: skip
+        return self
+
+    def tool(self, call: ToolCall) -> ToolScope:
+        self._handler(ToolCallStarted(self._agent, self._index, call))
         return self
 
     def __enter__(self) -> EventObserver:
@@ -193,3 +241,6 @@ class EventObserver(Observer):
 
     def ended(self, turn: Turn) -> None:
         self._handler(TurnEnded(self._agent, turn))
+
+    def returned(self, result: ToolResult) -> None:
+        self._handler(ToolCallEnded(self._agent, self._index, result))

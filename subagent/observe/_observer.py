@@ -21,7 +21,7 @@ whose scopes are one shared object. OpenTelemetry spans, the ``on_event`` callba
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -64,11 +64,18 @@ class TurnScope(_Scope, Protocol):
 
 
 class ChatScope(_Scope, Protocol):
-    """One LLM call, transport retries included."""
+    """One LLM call, transport retries included.
+
+    ``text`` and ``reasoning`` receive a streamed reply as it arrives (only when the
+    observer ``wants_text``); either may return an awaitable, which the call awaits before
+    reading on: an observer whose consumer is behind slows the stream down.
+    """
 
     def retried(self, retry: TransportRetry) -> None: ...
 
-    def text(self, piece: str) -> None: ...
+    def text(self, piece: str) -> Awaitable[None] | None: ...
+
+    def reasoning(self, piece: str) -> Awaitable[None] | None: ...
 
     def replied(self, response: LLMResponse) -> None: ...
 
@@ -100,6 +107,9 @@ class _Nothing:
         return None
 
     def text(self, piece: str) -> None:
+        return None
+
+    def reasoning(self, piece: str) -> None:
         return None
 
     def replied(self, response: LLMResponse) -> None:
@@ -198,6 +208,9 @@ class TextObserver(Observer):
     def text(self, piece: str) -> None:
         self._on_text(piece)
 
+    def reasoning(self, piece: str) -> None:
+        return None
+
     def replied(self, response: LLMResponse) -> None:
         return None
 
@@ -246,9 +259,11 @@ class _Fanout:
         for scope in self._scopes:
             scope.retried(retry)
 
-    def text(self, piece: str) -> None:
-        for scope in self._scopes:
-            scope.text(piece)
+    def text(self, piece: str) -> Awaitable[None] | None:
+        return _all([scope.text(piece) for scope in self._scopes])
+
+    def reasoning(self, piece: str) -> Awaitable[None] | None:
+        return _all([scope.reasoning(piece) for scope in self._scopes])
 
     def replied(self, response: LLMResponse) -> None:
         for scope in self._scopes:
@@ -257,6 +272,19 @@ class _Fanout:
     def returned(self, result: ToolResult) -> None:
         for scope in self._scopes:
             scope.returned(result)
+
+
+def _all(waiting: list[Awaitable[None] | None]) -> Awaitable[None] | None:
+    """One awaitable for the awaitables in ``waiting`` (``None`` when there are none)."""
+    pending = [item for item in waiting if item is not None]
+    if not pending:
+        return None
+    return _await_each(pending)
+
+
+async def _await_each(pending: list[Awaitable[None]]) -> None:
+    for item in pending:
+        await item
 
 
 class _Observers(Observer):

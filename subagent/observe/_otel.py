@@ -293,6 +293,9 @@ class _ChatSpan(_SpanScope):
     def text(self, piece: str) -> None:
         return None
 
+    def reasoning(self, piece: str) -> None:
+        return None
+
     def replied(self, response: LLMResponse) -> None:
         self._described = True
         usage = response.usage

@@ -1,0 +1,167 @@
+"""A run under way, to watch and to stop: what ``SubAgent.start()`` and ``stream()`` return.
+
+The run lives as long as the ``async with`` block: it runs in a task of the block's own
+task group, so it is cancelled with the block's enclosing scope as any child task is.
+Leaving the block before the run finished stops it; :meth:`AgentRun.stop` stops it from
+inside the block. A stopped run ends ``failed(cancelled)`` and still has its
+:class:`~subagent.Step`, with every turn taken so far.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Generic, Self, cast
+
+import anyio
+from anyio.abc import TaskGroup
+from typing_extensions import TypeVar
+
+from subagent._records import Step
+from subagent._run import AgentParts, RunOptions, execute_run
+from subagent.llm import Message
+from subagent.observe import EventQueue, RunEvent
+
+__all__ = ["AgentRun"]
+
+OutputT = TypeVar("OutputT", default=Any)
+
+
+class AgentRun(Generic[OutputT]):
+    """A run under way: ``async with agent.start(...) as run:`` or ``agent.stream(...)``.
+
+    Inside the block, :meth:`stop` ends the run early and ``await run.result()`` waits for
+    its :class:`~subagent.Step`; a run from ``stream()`` is also an async iterator of its
+    events (``async for event in run``), ending after ``RunEnded``. Leaving the block stops
+    a run that has not finished and waits for it to wrap up (its spans end, its Step is
+    made); :attr:`step` holds the Step afterwards.
+
+    An exception that ends the run abnormally (a parser bug, a script that ran out) is
+    raised by :meth:`result`, by the iteration, or when leaving the block.
+    """
+
+    def __init__(
+        self, parts: AgentParts, options: RunOptions, opening: list[Message], *, stream: bool
+    ):
+        self._parts = parts
+        self._options = options
+        self._opening = opening
+        self._stream = stream
+        self._queue: EventQueue | None = None
+        self._stop = anyio.CancelScope()
+        self._group: TaskGroup | None = None
+        self._done: anyio.Event | None = None
+        self._step: Step[Any] | None = None
+        self._error: Exception | None = None
+        self._error_raised = False
+
+    # --- the block ---
+
+    async def __aenter__(self) -> Self:
+        if self._group is not None:
+            raise RuntimeError("an AgentRun can be entered only once; start another run")
+        self._done = anyio.Event()
+        self._queue = EventQueue() if self._stream else None
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        self._group = group
+        group.start_soon(self._execute)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        assert self._group is not None and self._done is not None
+        if not self._done.is_set():
+            self.stop()
+        if exc is not None and not isinstance(exc, anyio.get_cancelled_exc_class()):
+            # The block raised: let the run wrap up (stopped), then let the block's own
+            # exception go on as it is, rather than inside the task group's ExceptionGroup.
+            await self._group.__aexit__(None, None, None)
+            return False
+        suppressed = await self._group.__aexit__(exc_type, exc, traceback)
+        if exc is None and self._error is not None and not self._error_raised:
+            self._error_raised = True
+            raise self._error
+        return bool(suppressed)
+
+    async def _execute(self) -> None:
+        assert self._done is not None
+        try:
+            self._step = await execute_run(
+                self._parts, self._options, self._opening, stop=self._stop, events=self._queue
+            )
+        except Exception as exc:  # raised to the caller by result(), iteration or exit
+            self._error = exc
+        finally:
+            if self._queue is not None:
+                self._queue.close()
+            self._done.set()
+
+    # --- the run ---
+
+    def stop(self) -> None:
+        """Stop the run: it ends ``failed(cancelled)`` at its next await, keeping its turns.
+
+        A tool running in a worker thread is abandoned (the thread finishes on its own).
+        Stopping a finished run does nothing.
+        """
+        self._stop.cancel()
+
+    async def result(self) -> Step[OutputT]:
+        """Wait for the run to finish and return its :class:`~subagent.Step`.
+
+        Raises:
+            RuntimeError: The block was not entered.
+            SubAgentError: The exception that ended the run abnormally.
+        """
+        done = self._require_entered()
+        await done.wait()
+        return self._finished_step()
+
+    @property
+    def step(self) -> Step[OutputT] | None:
+        """The run's Step once it has finished, else ``None``."""
+        return cast("Step[OutputT] | None", self._step)
+
+    @property
+    def done(self) -> bool:
+        """Whether the run has finished (or ended abnormally)."""
+        return self._done is not None and self._done.is_set()
+
+    # --- the events ---
+
+    def __aiter__(self) -> Self:
+        if not self._stream:
+            raise TypeError("agent.start() delivers no events: use agent.stream() to iterate")
+        self._require_entered()
+        return self
+
+    async def __anext__(self) -> RunEvent:
+        assert self._queue is not None
+        event = await self._queue.get()
+        if event is None:
+            if self._error is not None and not self._error_raised:
+                self._error_raised = True
+                raise self._error
+            raise StopAsyncIteration
+        return event
+
+    # --- helpers ---
+
+    def _require_entered(self) -> anyio.Event:
+        if self._done is None:
+            raise RuntimeError(
+                "use the run as a context manager: `async with agent.stream(...) as run:` "
+                "(or agent.start(...)); it lives as long as the block"
+            )
+        return self._done
+
+    def _finished_step(self) -> Step[OutputT]:
+        if self._error is not None:
+            self._error_raised = True
+            raise self._error
+        assert self._step is not None
+        return cast("Step[OutputT]", self._step)

@@ -1,0 +1,294 @@
+"""Watching and stopping a run: agent.stream() and agent.start()."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+from pydantic import BaseModel
+from support import Traced
+
+from subagent import (
+    AgentRun,
+    ConfigurationError,
+    FailReason,
+    LLMRequest,
+    LLMResponse,
+    ReasoningDelta,
+    RunEnded,
+    RunEvent,
+    RunStarted,
+    ScriptedLLM,
+    ScriptExhaustedError,
+    StreamDelta,
+    SubAgent,
+    TextDelta,
+    ToolCall,
+    ToolCallEnded,
+    ToolCallStarted,
+    TurnEnded,
+    TurnOutcome,
+    TurnStarted,
+    tool,
+)
+from subagent.observe import EventQueue
+
+pytestmark = pytest.mark.anyio
+
+
+class Answer(BaseModel):
+    x: int
+
+
+AGENT = SubAgent(name="calc", prompt="p", output=Answer)
+
+
+@tool(run_in_thread=False)
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def hanging(entered: anyio.Event) -> Any:
+    """A scripted reply that never comes (until the run is stopped)."""
+
+    async def reply(request: LLMRequest) -> str:
+        entered.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    return reply
+
+
+# --- stream ---
+
+
+async def test_a_stream_delivers_every_event_in_order() -> None:
+    llm = ScriptedLLM([
+        LLMResponse(text='{"x": "three"}', reasoning="count the apples"),
+        '{"x": 3}',
+    ])  # fmt: skip
+    events: list[RunEvent] = []
+    async with AGENT.stream(llm=llm, max_turns=1, return_retries=1) as run:
+        async for event in run:
+            events.append(event)
+    kinds = [type(event).__name__ for event in events]
+    assert kinds[0] == "RunStarted" and kinds[-1] == "RunEnded"
+    assert kinds.count("TurnStarted") == kinds.count("TurnEnded") == 2
+    first_turn = events[1 : kinds.index("TurnEnded") + 1]
+    assert isinstance(first_turn[0], TurnStarted) and first_turn[0].index == 1
+    reasoning = "".join(e.text for e in first_turn if isinstance(e, ReasoningDelta))
+    text = "".join(e.text for e in first_turn if isinstance(e, TextDelta))
+    assert (reasoning, text) == ("count the apples", '{"x": "three"}')
+    assert len([e for e in first_turn if isinstance(e, TextDelta)]) == 2  # word by word
+    ended = events[-1]
+    assert isinstance(ended, RunEnded) and ended.step.ok
+    assert run.step is ended.step and ended.step.output == Answer(x=3)
+
+
+async def test_a_stream_reports_tool_calls_and_results() -> None:
+    agent = SubAgent(name="calc", prompt="p", output=Answer, tools=[add], max_turns=2)
+    llm = ScriptedLLM([
+        LLMResponse(tool_calls=[ToolCall(name="add", arguments={"a": 1, "b": 2})]),
+        '{"x": 3}',
+    ])  # fmt: skip
+    async with agent.stream(llm=llm) as run:
+        events = [event async for event in run]
+    started = [e for e in events if isinstance(e, ToolCallStarted)]
+    ended = [e for e in events if isinstance(e, ToolCallEnded)]
+    assert [(e.index, e.call.name) for e in started] == [(1, "add")]
+    assert [(e.index, e.result.ok) for e in ended] == [(1, True)]
+    turn_end = next(e for e in events if isinstance(e, TurnEnded))
+    assert events.index(ended[0]) < events.index(turn_end)
+
+
+class StillStreaming:
+    """A model that streams its first word, then keeps the stream open."""
+
+    model_name = "slow"
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        raise AssertionError("the run streams: complete() is not used")
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[StreamDelta]:
+        try:
+            yield StreamDelta(text="one ")
+            await anyio.sleep_forever()
+            yield StreamDelta(response=LLMResponse(text="never"))
+        finally:
+            self.closed = True
+
+
+async def test_leaving_a_stream_early_stops_the_run_cleanly(traced: Traced) -> None:
+    llm = StillStreaming()
+    async with AGENT.stream(llm=llm, max_turns=3, tracer_provider=traced.provider) as run:
+        async for event in run:
+            if isinstance(event, TextDelta):
+                break  # closed after the first delta, while the model still streams
+    step = run.step
+    assert step is not None and step.failure is not None
+    assert step.failure.reason is FailReason.CANCELLED
+    assert [t.error_type for t in step.turns] == ["cancelled"]
+    assert llm.closed  # the model's stream was closed too
+    assert traced.open_spans.open == {}
+    run_span = traced.one("invoke_agent calc")
+    assert dict(run_span.attributes or {})["subagent.failure.reason"] == "cancelled"
+
+
+async def test_a_slow_consumer_holds_the_stream_back_instead_of_queueing_it() -> None:
+    words = " ".join(["w"] * 2000)
+    llm = ScriptedLLM([words])
+    agent = SubAgent(name="talk", prompt="p")
+    most = 0
+    async with agent.stream(llm=llm) as run:
+        queue = run._queue
+        assert queue is not None
+        async for _ in run:
+            most = max(most, len(queue))
+            await anyio.lowlevel.checkpoint()
+    assert run.step is not None and run.step.ok
+    assert most <= 256 + 2  # DELTA_ROOM, plus events that never wait
+
+
+async def test_an_event_queue_makes_a_delta_wait_for_room() -> None:
+    queue = EventQueue(room=1)
+    assert queue.put_delta(TextDelta("a", 1, "x")) is None
+    waiting = queue.put_delta(TextDelta("a", 1, "y"))
+    assert waiting is not None
+    async with anyio.create_task_group() as group:
+        group.start_soon(lambda: waiting)  # type: ignore[arg-type,return-value]
+        assert await queue.get() == TextDelta("a", 1, "x")
+        assert await queue.get() == TextDelta("a", 1, "y")
+    queue.close()
+    assert await queue.get() is None
+
+
+# --- start / stop ---
+
+
+async def test_stop_during_an_llm_call_ends_the_run_cancelled_with_its_turns() -> None:
+    entered = anyio.Event()
+    llm = ScriptedLLM(['{"x": "bad"}', hanging(entered)])
+    async with AGENT.start(llm=llm, max_turns=1, return_retries=2) as run:
+        await entered.wait()
+        run.stop()
+        step = await run.result()
+    assert step.failure is not None and step.failure.reason is FailReason.CANCELLED
+    assert step.failure.message == "the run was stopped before it finished"
+    assert [t.outcome for t in step.turns] == [TurnOutcome.ERROR, TurnOutcome.FAIL]
+    assert step.turns[1].error_type == "cancelled" and step.turns[1].phase_after == "failed"
+
+
+async def test_stop_during_a_tool_call_abandons_a_blocked_sync_tool() -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    @tool
+    def blocking() -> str:
+        entered.set()
+        release.wait(30)
+        return "late"
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[blocking], max_turns=2)
+    llm = ScriptedLLM([LLMResponse(tool_calls=[ToolCall(name="blocking")]), '{"x": 1}'])
+    try:
+        with anyio.fail_after(10):
+            async with agent.start(llm=llm) as run:
+                await anyio.to_thread.run_sync(entered.wait)
+                run.stop()
+    finally:
+        release.set()
+    step = run.step
+    assert step is not None and step.failure is not None
+    assert step.failure.reason is FailReason.CANCELLED
+    (result,) = step.turns[0].tool_results
+    assert (result.name, result.completed) == ("blocking", False)
+
+
+async def test_leaving_the_block_stops_a_run_that_has_not_finished() -> None:
+    entered = anyio.Event()
+    async with AGENT.start(llm=ScriptedLLM([hanging(entered)])) as run:
+        await entered.wait()
+    assert run.done and run.step is not None
+    assert run.step.failure is not None and run.step.failure.reason is FailReason.CANCELLED
+
+
+async def test_a_finished_run_is_not_changed_by_stop() -> None:
+    async with AGENT.start(llm=ScriptedLLM(['{"x": 2}'])) as run:
+        step = await run.result()
+        run.stop()
+    assert step.ok and run.step is step
+
+
+async def test_an_enclosing_cancel_scope_still_propagates() -> None:
+    entered = anyio.Event()
+    handle: AgentRun[Any] | None = None
+    with anyio.CancelScope() as scope:
+        async with AGENT.start(llm=ScriptedLLM([hanging(entered)])) as handle:
+            await entered.wait()
+            scope.cancel()
+            await anyio.sleep_forever()
+    assert scope.cancelled_caught
+    assert handle is not None and handle.step is None  # cancelled, not stopped
+
+
+async def test_an_abnormal_end_is_raised_by_result_and_by_the_block() -> None:
+    with pytest.raises(ScriptExhaustedError) as caught:
+        async with AGENT.start(llm=ScriptedLLM([])) as run:
+            await run.result()
+    assert caught.value.turns == ()
+    with pytest.raises(ScriptExhaustedError):
+        async with AGENT.start(llm=ScriptedLLM([])):
+            pass
+
+
+async def test_an_abnormal_end_is_raised_at_the_end_of_the_stream() -> None:
+    seen: list[type[Any]] = []
+
+    async def consume() -> None:
+        async with AGENT.stream(llm=ScriptedLLM([])) as run:
+            async for event in run:
+                seen.append(type(event))
+
+    with pytest.raises(ScriptExhaustedError):
+        await consume()
+    assert seen[:2] == [RunStarted, TurnStarted]
+
+
+def test_options_are_checked_when_the_run_is_made() -> None:
+    with pytest.raises(ConfigurationError, match="max_turns"):
+        AGENT.start(llm=ScriptedLLM([]), max_turns=0)
+
+
+async def test_the_handle_is_used_as_a_context_manager() -> None:
+    run = AGENT.stream(llm=ScriptedLLM([]))
+    with pytest.raises(RuntimeError, match=r"async with agent\.stream"):
+        run.__aiter__()
+    started = AGENT.start(llm=ScriptedLLM(['{"x": 1}']))
+    async with started:
+        with pytest.raises(TypeError, match=r"use agent.stream\(\)"):
+            started.__aiter__()
+        await started.result()
+    with pytest.raises(RuntimeError, match="only once"):
+        async with started:
+            pass
+
+
+async def test_an_error_in_the_block_stops_the_run_and_propagates_as_it_is() -> None:
+    entered = anyio.Event()
+    handle = AGENT.start(llm=ScriptedLLM([hanging(entered)]))
+
+    async def use() -> None:
+        async with handle:
+            await entered.wait()
+            raise KeyError("mine")
+
+    with pytest.raises(KeyError, match="mine"):
+        await use()
+    assert handle.step is not None and handle.step.failure is not None
+    assert handle.step.failure.reason is FailReason.CANCELLED
