@@ -55,7 +55,9 @@ NAME = "openai-agents"
 DISTRIBUTIONS = ("openai-agents", "openai", "openinference-instrumentation-openai-agents")
 NOTES = (
     "`Model` subclass; no output retries: the caller validates and re-runs on "
-    "`result.to_input_list()` + feedback; S3 via OpenInference's tracing processor"
+    "`result.to_input_list()` + feedback. Tracing off in S1/S2/S4 (`tracing_disabled`; the "
+    "SDK's default is on, exporting to OpenAI); S3 through OpenInference's tracing processor, "
+    "which replaces the default one, inputs and outputs hidden"
 )
 
 _instrumentor: Any = None

@@ -35,7 +35,8 @@ NAME = "instructor"
 DISTRIBUTIONS = ("instructor", "openai", "httpx")
 NOTES = (
     "real `openai` client over `httpx.MockTransport` (includes the openai SDK's cost); "
-    "`Mode.TOOLS`, `max_retries=2`; no tool loop, no tracing"
+    "`Mode.TOOLS`, `max_retries=2`; no tool loop, no tracing. The openai client detects "
+    "the platform once, in asyncio's default executor thread (`asyncio_0`, during warm-up)"
 )
 
 

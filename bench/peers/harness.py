@@ -76,7 +76,8 @@ class Measured:
     scenario: Scenario
     results: dict[str, Result]
     unsupported: dict[str, str]
-    max_threads: int
+    threads: list[str]
+    """Threads other than the main one seen alive after any batch (their CPU time counts)."""
 
 
 @dataclass
@@ -182,8 +183,8 @@ async def measure(
             for name in names
         }
         gc.collect()
-        gc.freeze()  # what exists after the warm-up is not the runs' garbage
-        threads = threading.active_count()
+        gc.freeze()  # modules and caches stay out of the collections the timed runs trigger
+        threads = {t.name for t in threading.enumerate()}
         for batch in range(batches):
             shift = batch % len(names)
             order = names[shift:] + names[:shift]
@@ -198,7 +199,7 @@ async def measure(
                 run = built[name]
                 for _ in range(runs):
                     blocks[name] += await _timed(scenario, run, tracing, spans.get(name))
-            threads = max(threads, threading.active_count())
+            threads |= {t.name for t in threading.enumerate()}
             for name in names:
                 results[name].batch_us.append(interleaved[name] / runs * 1e6)
                 results[name].block_us.append(blocks[name] / runs * 1e6)
@@ -209,7 +210,8 @@ async def measure(
                 )
                 print(f"  {scenario.name} batch {batch + 1}/{batches} (µs run by run/in blocks): "
                       f"{done}", flush=True)  # fmt: skip
-        return Measured(scenario, results, unsupported, threads)
+        threads.discard(threading.main_thread().name)
+        return Measured(scenario, results, unsupported, sorted(threads))
     finally:
         gc.unfreeze()
         release(modules)
@@ -293,5 +295,5 @@ def provenance(command: str) -> dict[str, Any]:
         "commit": _git("rev-parse", "--short", "HEAD"),
         "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
         "machine": machine(),
-        "threads_at_end": threading.active_count(),
+        "threads_at_end": [t.name for t in threading.enumerate()],
     }

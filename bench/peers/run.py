@@ -56,7 +56,7 @@ def _ratio(value: float, reference: float | None) -> str:
 
 
 def _number(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.1f}"
 
 
 def _cell(result: dict[str, Any] | None, reference: dict[str, Any] | None, key: str) -> str:
@@ -65,6 +65,32 @@ def _cell(result: dict[str, Any] | None, reference: dict[str, Any] | None, key: 
     if reference is None or result is reference:
         return _number(result[key])
     return f"{_number(result[key])} ({_ratio(result[key], reference[key])})"
+
+
+def _tracing_cost(
+    lines: list[str], measured: dict[str, Any], order: list[str], names: dict[str, str]
+) -> None:
+    """What turning OpenTelemetry on costs each framework: S3 minus S1 (same script)."""
+    if "S1" not in measured or "S3" not in measured:
+        return
+    s1, s3 = measured["S1"]["results"], measured["S3"]["results"]
+    lines += [
+        "",
+        "**Tracing cost** (S3 minus S1, the same runs with OpenTelemetry on):",
+        "",
+        "| framework | spans/run | + µs/run | + µs/span | in blocks + µs/run | + µs/span |",
+        "|---|---|---|---|---|---|",
+    ]
+    for fw in order:
+        if fw not in s1 or fw not in s3:
+            continue
+        spans = s3[fw]["spans_per_run"]
+        plus = s3[fw]["us_per_run"] - s1[fw]["us_per_run"]
+        plus_blocks = s3[fw]["block_us_per_run"] - s1[fw]["block_us_per_run"]
+        lines.append(
+            f"| {names[fw]} | {spans} | {_number(plus)} | {_number(plus / spans)} "
+            f"| {_number(plus_blocks)} | {_number(plus_blocks / spans)} |"
+        )
 
 
 def render(record: dict[str, Any]) -> str:
@@ -149,9 +175,12 @@ def render(record: dict[str, Any]) -> str:
                 f"| {_number(r['block_us_per_run'] / calls)} | {block_ratio} | {spread} "
                 f"| {spans} |"
             )
+    _tracing_cost(lines, measured, order, names)
     lines += ["", "Scenarios:", ""]
     for scenario_name, scenario in measured.items():
-        lines.append(f"- **{scenario_name}**: {scenario['title']}.")
+        threads = scenario["threads"]
+        extra = f" Threads besides the main one: {', '.join(threads)}." if threads else ""
+        lines.append(f"- **{scenario_name}**: {scenario['title']}.{extra}")
         lines += [f"  - n/a for {names[fw]}: {why}." for fw, why in scenario["unsupported"].items()]
     lines += ["", "How each framework runs them:", ""]
     lines += [f"- **{names[fw]}**: {record['notes'][fw]}." for fw in order]
@@ -187,7 +216,7 @@ def _record(
                 "title": m.scenario.title,
                 "model_calls": m.scenario.model_calls,
                 "tool_calls": m.scenario.tool_calls,
-                "max_threads": m.max_threads,
+                "threads": m.threads,
                 "unsupported": m.unsupported,
                 "results": {
                     fw: {
