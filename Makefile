@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench venv clean docs-screenshot
+.PHONY: demo test lint bench bench-peers venv clean docs-screenshot
 
 venv: $(STAMP)
 
@@ -37,9 +37,24 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
+# Framework overhead side by side with pydantic-ai, instructor and the OpenAI Agents SDK, in
+# their own venv (pinned in bench/peers/requirements.txt; never a dependency of the library).
+# Writes bench/peers/results.md and results.json. Options: make bench-peers ARGS="--runs 20".
+PEERS_VENV := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed
+
+$(PEERS_STAMP): bench/peers/requirements.txt pyproject.toml
+	@test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install --quiet -r bench/peers/requirements.txt -e .
+	@touch $@
+
+bench-peers: $(PEERS_STAMP)
+	$(PEERS_VENV)/bin/python bench/peers/run.py --command "make bench-peers$(if $(ARGS), ARGS='$(ARGS)')" $(ARGS)
+
 # Re-take docs/images/phoenix-trace.png from a real run (needs Debian's chromium).
 docs-screenshot: $(STAMP)
 	$(BIN)/python scripts/phoenix_server.py screenshot
 
 clean:
-	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PEERS_VENV) build dist .pytest_cache .mypy_cache .ruff_cache
