@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import socket
 import threading
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel, Field
 
-from subagent import Tool
+from subagent import ConfigurationError, SubAgent, Tool
 from subagent.tools._tool import ToolArgumentsError, render_result
 
 pytestmark = pytest.mark.anyio
@@ -99,3 +101,30 @@ def test_results_render_as_text_or_json() -> None:
     assert render_result("plain") == "plain"
     assert render_result(Point(x=1)) == '{"x":1}'
     assert render_result({"a": [1, None]}) == '{"a":[1,null]}'
+
+
+def _socket_param(query: str, connection: socket.socket) -> None:
+    """Needs a socket."""
+
+
+def _callable_param(callback: Callable[[int], int]) -> None:
+    """Needs a callable: validates, but has no JSON schema."""
+
+
+def _unresolved_param(thing: Undefined) -> None:  # type: ignore[name-defined]  # noqa: F821
+    """Names a type that does not exist."""
+
+
+@pytest.mark.parametrize(
+    ("function", "parameter"),
+    [(_socket_param, "connection"), (_callable_param, "callback"), (_unresolved_param, "thing")],
+)
+def test_unsupported_parameter_types_are_configuration_errors(
+    function: Callable[..., Any], parameter: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=r"^tools: ") as caught:
+        Tool(function)
+    assert caught.value.field == "tools"
+    assert f"parameter {parameter!r} of tool {function.__name__!r}" in caught.value.message
+    with pytest.raises(ConfigurationError, match=f"parameter {parameter!r}"):
+        SubAgent(name="agent", prompt="go", tools=[function])

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, PydanticUserError, ValidationError, create_model
 from pydantic_core import to_json
 
 from subagent._errors import ConfigurationError
@@ -72,9 +72,7 @@ class Tool:
                 "tools", f"tool name {name!r} must match {_NAME.pattern} (rename it with Tool)"
             )
         summary, arg_docs = _parse_docstring(inspect.getdoc(function) or "")
-        params = _parameters_model(function, name, arg_docs)
-        schema = params.model_json_schema()
-        schema.pop("title", None)
+        params, schema = _parameters_model(function, name, arg_docs)
         description = self.description if self.description is not None else summary
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "description", description)
@@ -157,7 +155,13 @@ def _is_async_callable(function: Callable[..., Any]) -> bool:
 
 def _parameters_model(
     function: Callable[..., Any], name: str, arg_docs: Mapping[str, str]
-) -> type[BaseModel]:
+) -> tuple[type[BaseModel], dict[str, Any]]:
+    """The model validating the tool's arguments, and its JSON schema (without a title).
+
+    Raises:
+        ConfigurationError: A parameter cannot be validated by pydantic or described as
+            JSON schema; the message names the tool and the parameter.
+    """
     try:
         signature = inspect.signature(function)
     except (TypeError, ValueError) as exc:
@@ -178,7 +182,37 @@ def _parameters_model(
         default = ... if param.default is inspect.Parameter.empty else param.default
         doc = arg_docs.get(param.name)
         fields[param.name] = (annotation, Field(default, description=doc) if doc else default)
-    return create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+    try:
+        return _model_and_schema(f"{name}_arguments", fields)
+    except (PydanticUserError, TypeError) as exc:
+        culprit = _unsupported_parameter(fields)
+        what = f"parameter {culprit!r} of tool {name!r}" if culprit else f"tool {name!r}"
+        annotation = f" ({fields[culprit][0]!r})" if culprit else ""
+        reason = str(exc).split("\n", 1)[0]
+        raise ConfigurationError(
+            "tools",
+            f"{what} has a type{annotation} that pydantic cannot validate or describe as "
+            f"JSON schema: {reason}",
+        ) from exc
+
+
+def _model_and_schema(
+    model_name: str, fields: Mapping[str, Any]
+) -> tuple[type[BaseModel], dict[str, Any]]:
+    model = create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    return model, schema
+
+
+def _unsupported_parameter(fields: Mapping[str, Any]) -> str | None:
+    """The first parameter whose type alone breaks the model or its schema."""
+    for parameter, definition in fields.items():
+        try:
+            _model_and_schema("parameter", {parameter: definition})
+        except (PydanticUserError, TypeError):
+            return parameter
+    return None
 
 
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
