@@ -11,6 +11,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from subagent._text import scrub_surrogates
+
 if TYPE_CHECKING:
     from subagent._records import Step, Turn
 
@@ -98,6 +100,9 @@ class LLMError(SubAgentError):
         status_code: The HTTP status, when the call reached a server.
         retry_after: Seconds the provider asked us to wait (``Retry-After``).
         body: The provider's raw error body, for diagnosis.
+
+    Lone surrogates in ``message`` and ``body`` are replaced by U+FFFD, so the error can be
+    stored in a :class:`~subagent.Step` that dumps as JSON.
     """
 
     def __init__(
@@ -110,12 +115,12 @@ class LLMError(SubAgentError):
         body: str | None = None,
     ):
         self.kind = ErrorKind(kind)
-        self.message = message
+        self.message = scrub_surrogates(message)
         self.status_code = status_code
         self.retry_after = retry_after
-        self.body = body
+        self.body = None if body is None else scrub_surrogates(body)
         status = f" (HTTP {status_code})" if status_code is not None else ""
-        super().__init__(f"{self.kind.value}{status}: {message}")
+        super().__init__(f"{self.kind.value}{status}: {self.message}")
 
 
 class RunFailedError(SubAgentError):

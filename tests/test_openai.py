@@ -757,3 +757,22 @@ def test_parse_retry_after_forms() -> None:
 def test_llm_response_round_trips_through_json() -> None:
     reply = LLMResponse(text="x", tool_calls=[ToolCall(name="a", arguments={"b": 1}, id="1")])
     assert LLMResponse.model_validate(json.loads(reply.model_dump_json())) == reply
+
+
+async def test_lone_surrogate_escapes_from_the_server_become_replacement_characters(
+    server: ScriptedServer,
+) -> None:
+    lone = json.loads('"\\ud800"')
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "weather", "arguments": json.dumps({"city": lone})}}  # fmt: skip
+    server.script(
+        Reply.json(completion(f"a {lone} b", tool_calls=[call])), Reply.error(400, f"bad {lone}")
+    )
+    async with make_llm(server) as llm:
+        reply = await llm.complete(ask())
+        with pytest.raises(LLMError) as caught:
+            await llm.complete(ask())
+    assert reply.text == "a \ufffd b"
+    assert reply.tool_calls[0].arguments == {"city": "\ufffd"}
+    assert caught.value.message == "bad \ufffd"
+    assert caught.value.body is not None and "\\ud800" in caught.value.body  # still escaped

@@ -6,6 +6,11 @@ Three routes, chosen from ``SubAgent(output=...)``:
 * a pydantic model or any type pydantic can validate: JSON is extracted tolerantly from the
   reply, then validated; failures become per-field feedback.
 * a parser callable ``(text, **kwargs) -> ParseResult`` (or the seed's dict form).
+
+Whatever the route, an output holding NaN or an infinity is refused with feedback
+(``non_finite_output``): JSON has no such numbers, so the run's :class:`~subagent.Step` could
+not be stored and loaded back. A pydantic model whose config sets ``ser_json_inf_nan`` to
+``"constants"`` or ``"strings"`` stores them faithfully, and keeps them.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 
 from subagent._errors import ConfigurationError, ParserContractError
 from subagent._templates import TemplateSet
+from subagent._text import first_non_finite
 from subagent.parsers._json import JSONParser
 from subagent.parsers._json_extract import extract_json
 from subagent.parsers._result import ParseResult, coerce_parse_result
@@ -27,7 +33,10 @@ __all__ = ["OutputContract", "build_contract", "detect_explicit_fail"]
 
 
 class OutputContract:
-    """Turns a return attempt's text into a :class:`ParseResult`."""
+    """Turns a return attempt's text into a :class:`ParseResult`.
+
+    Subclasses implement :meth:`_parse`; :meth:`parse` adds the checks every route shares.
+    """
 
     #: The type the output validates to, for typing and the JSON response format.
     output_type: Any = str
@@ -37,7 +46,18 @@ class OutputContract:
         raise NotImplementedError
 
     def parse(self, text: str, templates: TemplateSet) -> ParseResult:
-        """Parse ``text``; an error result carries feedback for the model."""
+        """Parse ``text``; an error result carries feedback for the model.
+
+        A parsed value holding NaN or an infinity is an error (``non_finite_output``).
+        """
+        result = self._parse(text, templates)
+        if result.ok:
+            location = first_non_finite(result.value)
+            if location is not None:
+                return ParseResult.error(templates.render("non_finite_output", location=location))
+        return result
+
+    def _parse(self, text: str, templates: TemplateSet) -> ParseResult:
         raise NotImplementedError
 
 
@@ -47,7 +67,7 @@ class TextContract(OutputContract):
     def instructions(self, templates: TemplateSet) -> str:
         return templates.render("output_text")
 
-    def parse(self, text: str, templates: TemplateSet) -> ParseResult:
+    def _parse(self, text: str, templates: TemplateSet) -> ParseResult:
         return ParseResult.success(text.strip())
 
 
@@ -64,7 +84,7 @@ class SchemaContract(OutputContract):
     def instructions(self, templates: TemplateSet) -> str:
         return templates.render("output_json", schema=self._parser.schema_text)
 
-    def parse(self, text: str, templates: TemplateSet) -> ParseResult:
+    def _parse(self, text: str, templates: TemplateSet) -> ParseResult:
         return self._parser(text, templates=templates)
 
 
@@ -93,7 +113,7 @@ class ParserContract(OutputContract):
         text = getattr(self.parser, "instructions", None)
         return text if isinstance(text, str) else templates.render("output_text")
 
-    def parse(self, text: str, templates: TemplateSet) -> ParseResult:
+    def _parse(self, text: str, templates: TemplateSet) -> ParseResult:
         try:
             if self._takes_templates:  # our parsers render feedback with the agent's templates
                 result = self.parser(text, templates=templates, **self.kwargs)
