@@ -115,12 +115,16 @@ class LLMError(SubAgentError):
         body: str | None = None,
     ):
         self.kind = ErrorKind(kind)
-        self.message = scrub_surrogates(message)
         self.status_code = status_code
         self.retry_after = retry_after
+        self._replace_text(message, body)
+
+    def _replace_text(self, message: str, body: str | None) -> None:
+        """Set the message and body, and the text ``str()`` shows (used to redact secrets)."""
+        self.message = scrub_surrogates(message)
         self.body = None if body is None else scrub_surrogates(body)
-        status = f" (HTTP {status_code})" if status_code is not None else ""
-        super().__init__(f"{self.kind.value}{status}: {self.message}")
+        status = f" (HTTP {self.status_code})" if self.status_code is not None else ""
+        self.args = (f"{self.kind.value}{status}: {self.message}",)
 
 
 class RunFailedError(SubAgentError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from collections.abc import Callable
 from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -13,8 +14,12 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from openai_server import Reply, ScriptedServer, completion, sse_chunk
+from openai_server import RecordedRequest, Reply, ScriptedServer, completion, sse_chunk
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from subagent import RetryPolicy, SubAgent
 from subagent._errors import ConfigurationError, ErrorKind, LLMError
 from subagent.llm import (
     LLMRequest,
@@ -29,6 +34,7 @@ from subagent.llm import (
     parse_subagent_llm,
     tool_calls_in_text,
 )
+from subagent.observe import CAPTURE_CONTENT_ENV
 
 pytestmark = pytest.mark.anyio
 
@@ -776,3 +782,142 @@ async def test_lone_surrogate_escapes_from_the_server_become_replacement_charact
     assert reply.tool_calls[0].arguments == {"city": "\ufffd"}
     assert caught.value.message == "bad \ufffd"
     assert caught.value.body is not None and "\\ud800" in caught.value.body  # still escaped
+
+
+# -- secrets echoed by the server -------------------------------------------------------------
+
+SECRET = "sk-proj-SECRET0123456789abcdefXYZ"
+
+
+def echo_error(status: int) -> Callable[[RecordedRequest], Reply]:
+    """A reply repeating the Authorization header, as OpenAI's 'Incorrect API key' does."""
+
+    def reply(recorded: RecordedRequest) -> Reply:
+        auth = recorded.headers["authorization"]
+        body = {"error": {"message": f"Incorrect API key provided: {auth}", "header": auth}}
+        return Reply.json(body, status=status)
+
+    return reply
+
+
+def echo_in_200(recorded: RecordedRequest) -> Reply:
+    key = recorded.headers["authorization"].removeprefix("Bearer ")
+    return Reply.json({"error": {"message": f"upstream rejected key {key}", "code": 500}})
+
+
+def echo_in_stream(recorded: RecordedRequest) -> Reply:
+    auth = recorded.headers["authorization"]
+    return Reply.sse([sse_chunk("partial "), {"error": {"message": f"bad credentials {auth}"}}])
+
+
+ECHOES = {
+    "401": (echo_error(401), ErrorKind.AUTHENTICATION),
+    "400": (echo_error(400), ErrorKind.BAD_REQUEST),
+    "500": (echo_error(500), ErrorKind.SERVER_ERROR),
+    "200 with an error object": (echo_in_200, ErrorKind.SERVER_ERROR),
+    "SSE error event": (echo_in_stream, ErrorKind.SERVER_ERROR),
+}
+
+
+@pytest.mark.parametrize("case", list(ECHOES))
+async def test_an_echoed_key_never_reaches_the_error(server: ScriptedServer, case: str) -> None:
+    reply, kind = ECHOES[case]
+    server.script(reply)
+
+    async def call(llm: OpenAIChat) -> None:
+        if case != "SSE error event":
+            await llm.complete(ask())
+            return
+        async with aclosing(llm.stream(ask())) as deltas:
+            async for _ in deltas:
+                pass
+
+    async with make_llm(server, api_key=SECRET) as llm:
+        with pytest.raises(LLMError) as caught:
+            await call(llm)
+    error = caught.value
+    assert error.kind is kind
+    assert "[REDACTED]" in error.message
+    for text in (error.message, error.body or "", str(error), repr(error), *map(str, error.args)):
+        assert SECRET not in text
+
+
+@pytest.mark.parametrize("case", list(ECHOES))
+@pytest.mark.parametrize("capture", [False, True])
+async def test_an_echoed_key_is_in_no_record_and_no_span(
+    server: ScriptedServer, monkeypatch: pytest.MonkeyPatch, case: str, capture: bool
+) -> None:
+    if capture:
+        monkeypatch.setenv(CAPTURE_CONTENT_ENV, "true")
+    else:
+        monkeypatch.delenv(CAPTURE_CONTENT_ENV, raising=False)
+    reply, _ = ECHOES[case]
+    server.script(reply, reply)  # a 500 is retried once
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    agent = SubAgent(name="echo", prompt="hi", max_turns=1)
+    stream = {"on_text": lambda _: None} if case == "SSE error event" else {}
+    async with make_llm(server, api_key=SECRET) as llm:
+        step = await agent.run(
+            llm=llm, tracer_provider=provider, on_event=lambda _: None,
+            retry_policy=RetryPolicy(max_attempts=2, initial_delay=0, jitter=0), **stream,
+        )  # fmt: skip
+
+    assert step.failure is not None and "[REDACTED]" in step.failure.message
+    if case == "500":
+        assert step.turns[0].transport_retries, "the 500 should have been retried"
+    retries = [retry.message for turn in step.turns for retry in turn.transport_retries]
+    records = [str(step), repr(step), step.summary(), step.model_dump_json(), *retries]
+    for text in records:
+        assert SECRET not in text
+    spans = exporter.get_finished_spans()
+    assert spans
+    for span in spans:
+        assert SECRET not in span.name
+        assert SECRET not in (span.status.description or "")
+        assert SECRET not in json.dumps(dict(span.attributes or {}), default=str)
+        for event in span.events:
+            assert SECRET not in event.name
+            assert SECRET not in json.dumps(dict(event.attributes or {}), default=str)
+
+
+async def test_a_key_echoed_in_a_reply_is_redacted(server: ScriptedServer) -> None:
+    def echo_reply(recorded: RecordedRequest) -> Reply:
+        auth = recorded.headers["authorization"]
+        arguments = json.dumps({"city": auth})
+        call = {"id": "c1", "type": "function",
+                "function": {"name": "weather", "arguments": arguments}}  # fmt: skip
+        return Reply.json(completion(f"you sent {auth}", tool_calls=[call], model=auth))
+
+    def echo_stream(recorded: RecordedRequest) -> Reply:
+        auth = recorded.headers["authorization"]
+        return Reply.sse([sse_chunk(f"you sent {auth}"), sse_chunk(finish_reason="stop"), "[DONE]"])
+
+    server.script(echo_reply, echo_stream)
+    async with make_llm(server, api_key=SECRET) as llm:
+        reply = await llm.complete(ask())
+        async with aclosing(llm.stream(ask())) as deltas:
+            streamed = [delta async for delta in deltas]
+    assert reply.text == "you sent Bearer [REDACTED]"
+    assert reply.tool_calls[0].arguments == {"city": "Bearer [REDACTED]"}
+    assert reply.model == "Bearer [REDACTED]"
+    assert streamed[0].text == "you sent Bearer [REDACTED]"
+    final = streamed[-1].response
+    assert final is not None and final.text == "you sent Bearer [REDACTED]"
+
+
+async def test_secret_headers_are_redacted_and_short_values_are_not(
+    server: ScriptedServer,
+) -> None:
+    def echo_headers(recorded: RecordedRequest) -> Reply:
+        sent = f"{recorded.headers['x-api-key']} {recorded.headers['authorization']}"
+        return Reply.error(403, sent)
+
+    headers = {"x-api-key": "gateway-token-123456", "Authorization": "Basic dXNlcjpwYXNzd29yZA=="}
+    error = await fail(server, echo_headers, headers=headers, api_key=None)
+    assert error.message == "[REDACTED] Basic [REDACTED]"
+    server.reset()
+    server.script(Reply.error(401, "key local is wrong"))
+    error = await fail(server, api_key="local")  # too short to redact without damage
+    assert error.message == "key local is wrong"

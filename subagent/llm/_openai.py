@@ -32,8 +32,9 @@ from typing import Any, Final
 import httpx
 
 from subagent._checks import check_seconds
-from subagent._errors import ConfigurationError
+from subagent._errors import ConfigurationError, LLMError
 from subagent.llm._protocol import LLMRequest, LLMResponse, StopReason, StreamDelta
+from subagent.llm._redact import Redactor
 from subagent.llm._sse import SSEEvents, StreamAccumulator
 from subagent.llm._wire import (
     parse_completion,
@@ -109,7 +110,12 @@ class OpenAIChat:
     Args:
         model: The model to request.
         base_url: The API root including the version, e.g. ``http://127.0.0.1:8080/v1``.
-        api_key: Sent as ``Authorization: Bearer ...`` when set.
+        api_key: Sent as ``Authorization: Bearer ...`` when set. A server that echoes it
+            never gets it stored: every text it sends back (error messages and bodies,
+            replies, tool calls) has the key, and the values of secret ``headers``
+            (``Authorization``, ``Proxy-Authorization``, ``api-key``, ``x-api-key``), replaced
+            by ``[REDACTED]`` before it leaves the adapter. Values shorter than 8 characters
+            are not redacted.
         timeout: Seconds for connecting, and for each read or write of the HTTP exchange
             (between two streamed chunks when streaming). ``None`` disables it. The runtime
             also bounds each whole call with its own ``timeout``.
@@ -196,6 +202,8 @@ class OpenAIChat:
         self.text_tool_calls = text_tool_calls
         self._owns_client = http_client is None
         self._client = http_client if http_client is not None else _new_client(url.host)
+        # Every text a server sends back is redacted of these before it is stored.
+        self._redactor = Redactor.for_request(resolved_key, self._headers, self._client.headers)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> OpenAIChat:
@@ -279,15 +287,19 @@ class OpenAIChat:
         """
         body = self.build_body(request)
         try:
-            response = await self._client.post(
-                self._endpoint, json=body, headers=self._headers, timeout=self._timeout
-            )
-        except httpx.HTTPError as error:
-            raise transport_error(error) from error
-        if response.status_code >= 300:
-            raise status_error(response.status_code, response.headers, response.text)
-        reply = parse_completion(response.text, self.model, response.status_code)
-        return self._with_text_tool_calls(request, reply)
+            try:
+                response = await self._client.post(
+                    self._endpoint, json=body, headers=self._headers, timeout=self._timeout
+                )
+            except httpx.HTTPError as error:
+                raise transport_error(error) from error
+            if response.status_code >= 300:
+                raise status_error(response.status_code, response.headers, response.text)
+            reply = parse_completion(response.text, self.model, response.status_code)
+        except LLMError as error:
+            self._redactor.error(error)
+            raise
+        return self._redactor.response(self._with_text_tool_calls(request, reply))
 
     def _with_text_tool_calls(self, request: LLMRequest, reply: LLMResponse) -> LLMResponse:
         if not (self.text_tool_calls and request.tools) or reply.tool_calls:
@@ -319,39 +331,46 @@ class OpenAIChat:
         """
         body = self.build_body(request, stream=True)
         headers = {**self._headers, "Accept": "text/event-stream"}
+        redactor = self._redactor
         try:
-            async with self._client.stream(
-                "POST", self._endpoint, json=body, headers=headers, timeout=self._timeout
-            ) as response:
-                if response.status_code >= 300:
-                    await response.aread()
-                    raise status_error(response.status_code, response.headers, response.text)
-                content_type = response.headers.get("content-type", "")
-                if "text/event-stream" not in content_type:
-                    # The server ignored stream=true and answered in one piece.
-                    await response.aread()
-                    whole = parse_completion(response.text, self.model, response.status_code)
-                    whole = self._with_text_tool_calls(request, whole)
-                    if whole.text:
-                        yield StreamDelta(text=whole.text)
-                    yield StreamDelta(response=whole)
-                    return
-                accumulator = StreamAccumulator(self.model)
-                events = SSEEvents(response)
-                try:
-                    async for data in events:
-                        if data == "[DONE]":
-                            accumulator.done = True
-                            break
-                        text = accumulator.add(data)
-                        if text:
-                            yield StreamDelta(text=text)
-                finally:
-                    await events.aclose()
-                final = accumulator.build()
-        except httpx.HTTPError as error:
-            raise transport_error(error) from error
-        yield StreamDelta(response=self._with_text_tool_calls(request, final))
+            try:
+                async with self._client.stream(
+                    "POST", self._endpoint, json=body, headers=headers, timeout=self._timeout
+                ) as response:
+                    if response.status_code >= 300:
+                        await response.aread()
+                        raise status_error(response.status_code, response.headers, response.text)
+                    content_type = response.headers.get("content-type", "")
+                    if "text/event-stream" not in content_type:
+                        # The server ignored stream=true and answered in one piece.
+                        await response.aread()
+                        whole = parse_completion(response.text, self.model, response.status_code)
+                        whole = redactor.response(self._with_text_tool_calls(request, whole))
+                        if whole.text:
+                            yield StreamDelta(text=whole.text)
+                        yield StreamDelta(response=whole)
+                        return
+                    accumulator = StreamAccumulator(self.model)
+                    events = SSEEvents(response)
+                    try:
+                        async for data in events:
+                            if data == "[DONE]":
+                                accumulator.done = True
+                                break
+                            # A secret split across two events reaches on_text in two
+                            # pieces; the assembled reply below is redacted whole.
+                            text = accumulator.add(redactor.text(data) if redactor else data)
+                            if text:
+                                yield StreamDelta(text=text)
+                    finally:
+                        await events.aclose()
+                    final = accumulator.build()
+            except httpx.HTTPError as error:
+                raise transport_error(error) from error
+        except LLMError as error:
+            redactor.error(error)
+            raise
+        yield StreamDelta(response=redactor.response(self._with_text_tool_calls(request, final)))
 
 
 def _new_client(host: str) -> httpx.AsyncClient:
