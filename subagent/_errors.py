@@ -77,7 +77,12 @@ class MissingVariableError(TemplateError, KeyError):
 
 
 class ErrorKind(StrEnum):
-    """The classified kind of a failed LLM call."""
+    """The classified kind of a failed LLM call.
+
+    ``response_too_large``: the reply went past one of the adapter's size limits
+    (``OpenAIChat(max_response_bytes=..., max_stream_bytes=...)``); it was not read further
+    and is not retried by default (the same request would get the same reply).
+    """
 
     RATE_LIMIT = "rate_limit"
     SERVER_ERROR = "server_error"
@@ -88,6 +93,7 @@ class ErrorKind(StrEnum):
     BAD_REQUEST = "bad_request"
     CONTENT_FILTER = "content_filter"
     INVALID_RESPONSE = "invalid_response"
+    RESPONSE_TOO_LARGE = "response_too_large"
     OTHER = "other"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+import tracemalloc
 from collections.abc import Callable
 from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
@@ -921,3 +922,134 @@ async def test_secret_headers_are_redacted_and_short_values_are_not(
     server.script(Reply.error(401, "key local is wrong"))
     error = await fail(server, api_key="local")  # too short to redact without damage
     assert error.message == "key local is wrong"
+
+
+# -- sizes and deadlines ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("declare_length", [True, False])
+async def test_a_reply_over_max_response_bytes_is_refused(
+    server: ScriptedServer, declare_length: bool
+) -> None:
+    server.script(Reply.huge_completion(5_000, declare_length=declare_length))
+    error = await fail(server, max_response_bytes=1_000)
+    assert error.kind is ErrorKind.RESPONSE_TOO_LARGE
+    assert error.status_code == 200
+    assert "max_response_bytes=1,000" in error.message
+    assert ("not read" in error.message) is declare_length
+    assert RetryPolicy().delay_before_retry(1, error) is None  # not retried by default
+
+
+async def test_a_reply_at_max_response_bytes_is_read(server: ScriptedServer) -> None:
+    body = json.dumps(completion("x" * 500)).encode()
+    server.script(Reply.json(body))
+    async with make_llm(server, max_response_bytes=len(body)) as llm:
+        assert (await llm.complete(ask())).text == "x" * 500
+
+
+async def test_an_oversized_error_body_keeps_its_classification(server: ScriptedServer) -> None:
+    message = "overloaded " + "x" * 200_000
+    server.script(Reply.error(503, message))
+    error = await fail(server, max_response_bytes=1_000)
+    assert error.kind is ErrorKind.SERVER_ERROR
+    assert error.body is not None and len(error.body) <= 4_000
+
+
+@pytest.mark.parametrize("declare_length", [True, False])
+async def test_by_default_a_60_mb_reply_is_refused_without_being_held_whole(
+    server: ScriptedServer, declare_length: bool
+) -> None:
+    size = 60_000_000
+    server.script(Reply.huge_completion(size, declare_length=declare_length))
+    tracemalloc.start()
+    try:
+        error = await fail(server)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert error.kind is ErrorKind.RESPONSE_TOO_LARGE
+    # Chunked, the first 32 MiB (the default limit) are read and dropped; with a declared
+    # length nothing is read. Reading the whole body took 3-4 times its size.
+    assert peak < (1_000_000 if declare_length else 40_000_000), f"peak {peak:,} bytes"
+
+
+async def test_an_endless_stream_ends_at_max_stream_bytes(server: ScriptedServer) -> None:
+    server.script(Reply.sse([sse_chunk("a")], forever=True))
+    async with make_llm(server, max_stream_bytes=50_000) as llm:
+        with pytest.raises(LLMError) as caught:
+            await drain(llm)
+    assert caught.value.kind is ErrorKind.RESPONSE_TOO_LARGE
+    assert "max_stream_bytes=50,000" in caught.value.message
+
+
+async def test_an_endless_stream_ends_at_the_total_timeout(server: ScriptedServer) -> None:
+    server.script(Reply.sse([sse_chunk(None)], forever=True, delay_between=0.01))
+    started = time.monotonic()
+    async with make_llm(server, total_timeout=0.5) as llm:
+        with pytest.raises(LLMError) as caught:
+            await drain(llm)
+    assert caught.value.kind is ErrorKind.TIMEOUT
+    assert "total_timeout=0.5 s" in caught.value.message
+    assert time.monotonic() - started < 5  # the per-read timeout never fired: data kept coming
+
+
+async def test_a_slow_reply_ends_at_the_total_timeout(server: ScriptedServer) -> None:
+    server.script(Reply.json(completion("late"), delay=2))
+    started = time.monotonic()
+    error = await fail(server, total_timeout=0.3)
+    assert error.kind is ErrorKind.TIMEOUT and "total_timeout=0.3 s" in error.message
+    assert time.monotonic() - started < 1.5
+
+
+async def test_a_streamed_reply_longer_than_max_response_bytes_is_refused(
+    server: ScriptedServer,
+) -> None:
+    server.script(Reply.sse([sse_chunk("x" * 400)] * 5 + [sse_chunk(finish_reason="stop")]))
+    async with make_llm(server, max_response_bytes=1_000) as llm:
+        with pytest.raises(LLMError) as caught:
+            await drain(llm)
+    assert caught.value.kind is ErrorKind.RESPONSE_TOO_LARGE
+    assert "streamed reply is longer" in caught.value.message
+
+
+async def test_one_streamed_event_larger_than_max_response_bytes_is_refused(
+    server: ScriptedServer,
+) -> None:
+    server.script(Reply.sse(["x" * 5_000]))  # one line that never ends within the limit
+    async with make_llm(server, max_response_bytes=1_000) as llm:
+        with pytest.raises(LLMError) as caught:
+            await drain(llm)
+    assert caught.value.kind is ErrorKind.RESPONSE_TOO_LARGE
+    assert "streamed event" in caught.value.message
+
+
+async def test_a_too_large_reply_ends_the_run_without_retries(server: ScriptedServer) -> None:
+    server.script(Reply.huge_completion(5_000, declare_length=False))
+    agent = SubAgent(name="big", prompt="hi", max_turns=2)
+    async with make_llm(server, max_response_bytes=1_000) as llm:
+        step = await agent.run(llm=llm)
+    assert step.failure is not None
+    assert step.failure.error_kind is ErrorKind.RESPONSE_TOO_LARGE
+    assert len(server.requests) == 1
+
+
+def test_size_and_deadline_defaults() -> None:
+    llm = OpenAIChat(base_url="http://127.0.0.1:1/v1", _environ=NO_ENV)
+    assert llm.total_timeout == 600.0
+    assert llm.max_response_bytes == 32 * 1024 * 1024
+    assert llm.max_stream_bytes == 256 * 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("max_response_bytes", 0), ("max_response_bytes", True), ("max_response_bytes", 1.5),
+     ("max_stream_bytes", -1), ("total_timeout", 0), ("total_timeout", float("nan"))],
+)  # fmt: skip
+def test_bad_size_or_deadline_names_the_field(field: str, value: object) -> None:
+    with pytest.raises(ConfigurationError, match=f"^{field}: "):
+        OpenAIChat(base_url="http://127.0.0.1:1/v1", _environ=NO_ENV, **{field: value})
+
+
+async def drain(llm: OpenAIChat) -> list[StreamDelta]:
+    async with aclosing(llm.stream(ask())) as deltas:
+        return [delta async for delta in deltas]
