@@ -24,7 +24,7 @@ from subagent._run import AgentParts, RunOptions, execute_run
 from subagent._templates import Template, default_templates
 from subagent.llm import LLM, Message, RetryPolicy, messages_from
 from subagent.observe import EventHandler
-from subagent.parsers import OutputParser, build_contract
+from subagent.parsers import DEFAULT_MAX_REPLY_CHARS, OutputParser, build_contract
 from subagent.tools import Tool, build_tools
 
 __all__ = ["SubAgent"]
@@ -96,6 +96,9 @@ class SubAgent(Generic[OutputT]):
             for ``tool_choice="none"`` (friendlier to prompt caches); calls are refused either
             way.
         description: What the agent does, when it is used as a tool of another agent.
+        max_reply_chars: Replies longer than this many characters get feedback without
+            being parsed (default 1,000,000, see ``docs/reliability.md``); ``None``: no
+            limit.
     """
 
     name: str
@@ -115,6 +118,7 @@ class SubAgent(Generic[OutputT]):
     mission_timeout: float | None = None
     keep_tool_schemas: bool = False
     description: str = ""
+    max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS
     _parts: AgentParts = field(init=False, repr=False)
     _task: Template = field(init=False, repr=False)
 
@@ -145,7 +149,9 @@ class SubAgent(Generic[OutputT]):
             raise ConfigurationError("prompts" if "override" in str(exc) or "unknown" in str(exc)
                                      else "prompt", str(exc)) from exc  # fmt: skip
         tools = build_tools(self.tools)
-        contract = build_contract(self.output, self.parser_kwargs)
+        contract = build_contract(
+            self.output, self.parser_kwargs, max_reply_chars=self.max_reply_chars
+        )
         instructions = contract.instructions(templates)
         listed = [{"name": t.name, "description": t.description or ""} for t in tools.values()]
 

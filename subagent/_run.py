@@ -375,7 +375,7 @@ class _Run:
         if response.stop_reason is StopReason.LENGTH:
             return _Verdict(TurnOutcome.ERROR, "missed", templates.render("truncated_reply"),
                             "truncated")  # fmt: skip
-        reason = detect_explicit_fail(text)
+        reason = detect_explicit_fail(text, max_chars=self._parts.contract.max_reply_chars)
         if reason is not None:
             return _Verdict(
                 TurnOutcome.FAIL, "gave_up", error=reason, error_type="explicit_fail",

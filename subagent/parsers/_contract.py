@@ -7,7 +7,9 @@ Three routes, chosen from ``SubAgent(output=...)``:
   reply, then validated; failures become per-field feedback.
 * a parser callable ``(text, **kwargs) -> ParseResult`` (or the seed's dict form).
 
-Whatever the route, an output holding NaN or an infinity is refused with feedback
+Whatever the route, a reply longer than ``max_reply_chars`` (default
+:data:`DEFAULT_MAX_REPLY_CHARS`) gets feedback (``reply_too_long``) without being scanned,
+and an output holding NaN or an infinity is refused with feedback
 (``non_finite_output``): JSON has no such numbers, so the run's :class:`~subagent.Step` could
 not be stored and loaded back. A pydantic model whose config sets ``ser_json_inf_nan`` to
 ``"constants"`` or ``"strings"`` stores them faithfully, and keeps them.
@@ -20,8 +22,9 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
+from subagent._checks import check_int
 from subagent._errors import ConfigurationError, ParserContractError
 from subagent._templates import TemplateSet
 from subagent._text import first_non_finite
@@ -29,7 +32,16 @@ from subagent.parsers._json import JSONParser
 from subagent.parsers._json_extract import extract_json
 from subagent.parsers._result import ParseResult, coerce_parse_result
 
-__all__ = ["OutputContract", "build_contract", "detect_explicit_fail"]
+__all__ = ["DEFAULT_MAX_REPLY_CHARS", "OutputContract", "build_contract", "detect_explicit_fail"]
+
+DEFAULT_MAX_REPLY_CHARS: Final = 1_000_000
+"""The longest reply parsed by default, in characters.
+
+Twice the longest reply a chat model writes (a 128k-token answer is about 500,000
+characters of English). Scanning a reply for JSON costs about 0.5 s of CPU per million
+characters in the worst case (a reply of ``{``), spent on the event loop; a longer reply is
+not scanned at all.
+"""
 
 
 class OutputContract:
@@ -40,6 +52,8 @@ class OutputContract:
 
     #: The type the output validates to, for typing and the JSON response format.
     output_type: Any = str
+    #: Replies longer than this (characters) get feedback without being parsed.
+    max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS
 
     def instructions(self, templates: TemplateSet) -> str:
         """What the system prompt says about the expected output."""
@@ -48,8 +62,14 @@ class OutputContract:
     def parse(self, text: str, templates: TemplateSet) -> ParseResult:
         """Parse ``text``; an error result carries feedback for the model.
 
-        A parsed value holding NaN or an infinity is an error (``non_finite_output``).
+        A reply longer than :attr:`max_reply_chars` is an error (``reply_too_long``), and
+        so is a parsed value holding NaN or an infinity (``non_finite_output``).
         """
+        limit = self.max_reply_chars
+        if limit is not None and len(text) > limit:
+            return ParseResult.error(
+                templates.render("reply_too_long", length=f"{len(text):,}", limit=f"{limit:,}")
+            )
         result = self._parse(text, templates)
         if result.ok:
             location = first_non_finite(result.value)
@@ -127,17 +147,38 @@ class ParserContract(OutputContract):
         return coerce_parse_result(result, self.name)
 
 
-def build_contract(output: Any, parser_kwargs: Mapping[str, Any] | None) -> OutputContract:
-    """The contract for ``SubAgent(output=...)``."""
+def build_contract(
+    output: Any,
+    parser_kwargs: Mapping[str, Any] | None,
+    *,
+    max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS,
+) -> OutputContract:
+    """The contract for ``SubAgent(output=...)``.
+
+    Args:
+        output: A type, ``None``/``str``, or a parser.
+        parser_kwargs: Keyword arguments for a parser.
+        max_reply_chars: Replies longer than this get feedback without being parsed;
+            ``None``: no limit.
+
+    Raises:
+        ConfigurationError: An argument is invalid; the message names the field.
+    """
+    if max_reply_chars is not None:
+        check_int("max_reply_chars", max_reply_chars, 1)
+    contract: OutputContract
     if output is None or output is str:
         if parser_kwargs:
             raise ConfigurationError("parser_kwargs", "is only used with a parser output")
-        return TextContract()
-    if not _is_parser(output):
+        contract = TextContract()
+    elif not _is_parser(output):
         if parser_kwargs:
             raise ConfigurationError("parser_kwargs", "is only used with a parser output")
-        return SchemaContract(output)
-    return ParserContract(output, dict(parser_kwargs or {}))
+        contract = SchemaContract(output)
+    else:
+        contract = ParserContract(output, dict(parser_kwargs or {}))
+    contract.max_reply_chars = max_reply_chars
+    return contract
 
 
 def _is_parser(output: Any) -> bool:
@@ -147,9 +188,14 @@ def _is_parser(output: Any) -> bool:
     return typing.get_origin(output) is None and not isinstance(output, types.UnionType)
 
 
-def detect_explicit_fail(text: str) -> str | None:
-    """The model's reason if ``text`` is the explicit fail ``{"fail": "<reason>"}``."""
-    if '"fail"' not in text:
+def detect_explicit_fail(
+    text: str, *, max_chars: int | None = DEFAULT_MAX_REPLY_CHARS
+) -> str | None:
+    """The model's reason if ``text`` is the explicit fail ``{"fail": "<reason>"}``.
+
+    A reply longer than ``max_chars`` is not scanned (``None``).
+    """
+    if '"fail"' not in text or (max_chars is not None and len(text) > max_chars):
         return None
     extraction = extract_json(text)
     value = extraction.value
