@@ -24,7 +24,7 @@ from subagent._run import AgentParts, RunOptions, current_run_model, execute_run
 from subagent._templates import Template, default_templates
 from subagent.llm import LLM, Message, RetryPolicy, messages_from
 from subagent.observe import EventHandler
-from subagent.parsers import OutputParser, build_contract
+from subagent.parsers import DEFAULT_MAX_REPLY_CHARS, OutputParser, build_contract
 from subagent.protocols import PROTOCOLS, ProtocolName, ReplyProtocol
 from subagent.tools import TOOL_RESULT_LIMIT, Tool, Toolbox, build_tools
 
@@ -123,6 +123,9 @@ class SubAgent(Generic[OutputT]):
             invalid. A :class:`Tool` may set its own.
         max_tool_result_chars: Characters of a tool's result the model is shown; the rest
             is cut, with a note saying how much.
+        max_reply_chars: Replies longer than this many characters get feedback without
+            being parsed (default 1,000,000, see ``docs/reliability.md``); ``None``: no
+            limit.
     """
 
     name: str
@@ -146,6 +149,7 @@ class SubAgent(Generic[OutputT]):
     parallel_tool_calls: bool = True
     prune_unknown_args: bool = True
     max_tool_result_chars: int = TOOL_RESULT_LIMIT
+    max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS
     _parts: AgentParts = field(init=False, repr=False)
     _task: Template = field(init=False, repr=False)
 
@@ -179,7 +183,9 @@ class SubAgent(Generic[OutputT]):
         except TemplateError as exc:
             raise ConfigurationError("prompt", str(exc)) from exc
         tools = build_tools(self.tools)
-        contract = build_contract(self.output, self.parser_kwargs)
+        contract = build_contract(
+            self.output, self.parser_kwargs, max_reply_chars=self.max_reply_chars
+        )
         instructions = contract.instructions(templates)
         protocol = _check_protocol(self.protocol)
         for flag in ("keep_tool_schemas", "parallel_tool_calls", "prune_unknown_args"):

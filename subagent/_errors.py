@@ -11,6 +11,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from subagent._text import scrub_surrogates
+
 if TYPE_CHECKING:
     from subagent._records import Step, Turn
 
@@ -83,7 +85,12 @@ class MissingVariableError(TemplateError, KeyError):
 
 
 class ErrorKind(StrEnum):
-    """The classified kind of a failed LLM call."""
+    """The classified kind of a failed LLM call.
+
+    ``response_too_large``: the reply went past one of the adapter's size limits
+    (``OpenAIChat(max_response_bytes=..., max_stream_bytes=...)``); it was not read further
+    and is not retried by default (the same request would get the same reply).
+    """
 
     RATE_LIMIT = "rate_limit"
     SERVER_ERROR = "server_error"
@@ -94,6 +101,7 @@ class ErrorKind(StrEnum):
     BAD_REQUEST = "bad_request"
     CONTENT_FILTER = "content_filter"
     INVALID_RESPONSE = "invalid_response"
+    RESPONSE_TOO_LARGE = "response_too_large"
     OTHER = "other"
 
 
@@ -106,6 +114,9 @@ class LLMError(SubAgentError):
         status_code: The HTTP status, when the call reached a server.
         retry_after: Seconds the provider asked us to wait (``Retry-After``).
         body: The provider's raw error body, for diagnosis.
+
+    Lone surrogates in ``message`` and ``body`` are replaced by U+FFFD, so the error can be
+    stored in a :class:`~subagent.Step` that dumps as JSON.
     """
 
     def __init__(
@@ -118,12 +129,16 @@ class LLMError(SubAgentError):
         body: str | None = None,
     ):
         self.kind = ErrorKind(kind)
-        self.message = message
         self.status_code = status_code
         self.retry_after = retry_after
-        self.body = body
-        status = f" (HTTP {status_code})" if status_code is not None else ""
-        super().__init__(f"{self.kind.value}{status}: {message}")
+        self._replace_text(message, body)
+
+    def _replace_text(self, message: str, body: str | None) -> None:
+        """Set the message and body, and the text ``str()`` shows (used to redact secrets)."""
+        self.message = scrub_surrogates(message)
+        self.body = None if body is None else scrub_surrogates(body)
+        status = f" (HTTP {self.status_code})" if self.status_code is not None else ""
+        self.args = (f"{self.kind.value}{status}: {self.message}",)
 
 
 class RunFailedError(SubAgentError):

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import StrEnum
 from functools import cached_property
-from typing import Any, Generic, Self, TypeVar
+from typing import Annotated, Any, Generic, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field
 
 from subagent._errors import ErrorKind, RunFailedError
+from subagent._text import scrub_surrogates
 from subagent.llm import StopReason, ToolCall, TransportRetry, Usage
 
 __all__ = [
@@ -28,6 +29,10 @@ __all__ = [
 ]
 
 OutputT = TypeVar("OutputT")
+
+# Text that may quote a model, a server or a tool: a lone surrogate becomes U+FFFD, so every
+# record can be dumped as JSON (UTF-8 has no encoding for a lone surrogate).
+_Text = Annotated[str, AfterValidator(scrub_surrogates)]
 
 
 class FailReason(StrEnum):
@@ -85,11 +90,11 @@ class ToolResult(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    call_id: str
-    name: str
+    call_id: _Text
+    name: _Text
     ok: bool
-    content: str
-    error_type: str | None = None
+    content: _Text
+    error_type: _Text | None = None
     duration_s: float = 0.0
     pruned_arguments: list[str] = Field(default_factory=list)
     cut_chars: int = 0
@@ -128,14 +133,14 @@ class Turn(BaseModel):
     type: TurnType
     outcome: TurnOutcome
     phase_after: str
-    reply: str = ""
+    reply: _Text = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
     tool_results: list[ToolResult] = Field(default_factory=list)
-    error: str | None = None
-    error_type: str | None = None
-    feedback: str | None = None
+    error: _Text | None = None
+    error_type: _Text | None = None
+    feedback: _Text | None = None
     stop_reason: StopReason | None = None
-    raw_stop_reason: str | None = None
+    raw_stop_reason: _Text | None = None
     usage: Usage = Field(default_factory=Usage)
     messages_sent: int = 0
     messages_collapsed: int = 0
@@ -158,7 +163,7 @@ class Failure(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     reason: FailReason
-    message: str
+    message: _Text
     error_kind: ErrorKind | None = None
 
 

@@ -395,7 +395,7 @@ class _Run:
     async def _judge_answer(self, text: str) -> _Verdict:
         """A return attempt: an explicit fail, or an answer the output contract judges."""
         templates = self._parts.templates
-        reason = detect_explicit_fail(text)
+        reason = detect_explicit_fail(text, max_chars=self._parts.contract.max_reply_chars)
         if reason is not None:
             return _Verdict(TurnOutcome.FAIL, Trigger.GAVE_UP, error=reason,
                             error_type="explicit_fail")  # fmt: skip

@@ -1,12 +1,16 @@
-"""Small text helpers shared by prompts and feedback."""
+"""Small text helpers shared by prompts, feedback and records."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
+from typing import Any
 
-__all__ = ["fence", "shorten"]
+__all__ = ["fence", "first_non_finite", "scrub_surrogates", "scrub_surrogates_in", "shorten"]
 
 _BACKTICK_RUNS = re.compile(r"`+")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 def fence(text: str) -> str:
@@ -22,3 +26,65 @@ def fence(text: str) -> str:
 def shorten(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` characters, marking the cut with an ellipsis."""
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
+
+
+def scrub_surrogates(text: str) -> str:
+    r"""``text`` with every lone surrogate replaced by U+FFFD (the replacement character).
+
+    A server may send ``"\ud800"`` as a JSON escape; Python decodes it to a lone surrogate,
+    which no UTF-8 encoder accepts, so a record holding it could not be dumped as JSON. A
+    surrogate pair left as two code points is joined into the character it encodes.
+    """
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def scrub_surrogates_in(value: Any) -> Any:
+    """``value`` with :func:`scrub_surrogates` applied to every string in dicts and lists."""
+    if isinstance(value, str):
+        return scrub_surrogates(value)
+    if isinstance(value, dict):
+        return {scrub_surrogates_in(key): scrub_surrogates_in(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(scrub_surrogates_in(item) for item in value)
+    return value
+
+
+def first_non_finite(value: Any, location: str = "", *, allowed: bool = False) -> str | None:
+    """The location (``items.0.price``, ``(root)``) of the first NaN or infinity in ``value``.
+
+    Looks through dicts, lists, tuples, sets, pydantic models and dataclasses. JSON has no
+    such numbers: pydantic dumps them as ``null``, so they would not survive a round trip.
+    A pydantic model whose config sets ``ser_json_inf_nan`` to ``"constants"`` or
+    ``"strings"`` stores its own floats faithfully; those are not reported.
+
+    Returns:
+        The dotted location, or ``None`` when every number is finite.
+    """
+    if isinstance(value, float):
+        return None if allowed or math.isfinite(value) else (location or "(root)")
+    if isinstance(value, int | str | bytes | bool) or value is None:
+        return None
+    children: Any
+    fields = getattr(type(value), "__pydantic_fields__", None)
+    if fields is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = [field.name for field in dataclasses.fields(value)]
+    if fields is not None and not isinstance(value, type):  # a pydantic model or a dataclass
+        config = getattr(value, "model_config", getattr(value, "__pydantic_config__", None))
+        if config is not None:  # a plain dataclass is serialised with its parent's config
+            allowed = config.get("ser_json_inf_nan", "null") in ("constants", "strings")
+        children = [(name, getattr(value, name, None)) for name in fields]
+        children += list((getattr(value, "__pydantic_extra__", None) or {}).items())
+    elif isinstance(value, dict):
+        children = value.items()
+    elif isinstance(value, list | tuple | set | frozenset):
+        children = enumerate(value)
+    else:
+        return None
+    for key, child in children:
+        found = first_non_finite(child, f"{location}.{key}" if location else str(key),
+                                 allowed=allowed)  # fmt: skip
+        if found is not None:
+            return found
+    return None

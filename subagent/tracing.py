@@ -15,18 +15,22 @@ Typical use::
 
 Spans go to an OTLP receiver (Jaeger, an OpenTelemetry Collector, Phoenix...) chosen by the
 standard variables, through a ``BatchSpanProcessor``: export happens on a background thread,
-so a slow or unreachable receiver never fails or slows a run.
+so a slow or unreachable receiver never fails or slows a run. Shutting down (explicitly, or
+at interpreter exit) flushes what is left for at most ``shutdown_timeout`` seconds
+(:data:`DEFAULT_SHUTDOWN_TIMEOUT`), however large the backlog; spans not exported by then
+are dropped.
 """
 
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import TextIO
+from typing import Final, TextIO
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -36,17 +40,19 @@ try:
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
     from opentelemetry.sdk.trace import Span as SdkSpan
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 except ImportError as exc:  # pragma: no cover - exercised in a test with the SDK hidden
     raise ImportError(
         "subagent.tracing needs the OpenTelemetry SDK and OTLP exporter, which come with the "
         "`otlp` extra: pip install 'subagent-runtime[otlp]'"
     ) from exc
 
+from subagent._checks import check_seconds
 from subagent.observe import CAPTURE_CONTENT_ENV
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
+    "DEFAULT_SHUTDOWN_TIMEOUT",
     "PROJECT_NAME_ATTRIBUTE",
     "ConsoleSummary",
     "Tracing",
@@ -56,6 +62,11 @@ __all__ = [
 
 PROJECT_NAME_ATTRIBUTE = "openinference.project.name"
 """Resource attribute that Arize Phoenix uses to pick a project (others ignore it)."""
+
+DEFAULT_SHUTDOWN_TIMEOUT: Final = 10.0
+"""Seconds :meth:`Tracing.shutdown` (and so interpreter exit) spends flushing, at most."""
+
+_logger = logging.getLogger(__name__)
 
 _PROTOCOLS = ("grpc", "http/protobuf")
 _DEFAULT_PROTOCOL = "http/protobuf"
@@ -239,6 +250,84 @@ def _otlp_exporter(protocol: str, endpoint: str | None) -> SpanExporter:
         raise ImportError(_MISSING_EXPORTER.format(protocol=protocol, error=exc)) from exc
 
 
+class _AbortableExporter(SpanExporter):
+    """The OTLP exporter as the batch processor sees it: one that can be told to stop.
+
+    After :meth:`abort`, batches are dropped at once instead of being sent (and retried
+    with backoff against a receiver that is down), and the exporter's own shutdown has
+    interrupted any retry it was waiting on.
+    """
+
+    def __init__(self, inner: SpanExporter):
+        self.inner = inner
+        self._aborted = threading.Event()
+        self._lock = threading.Lock()
+        self._inner_shut = False
+        self.dropped = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._aborted.is_set():
+            self.dropped += len(spans)
+            return SpanExportResult.FAILURE
+        return self.inner.export(spans)
+
+    def abort(self) -> None:
+        """Drop every batch from now on, and interrupt the one being sent."""
+        self._aborted.set()
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        """Shut the real exporter down, once."""
+        with self._lock:
+            if self._inner_shut:
+                return
+            self._inner_shut = True
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Nothing is buffered here; ask the real exporter."""
+        return self.inner.force_flush(timeout_millis)
+
+
+class _ShutdownRunner:
+    """Runs ``provider.shutdown()`` on its own thread, so the caller can stop waiting.
+
+    The thread is started with the handle and waits idle: Python 3.12.0-3.12.1 refuse to start
+    a thread during interpreter exit, which is when the ``atexit`` hook shuts down.
+    """
+
+    def __init__(self, provider: TracerProvider):
+        self._provider = provider
+        self._requested = threading.Event()
+        self.done = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="subagent-tracing-shutdown", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self) -> None:
+        self._requested.wait()
+        try:
+            self._provider.shutdown()
+        except Exception:  # a processor that fails to shut down must not hang the caller
+            _logger.exception("shutting down the tracer provider failed")
+        finally:
+            self.done.set()
+
+    def shutdown(self, timeout: float | None) -> bool:
+        """Shut the provider down; ``False`` if that did not finish within ``timeout``."""
+        if not self._thread.is_alive() and not self.done.is_set():
+            # In a forked child the thread does not exist: shut down here, unbounded.
+            self._run_inline()
+            return True
+        self._requested.set()
+        return self.done.wait(timeout)
+
+    def _run_inline(self) -> None:
+        self._requested.set()
+        self._run()
+
+
 class Tracing:
     """What :func:`configure` set up: the provider, and how to flush and shut it down.
 
@@ -252,6 +341,7 @@ class Tracing:
         protocol: ``grpc`` or ``http/protobuf`` when exporting over OTLP, else ``None``.
         exporter: The OTLP span exporter, or ``None``.
         console: The console summary processor, or ``None``.
+        shutdown_timeout: Seconds :meth:`shutdown` spends flushing, at most.
     """
 
     def __init__(
@@ -262,12 +352,18 @@ class Tracing:
         protocol: str | None,
         exporter: SpanExporter | None,
         console: ConsoleSummary | None,
+        shutdown_timeout: float | None = DEFAULT_SHUTDOWN_TIMEOUT,
+        _abortable: _AbortableExporter | None = None,
     ):
         self.provider = provider
         self.endpoint = endpoint
         self.protocol = protocol
         self.exporter = exporter
         self.console = console
+        self.shutdown_timeout = check_seconds("shutdown_timeout", shutdown_timeout,
+                                              allow_zero=True)  # fmt: skip
+        self._abortable = _abortable
+        self._runner = _ShutdownRunner(provider)
         self._closed = False
         self._lock = threading.Lock()
 
@@ -275,14 +371,37 @@ class Tracing:
         """Export every finished span now (blocks the caller); ``False`` if it timed out."""
         return self.provider.force_flush(timeout_millis)
 
-    def shutdown(self) -> None:
-        """Flush and stop exporting. Idempotent; later spans are dropped."""
+    def shutdown(self, timeout: float | None = None) -> bool:
+        """Flush and stop exporting. Idempotent; later spans are dropped.
+
+        Blocks for at most ``timeout`` seconds (default :attr:`shutdown_timeout`), however
+        many spans are waiting and whether or not the receiver answers: past it, the
+        export in progress is interrupted and the spans not exported yet are dropped.
+
+        Args:
+            timeout: Seconds to spend at most; ``None``: :attr:`shutdown_timeout`.
+
+        Returns:
+            ``True`` if everything was flushed in time (or the handle was already shut
+            down), ``False`` if spans were dropped.
+        """
         with self._lock:
             if self._closed:
-                return
+                return True
             self._closed = True
         atexit.unregister(self.shutdown)
-        self.provider.shutdown()
+        limit = self.shutdown_timeout if timeout is None else timeout
+        if self._runner.shutdown(limit):
+            return True
+        if self._abortable is not None:
+            self._abortable.abort()
+        _logger.warning(
+            "subagent.tracing: spans not exported within %s s of shutdown were dropped "
+            "(is the receiver at %s up?)",
+            f"{limit:g}",
+            self.endpoint,
+        )
+        return False
 
     @property
     def closed(self) -> bool:
@@ -314,6 +433,7 @@ def configure(
     console: bool | None = None,
     stream: TextIO | None = None,
     set_global: bool = True,
+    shutdown_timeout: float | None = DEFAULT_SHUTDOWN_TIMEOUT,
 ) -> Tracing:
     """Set up the OpenTelemetry SDK to export runs' spans; for applications, not libraries.
 
@@ -340,15 +460,20 @@ def configure(
         set_global: Install the provider as OpenTelemetry's global one, so runs without a
             ``tracer_provider`` use it. The global provider can be set only once per
             process.
+        shutdown_timeout: Seconds the shutdown (at exit, or :meth:`Tracing.shutdown`)
+            spends flushing, at most (default 10); spans not exported by then are dropped.
+            ``None``: wait until the exporter gives up on each batch.
 
     Returns:
         A :class:`Tracing` handle; it is also shut down (spans flushed) at exit.
 
     Raises:
-        ValueError: The protocol is not ``grpc`` or ``http/protobuf``.
+        ValueError: The protocol is not ``grpc`` or ``http/protobuf``, or
+            ``shutdown_timeout`` is not a number of seconds >= 0 (a ``ConfigurationError``).
         RuntimeError: ``set_global`` and a global tracer provider is already installed.
         ImportError: The ``otlp`` extra is not installed.
     """
+    check_seconds("shutdown_timeout", shutdown_timeout, allow_zero=True)
     chosen_protocol = _resolve_protocol(protocol)
     url, exporter_endpoint = _resolve_endpoint(endpoint, chosen_protocol)
     if set_global and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
@@ -361,9 +486,11 @@ def configure(
         attributes[SERVICE_NAME] = service_name
     provider = TracerProvider(resource=Resource.create(attributes), shutdown_on_exit=False)
     exporter: SpanExporter | None = None
+    abortable: _AbortableExporter | None = None
     if url is not None:
         exporter = _otlp_exporter(chosen_protocol, exporter_endpoint)
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        abortable = _AbortableExporter(exporter)
+        provider.add_span_processor(BatchSpanProcessor(abortable))
     summary: ConsoleSummary | None = None
     if console or (console is None and url is None):
         summary = ConsoleSummary(stream)
@@ -376,6 +503,8 @@ def configure(
         protocol=chosen_protocol if url is not None else None,
         exporter=exporter,
         console=summary,
+        shutdown_timeout=shutdown_timeout,
+        _abortable=abortable,
     )
     atexit.register(handle.shutdown)
     return handle

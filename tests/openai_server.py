@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -61,6 +63,12 @@ class Reply:
             hang up (records :attr:`ScriptedServer.client_hung_up`).
         drop_after: Stream only: after this many events, close the socket mid-stream.
         content_type: Overrides the default content type.
+        forever: Stream only: after the events, send ``events[-1]`` again and again until
+            the client hangs up (or :data:`MAX_WAIT` passes), every ``delay_between`` s.
+        delay_between: Stream only: seconds between two events.
+        pieces: A body produced piece by piece (never held whole by the server), sent with
+            ``Content-Length: length`` when ``length`` is set, else chunked.
+        length: The declared length of ``pieces``.
     """
 
     status: int = 200
@@ -72,6 +80,10 @@ class Reply:
     hold_after: int | None = None
     drop_after: int | None = None
     content_type: str | None = None
+    forever: bool = False
+    delay_between: float = 0.0
+    pieces: Callable[[], Iterable[bytes]] | None = None
+    length: int | None = None
 
     @classmethod
     def json(cls, body: Any, status: int = 200, **kwargs: Any) -> Reply:
@@ -85,6 +97,21 @@ class Reply:
     @classmethod
     def sse(cls, events: Sequence[Any], **kwargs: Any) -> Reply:
         return cls(events=list(events), **kwargs)
+
+    @classmethod
+    def huge_completion(cls, size: int, *, declare_length: bool, **kwargs: Any) -> Reply:
+        """A valid completion whose text is ``size`` bytes of ``a``, sent in 1 MiB pieces."""
+        head = json.dumps(completion("CONTENT")).encode().split(b"CONTENT")
+        piece = b"a" * (1 << 20)
+
+        def pieces() -> Iterator[bytes]:
+            yield head[0]
+            for start in range(0, size, len(piece)):
+                yield piece[: min(len(piece), size - start)]
+            yield head[1]
+
+        length = len(head[0]) + size + len(head[1]) if declare_length else None
+        return cls(pieces=pieces, length=length, **kwargs)
 
 
 def completion(
@@ -212,6 +239,11 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     scripted: ScriptedServer
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # a client that stops reading and hangs up: what some tests do
+        super().handle_error(request, client_address)
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -259,6 +291,18 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.events is not None:
             self._stream(reply)
             return
+        if reply.pieces is not None:
+            self._head(reply.status, reply.content_type or "application/json", reply.headers,
+                       length=reply.length)  # fmt: skip
+            for piece in reply.pieces():
+                if reply.length is None:
+                    self._chunk(piece)
+                else:
+                    self.wfile.write(piece)
+            if reply.length is None:
+                self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+            return
         payload = _encode(reply.body)
         content_type = reply.content_type or "application/json"
         if reply.drop == "mid":
@@ -299,6 +343,7 @@ class _Handler(BaseHTTPRequestHandler):
         content_type = reply.content_type or "text/event-stream"
         self._head(reply.status, content_type, reply.headers, length=None)
         assert reply.events is not None
+        scripted = self.server.scripted
         for sent, event in enumerate(reply.events):
             if reply.hold_after is not None and sent == reply.hold_after:
                 self._wait_for_hang_up()
@@ -306,8 +351,21 @@ class _Handler(BaseHTTPRequestHandler):
             if reply.drop_after is not None and sent == reply.drop_after:
                 self._hang_up()
                 return
+            if sent and reply.delay_between:
+                scripted.stopping.wait(reply.delay_between)
             data = event if isinstance(event, str) else json.dumps(event)
             self._chunk(f"data: {data}\n\n".encode())
+        if reply.forever and reply.events:
+            last = reply.events[-1]
+            data = last if isinstance(last, str) else json.dumps(last)
+            payload = f"data: {data}\n\n".encode()
+            until = time.monotonic() + MAX_WAIT
+            while time.monotonic() < until and not scripted.stopping.is_set():
+                if reply.delay_between:
+                    scripted.stopping.wait(reply.delay_between)
+                self._chunk(payload)  # raises OSError once the client has hung up
+            self.close_connection = True
+            return
         if reply.hold_after is not None and reply.hold_after >= len(reply.events):
             self._wait_for_hang_up()
             return

@@ -9,11 +9,13 @@ from pydantic import BaseModel
 from subagent import (
     ConfigurationError,
     MissingVariableError,
+    ParseResult,
     ScriptedLLM,
     SubAgent,
     TemplateError,
     Tool,
 )
+from subagent.parsers import DEFAULT_MAX_REPLY_CHARS
 
 
 class Answer(BaseModel):
@@ -37,6 +39,8 @@ class Answer(BaseModel):
         ("name", "", "name: must be a non-empty string"),
         ("validators", [42], "validators: 42 is not callable"),
         ("tools", [lambda *args: 0], "tools: tool name '<lambda>'"),
+        ("max_reply_chars", 0, "max_reply_chars: must be an integer >= 1, got 0 (int)"),
+        ("max_reply_chars", 1e6, "max_reply_chars: must be an integer >= 1, got 1000000.0"),
     ],
 )
 def test_bad_configuration_fails_at_construction_naming_the_field(
@@ -235,3 +239,39 @@ def test_an_output_type_pydantic_cannot_validate_is_rejected_naming_output() -> 
     assert "Opaque" in caught.value.message and "cannot be validated by pydantic" in str(
         caught.value
     )
+
+
+# --- the longest reply parsed --------------------------------------------------------------
+
+
+def test_a_reply_over_max_reply_chars_gets_feedback_without_being_parsed() -> None:
+    seen: list[str] = []
+
+    def parse(text: str) -> ParseResult:
+        seen.append(text)
+        return ParseResult.success(text)
+
+    agent = SubAgent(name="a", prompt="p", output=parse, max_turns=1, return_retries=1,
+                     max_reply_chars=100)  # fmt: skip
+    llm = ScriptedLLM(['{"fail": "' + "x" * 200 + '"}', "short"])
+    step = agent.run_sync(llm=llm)
+    assert step.ok and step.output == "short"
+    assert seen == ["short"]  # the long reply never reached the parser
+    first = step.turns[0]
+    assert first.error_type == "invalid_output"  # not an explicit fail: it was not scanned
+    assert first.error is not None and "212 characters long, more than the 100" in first.error
+    assert "212 characters long" in llm.requests[1].messages[-1].content
+
+
+def test_by_default_a_5_mb_reply_of_braces_is_not_scanned() -> None:
+    agent = SubAgent(name="a", prompt="p", output=Answer, max_turns=1)
+    assert agent.max_reply_chars == DEFAULT_MAX_REPLY_CHARS == 1_000_000
+    step = agent.run_sync(llm=ScriptedLLM(["{" * 5_000_000]))
+    error = step.turns[0].error
+    assert error is not None and error.startswith("Your reply is 5,000,000 characters long")
+
+
+def test_max_reply_chars_none_parses_any_length() -> None:
+    agent = SubAgent(name="a", prompt="p", max_turns=1, max_reply_chars=None)
+    step = agent.run_sync(llm=ScriptedLLM(["y" * 1_000_001]))
+    assert step.ok and step.output is not None and len(step.output) == 1_000_001

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import socket
 import time
+import tracemalloc
+from collections.abc import Callable
 from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -13,8 +15,12 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from openai_server import Reply, ScriptedServer, completion, sse_chunk
+from openai_server import RecordedRequest, Reply, ScriptedServer, completion, sse_chunk
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from subagent import RetryPolicy, SubAgent
 from subagent._errors import ConfigurationError, ErrorKind, LLMError
 from subagent.llm import (
     LLMRequest,
@@ -29,6 +35,7 @@ from subagent.llm import (
     parse_subagent_llm,
     tool_calls_in_text,
 )
+from subagent.observe import CAPTURE_CONTENT_ENV
 
 pytestmark = pytest.mark.anyio
 
@@ -757,3 +764,292 @@ def test_parse_retry_after_forms() -> None:
 def test_llm_response_round_trips_through_json() -> None:
     reply = LLMResponse(text="x", tool_calls=[ToolCall(name="a", arguments={"b": 1}, id="1")])
     assert LLMResponse.model_validate(json.loads(reply.model_dump_json())) == reply
+
+
+async def test_lone_surrogate_escapes_from_the_server_become_replacement_characters(
+    server: ScriptedServer,
+) -> None:
+    lone = json.loads('"\\ud800"')
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "weather", "arguments": json.dumps({"city": lone})}}  # fmt: skip
+    server.script(
+        Reply.json(completion(f"a {lone} b", tool_calls=[call])), Reply.error(400, f"bad {lone}")
+    )
+    async with make_llm(server) as llm:
+        reply = await llm.complete(ask())
+        with pytest.raises(LLMError) as caught:
+            await llm.complete(ask())
+    assert reply.text == "a \ufffd b"
+    assert reply.tool_calls[0].arguments == {"city": "\ufffd"}
+    assert caught.value.message == "bad \ufffd"
+    assert caught.value.body is not None and "\\ud800" in caught.value.body  # still escaped
+
+
+# -- secrets echoed by the server -------------------------------------------------------------
+
+SECRET = "sk-proj-SECRET0123456789abcdefXYZ"
+
+
+def echo_error(status: int) -> Callable[[RecordedRequest], Reply]:
+    """A reply repeating the Authorization header, as OpenAI's 'Incorrect API key' does."""
+
+    def reply(recorded: RecordedRequest) -> Reply:
+        auth = recorded.headers["authorization"]
+        body = {"error": {"message": f"Incorrect API key provided: {auth}", "header": auth}}
+        return Reply.json(body, status=status)
+
+    return reply
+
+
+def echo_in_200(recorded: RecordedRequest) -> Reply:
+    key = recorded.headers["authorization"].removeprefix("Bearer ")
+    return Reply.json({"error": {"message": f"upstream rejected key {key}", "code": 500}})
+
+
+def echo_in_stream(recorded: RecordedRequest) -> Reply:
+    auth = recorded.headers["authorization"]
+    return Reply.sse([sse_chunk("partial "), {"error": {"message": f"bad credentials {auth}"}}])
+
+
+ECHOES = {
+    "401": (echo_error(401), ErrorKind.AUTHENTICATION),
+    "400": (echo_error(400), ErrorKind.BAD_REQUEST),
+    "500": (echo_error(500), ErrorKind.SERVER_ERROR),
+    "200 with an error object": (echo_in_200, ErrorKind.SERVER_ERROR),
+    "SSE error event": (echo_in_stream, ErrorKind.SERVER_ERROR),
+}
+
+
+@pytest.mark.parametrize("case", list(ECHOES))
+async def test_an_echoed_key_never_reaches_the_error(server: ScriptedServer, case: str) -> None:
+    reply, kind = ECHOES[case]
+    server.script(reply)
+
+    async def call(llm: OpenAIChat) -> None:
+        if case != "SSE error event":
+            await llm.complete(ask())
+            return
+        async with aclosing(llm.stream(ask())) as deltas:
+            async for _ in deltas:
+                pass
+
+    async with make_llm(server, api_key=SECRET) as llm:
+        with pytest.raises(LLMError) as caught:
+            await call(llm)
+    error = caught.value
+    assert error.kind is kind
+    assert "[REDACTED]" in error.message
+    for text in (error.message, error.body or "", str(error), repr(error), *map(str, error.args)):
+        assert SECRET not in text
+
+
+@pytest.mark.parametrize("case", list(ECHOES))
+@pytest.mark.parametrize("capture", [False, True])
+async def test_an_echoed_key_is_in_no_record_and_no_span(
+    server: ScriptedServer, monkeypatch: pytest.MonkeyPatch, case: str, capture: bool
+) -> None:
+    if capture:
+        monkeypatch.setenv(CAPTURE_CONTENT_ENV, "true")
+    else:
+        monkeypatch.delenv(CAPTURE_CONTENT_ENV, raising=False)
+    reply, _ = ECHOES[case]
+    server.script(reply, reply)  # a 500 is retried once
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    agent = SubAgent(name="echo", prompt="hi", max_turns=1)
+    stream = {"on_text": lambda _: None} if case == "SSE error event" else {}
+    async with make_llm(server, api_key=SECRET) as llm:
+        step = await agent.run(
+            llm=llm, tracer_provider=provider, on_event=lambda _: None,
+            retry_policy=RetryPolicy(max_attempts=2, initial_delay=0, jitter=0), **stream,
+        )  # fmt: skip
+
+    assert step.failure is not None and "[REDACTED]" in step.failure.message
+    if case == "500":
+        assert step.turns[0].transport_retries, "the 500 should have been retried"
+    retries = [retry.message for turn in step.turns for retry in turn.transport_retries]
+    records = [str(step), repr(step), step.summary(), step.model_dump_json(), *retries]
+    for text in records:
+        assert SECRET not in text
+    spans = exporter.get_finished_spans()
+    assert spans
+    for span in spans:
+        assert SECRET not in span.name
+        assert SECRET not in (span.status.description or "")
+        assert SECRET not in json.dumps(dict(span.attributes or {}), default=str)
+        for event in span.events:
+            assert SECRET not in event.name
+            assert SECRET not in json.dumps(dict(event.attributes or {}), default=str)
+
+
+async def test_a_key_echoed_in_a_reply_is_redacted(server: ScriptedServer) -> None:
+    def echo_reply(recorded: RecordedRequest) -> Reply:
+        auth = recorded.headers["authorization"]
+        arguments = json.dumps({"city": auth})
+        call = {"id": "c1", "type": "function",
+                "function": {"name": "weather", "arguments": arguments}}  # fmt: skip
+        return Reply.json(completion(f"you sent {auth}", tool_calls=[call], model=auth))
+
+    def echo_stream(recorded: RecordedRequest) -> Reply:
+        auth = recorded.headers["authorization"]
+        return Reply.sse([sse_chunk(f"you sent {auth}"), sse_chunk(finish_reason="stop"), "[DONE]"])
+
+    server.script(echo_reply, echo_stream)
+    async with make_llm(server, api_key=SECRET) as llm:
+        reply = await llm.complete(ask())
+        async with aclosing(llm.stream(ask())) as deltas:
+            streamed = [delta async for delta in deltas]
+    assert reply.text == "you sent Bearer [REDACTED]"
+    assert reply.tool_calls[0].arguments == {"city": "Bearer [REDACTED]"}
+    assert reply.model == "Bearer [REDACTED]"
+    assert streamed[0].text == "you sent Bearer [REDACTED]"
+    final = streamed[-1].response
+    assert final is not None and final.text == "you sent Bearer [REDACTED]"
+
+
+async def test_secret_headers_are_redacted_and_short_values_are_not(
+    server: ScriptedServer,
+) -> None:
+    def echo_headers(recorded: RecordedRequest) -> Reply:
+        sent = f"{recorded.headers['x-api-key']} {recorded.headers['authorization']}"
+        return Reply.error(403, sent)
+
+    headers = {"x-api-key": "gateway-token-123456", "Authorization": "Basic dXNlcjpwYXNzd29yZA=="}
+    error = await fail(server, echo_headers, headers=headers, api_key=None)
+    assert error.message == "[REDACTED] Basic [REDACTED]"
+    server.reset()
+    server.script(Reply.error(401, "key local is wrong"))
+    error = await fail(server, api_key="local")  # too short to redact without damage
+    assert error.message == "key local is wrong"
+
+
+# -- sizes and deadlines ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("declare_length", [True, False])
+async def test_a_reply_over_max_response_bytes_is_refused(
+    server: ScriptedServer, declare_length: bool
+) -> None:
+    server.script(Reply.huge_completion(5_000, declare_length=declare_length))
+    error = await fail(server, max_response_bytes=1_000)
+    assert error.kind is ErrorKind.RESPONSE_TOO_LARGE
+    assert error.status_code == 200
+    assert "max_response_bytes=1,000" in error.message
+    assert ("not read" in error.message) is declare_length
+    assert RetryPolicy().delay_before_retry(1, error) is None  # not retried by default
+
+
+async def test_a_reply_at_max_response_bytes_is_read(server: ScriptedServer) -> None:
+    body = json.dumps(completion("x" * 500)).encode()
+    server.script(Reply.json(body))
+    async with make_llm(server, max_response_bytes=len(body)) as llm:
+        assert (await llm.complete(ask())).text == "x" * 500
+
+
+async def test_an_oversized_error_body_keeps_its_classification(server: ScriptedServer) -> None:
+    message = "overloaded " + "x" * 200_000
+    server.script(Reply.error(503, message))
+    error = await fail(server, max_response_bytes=1_000)
+    assert error.kind is ErrorKind.SERVER_ERROR
+    assert error.body is not None and len(error.body) <= 4_000
+
+
+@pytest.mark.parametrize("declare_length", [True, False])
+async def test_by_default_a_60_mb_reply_is_refused_without_being_held_whole(
+    server: ScriptedServer, declare_length: bool
+) -> None:
+    size = 60_000_000
+    server.script(Reply.huge_completion(size, declare_length=declare_length))
+    tracemalloc.start()
+    try:
+        error = await fail(server)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert error.kind is ErrorKind.RESPONSE_TOO_LARGE
+    # Chunked, the first 32 MiB (the default limit) are read and dropped; with a declared
+    # length nothing is read. Reading the whole body took 3-4 times its size.
+    assert peak < (1_000_000 if declare_length else 40_000_000), f"peak {peak:,} bytes"
+
+
+async def test_an_endless_stream_ends_at_max_stream_bytes(server: ScriptedServer) -> None:
+    server.script(Reply.sse([sse_chunk("a")], forever=True))
+    async with make_llm(server, max_stream_bytes=50_000) as llm:
+        with pytest.raises(LLMError) as caught:
+            await drain(llm)
+    assert caught.value.kind is ErrorKind.RESPONSE_TOO_LARGE
+    assert "max_stream_bytes=50,000" in caught.value.message
+
+
+async def test_an_endless_stream_ends_at_the_total_timeout(server: ScriptedServer) -> None:
+    server.script(Reply.sse([sse_chunk(None)], forever=True, delay_between=0.01))
+    started = time.monotonic()
+    async with make_llm(server, total_timeout=0.5) as llm:
+        with pytest.raises(LLMError) as caught:
+            await drain(llm)
+    assert caught.value.kind is ErrorKind.TIMEOUT
+    assert "total_timeout=0.5 s" in caught.value.message
+    assert time.monotonic() - started < 5  # the per-read timeout never fired: data kept coming
+
+
+async def test_a_slow_reply_ends_at_the_total_timeout(server: ScriptedServer) -> None:
+    server.script(Reply.json(completion("late"), delay=2))
+    started = time.monotonic()
+    error = await fail(server, total_timeout=0.3)
+    assert error.kind is ErrorKind.TIMEOUT and "total_timeout=0.3 s" in error.message
+    assert time.monotonic() - started < 1.5
+
+
+async def test_a_streamed_reply_longer_than_max_response_bytes_is_refused(
+    server: ScriptedServer,
+) -> None:
+    server.script(Reply.sse([sse_chunk("x" * 400)] * 5 + [sse_chunk(finish_reason="stop")]))
+    async with make_llm(server, max_response_bytes=1_000) as llm:
+        with pytest.raises(LLMError) as caught:
+            await drain(llm)
+    assert caught.value.kind is ErrorKind.RESPONSE_TOO_LARGE
+    assert "streamed reply is longer" in caught.value.message
+
+
+async def test_one_streamed_event_larger_than_max_response_bytes_is_refused(
+    server: ScriptedServer,
+) -> None:
+    server.script(Reply.sse(["x" * 5_000]))  # one line that never ends within the limit
+    async with make_llm(server, max_response_bytes=1_000) as llm:
+        with pytest.raises(LLMError) as caught:
+            await drain(llm)
+    assert caught.value.kind is ErrorKind.RESPONSE_TOO_LARGE
+    assert "streamed event" in caught.value.message
+
+
+async def test_a_too_large_reply_ends_the_run_without_retries(server: ScriptedServer) -> None:
+    server.script(Reply.huge_completion(5_000, declare_length=False))
+    agent = SubAgent(name="big", prompt="hi", max_turns=2)
+    async with make_llm(server, max_response_bytes=1_000) as llm:
+        step = await agent.run(llm=llm)
+    assert step.failure is not None
+    assert step.failure.error_kind is ErrorKind.RESPONSE_TOO_LARGE
+    assert len(server.requests) == 1
+
+
+def test_size_and_deadline_defaults() -> None:
+    llm = OpenAIChat(base_url="http://127.0.0.1:1/v1", _environ=NO_ENV)
+    assert llm.total_timeout == 600.0
+    assert llm.max_response_bytes == 32 * 1024 * 1024
+    assert llm.max_stream_bytes == 256 * 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("max_response_bytes", 0), ("max_response_bytes", True), ("max_response_bytes", 1.5),
+     ("max_stream_bytes", -1), ("total_timeout", 0), ("total_timeout", float("nan"))],
+)  # fmt: skip
+def test_bad_size_or_deadline_names_the_field(field: str, value: object) -> None:
+    with pytest.raises(ConfigurationError, match=f"^{field}: "):
+        OpenAIChat(base_url="http://127.0.0.1:1/v1", _environ=NO_ENV, **{field: value})
+
+
+async def drain(llm: OpenAIChat) -> list[StreamDelta]:
+    async with aclosing(llm.stream(ask())) as deltas:
+        return [delta async for delta in deltas]

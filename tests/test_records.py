@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+import json
+import math
+from typing import Any
+
 import pytest
-from pydantic import BaseModel
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, ConfigDict
 
 from subagent import (
+    ErrorKind,
     FailReason,
+    LLMError,
     LLMResponse,
+    ParseResult,
+    RetryPolicy,
     RunFailedError,
     ScriptedLLM,
     Step,
+    StopReason,
     SubAgent,
     ToolCall,
     TurnType,
 )
+from subagent.testing import ScriptedReply
 
 
 class Answer(BaseModel):
@@ -82,3 +94,184 @@ def test_summary_says_turn_for_a_single_turn() -> None:
     agent = SubAgent(name="a", prompt="p", output=Answer)
     step = agent.run_sync(llm=ScriptedLLM(['{"value": 1}']), max_turns=1)
     assert step.summary() == "done in 1 turn (must_return)"
+
+
+# --- every Step can be stored and loaded back ---------------------------------------------
+
+
+class Reading(BaseModel):
+    value: float
+    history: list[float] = []
+
+
+class FaithfulReading(BaseModel):
+    """A model that stores NaN and infinities as JSON constants keeps them."""
+
+    model_config = ConfigDict(ser_json_inf_nan="constants")
+
+    value: float
+
+
+@pytest.mark.parametrize(
+    ("reply", "location"),
+    [
+        ('{"value": NaN}', "value"),
+        ('{"value": Infinity}', "value"),
+        ('{"value": -Infinity}', "value"),
+        ('{"value": 1e999}', "value"),
+        ('{"value": "nan"}', "value"),  # pydantic's lax mode turns the string into a float
+        ('{"value": 1, "history": [2, NaN]}', "history.1"),
+    ],
+)
+def test_non_finite_numbers_in_an_output_get_feedback(reply: str, location: str) -> None:
+    agent = SubAgent(name="meter", prompt="p", output=Reading, max_turns=1, return_retries=1)
+    llm = ScriptedLLM([reply, '{"value": 2.5}'])
+    step = agent.run_sync(llm=llm)
+    assert step.ok and step.output == Reading(value=2.5)
+    first = step.turns[0]
+    assert first.error_type == "invalid_output"
+    assert first.error is not None and f"NaN or an infinity at {location}" in first.error
+    assert f"at {location}" in llm.requests[1].messages[-1].content  # the model was told
+    assert Step[Reading].model_validate_json(step.model_dump_json()) == step
+
+
+def test_non_finite_numbers_from_a_parser_get_feedback_too() -> None:
+    def parse(text: str) -> ParseResult:
+        return ParseResult.success({"ratio": float(text)})
+
+    agent = SubAgent(name="ratio", prompt="p", output=parse, max_turns=1, return_retries=1)
+    step = agent.run_sync(llm=ScriptedLLM(["inf", "0.5"]))
+    assert step.output == {"ratio": 0.5}
+    assert step.turns[0].error is not None and "at ratio" in step.turns[0].error
+
+
+def test_a_model_that_stores_non_finite_numbers_keeps_them() -> None:
+    agent = SubAgent(name="meter", prompt="p", output=FaithfulReading, max_turns=1)
+    step = agent.run_sync(llm=ScriptedLLM(['{"value": NaN}']))
+    assert step.ok and step.output is not None and math.isnan(step.output.value)
+    restored = Step[FaithfulReading].model_validate_json(step.model_dump_json())
+    assert restored.output is not None and math.isnan(restored.output.value)
+
+
+def test_lone_surrogates_in_a_reply_are_stored_as_replacement_characters() -> None:
+    reply = json.loads('"left \\ud800 right \\udc00"')  # what a JSON escape decodes to
+    step = SubAgent(name="echo", prompt="p", max_turns=1).run_sync(llm=ScriptedLLM([reply]))
+    assert step.output == "left \ufffd right \ufffd"
+    assert step.turns[0].reply == "left \ufffd right \ufffd"
+    assert Step[str].model_validate_json(step.model_dump_json()) == step
+
+
+def test_lone_surrogates_in_errors_and_tool_calls_are_replaced() -> None:
+    bad = "\ud800"
+    error = LLMError(ErrorKind.BAD_REQUEST, f"no {bad}", body=f'{{"error": "{bad}"}}')
+    assert error.message == "no \ufffd" and error.body == '{"error": "\ufffd"}'
+    assert str(error) == "bad_request: no \ufffd"
+    call = ToolCall(name=f"t{bad}", arguments={f"k{bad}": [f"v{bad}"]}, id=bad)
+    assert call.name == "t\ufffd" and call.id == "\ufffd"
+    assert call.arguments == {"k\ufffd": ["v\ufffd"]}
+    step = SubAgent(name="a", prompt="p").run_sync(llm=ScriptedLLM([error]))
+    assert step.failure is not None and "\ufffd" in step.failure.message
+    assert Step[str].model_validate_json(step.model_dump_json()) == step
+
+
+def test_tool_arguments_with_non_finite_numbers_are_kept_as_their_json_text() -> None:
+    call = ToolCall(name="add", arguments={"a": float("nan"), "b": [float("inf")]})
+    assert call.arguments == '{"a": NaN, "b": [Infinity]}'
+    step = a_run_with(LLMResponse(tool_calls=[call]))
+    assert step.turns[0].tool_results[0].error_type == "invalid_arguments"
+    assert Step[Answer].model_validate_json(step.model_dump_json()) == step
+
+
+def a_run_with(*replies: ScriptedReply) -> Step[Answer]:
+    agent = SubAgent(name="calc", prompt="p", output=Answer, tools=[add])
+    return agent.run_sync(llm=ScriptedLLM([*replies, '{"value": 3}']), max_turns=2)
+
+
+# Replies drawn from text and JSON-ish strategies: unicode with lone surrogates, JSON with
+# NaN/Infinity literals, huge exponents, unicode escapes, explicit fails, tool calls with odd
+# arguments, cut-off replies and LLM errors.
+SURROGATE_TEXT = st.lists(
+    st.one_of(st.characters(), st.characters(categories=["Cs"])), max_size=30
+).map("".join)
+NUMBERS = st.one_of(
+    st.integers(-(10**20), 10**20),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999", "-1e999"]),
+)
+JSON_SCALARS = st.one_of(st.none(), st.booleans(), NUMBERS, SURROGATE_TEXT)
+JSONISH = st.recursive(
+    JSON_SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(SURROGATE_TEXT, inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _json_text(value: object) -> str:
+    """JSON text with the literals Python's encoder writes for NaN/Infinity."""
+    if isinstance(value, str) and value in {"NaN", "Infinity", "-Infinity", "1e999", "-1e999"}:
+        return value
+    if isinstance(value, list):
+        return "[" + ", ".join(_json_text(item) for item in value) + "]"
+    if isinstance(value, dict):
+        items = (f"{json.dumps(key)}: {_json_text(item)}" for key, item in value.items())
+        return "{" + ", ".join(items) + "}"
+    return json.dumps(value)
+
+
+READING_REPLIES = st.builds(
+    lambda value, history, prose: prose + _json_text({"value": value, "history": history}),
+    NUMBERS,
+    st.lists(NUMBERS, max_size=3),
+    st.sampled_from(["", "Here you go:\n", "```json\n"]),
+)
+REPLIES: st.SearchStrategy[ScriptedReply] = st.one_of(
+    SURROGATE_TEXT,
+    READING_REPLIES,
+    JSONISH.map(_json_text),
+    SURROGATE_TEXT.map(lambda reason: json.dumps({"fail": reason})),
+    st.builds(
+        lambda name, arguments: LLMResponse(tool_calls=[ToolCall(name=name, arguments=arguments)]),
+        st.sampled_from(["note", "missing"]),
+        st.one_of(st.dictionaries(st.just("text"), JSONISH, max_size=1), SURROGATE_TEXT),
+    ),
+    st.builds(
+        lambda text, reason: LLMResponse(text=text, stop_reason=reason),
+        SURROGATE_TEXT,
+        st.sampled_from(list(StopReason)),
+    ),
+    st.builds(
+        lambda message: LLMError(ErrorKind.BAD_REQUEST, message, body=message),
+        SURROGATE_TEXT,
+    ),
+)
+
+
+def note(text: str) -> str:
+    """Write a note."""
+    return f"noted: {text}"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    output=st.sampled_from([None, Reading]),
+    replies=st.lists(REPLIES, min_size=4, max_size=4),
+    max_turns=st.integers(1, 3),
+    return_retries=st.integers(0, 1),
+)
+def test_any_scripted_conversation_yields_a_step_that_round_trips(
+    output: type[Reading] | None,
+    replies: list[ScriptedReply],
+    max_turns: int,
+    return_retries: int,
+) -> None:
+    agent: SubAgent[Any] = SubAgent(
+        name="prop", prompt="p", output=output, tools=[note], max_turns=max_turns,
+        return_retries=return_retries, retry_policy=RetryPolicy.none(),
+    )  # fmt: skip
+    step = agent.run_sync(llm=ScriptedLLM(replies))
+    text = step.model_dump_json()
+    restored = (Step[Reading] if output is Reading else Step[str]).model_validate_json(text)
+    assert restored == step
+    assert restored.model_dump_json() == text

@@ -64,3 +64,19 @@ def test_retry_on_accepts_strings() -> None:
 def test_bad_policy_is_rejected_naming_the_field(field: str, value: object) -> None:
     with pytest.raises(ConfigurationError, match=f"^{field}: "):
         RetryPolicy(**{field: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [["bogus"], frozenset({"bogus"}), "rate_limit", 3, [ErrorKind.TIMEOUT, None]],
+)
+def test_bad_retry_on_is_a_configuration_error_naming_it(value: object) -> None:
+    with pytest.raises(ConfigurationError, match=r"^retry_on: ") as caught:
+        RetryPolicy(retry_on=value)  # type: ignore[arg-type]
+    assert caught.value.field == "retry_on"
+
+
+def test_retry_on_is_normalised_to_error_kinds() -> None:
+    policy = RetryPolicy(retry_on=["timeout", ErrorKind.CONNECTION])  # type: ignore[arg-type]
+    assert policy.retry_on == frozenset({ErrorKind.TIMEOUT, ErrorKind.CONNECTION})
+    assert all(type(kind) is ErrorKind for kind in policy.retry_on)

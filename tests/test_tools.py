@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import anyio
 import pytest
 from pydantic import BaseModel, Field
 
-from subagent import ConfigurationError, FromExtras, Tool, tool
+from subagent import ConfigurationError, FromExtras, SubAgent, Tool, tool
 from subagent.tools import ToolArgumentsError, render_result
 
 pytestmark = pytest.mark.anyio
@@ -230,3 +232,30 @@ async def test_a_blocked_sync_tool_is_abandoned_at_its_timeout() -> None:
             await Tool(blocked, timeout=0.01).call({})
     finally:
         release.set()  # the abandoned thread returns; its result is dropped
+
+
+def _socket_param(query: str, connection: socket.socket) -> None:
+    """Needs a socket."""
+
+
+def _callable_param(callback: Callable[[int], int]) -> None:
+    """Needs a callable: validates, but has no JSON schema."""
+
+
+def _unresolved_param(thing: Undefined) -> None:  # type: ignore[name-defined]  # noqa: F821
+    """Names a type that does not exist."""
+
+
+@pytest.mark.parametrize(
+    ("function", "parameter"),
+    [(_socket_param, "connection"), (_callable_param, "callback"), (_unresolved_param, "thing")],
+)
+def test_unsupported_parameter_types_are_configuration_errors(
+    function: Callable[..., Any], parameter: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=r"^tools: ") as caught:
+        Tool(function)
+    assert caught.value.field == "tools"
+    assert f"parameter {parameter!r} of tool {function.__name__!r}" in caught.value.message
+    with pytest.raises(ConfigurationError, match=f"parameter {parameter!r}"):
+        SubAgent(name="agent", prompt="go", tools=[function])

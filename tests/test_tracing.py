@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -39,7 +40,15 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from support import CALC, Answer
 
 import subagent
-from subagent import LLMRequest, LLMResponse, ScriptedLLM, SubAgent, ToolCall, tracing
+from subagent import (
+    ConfigurationError,
+    LLMRequest,
+    LLMResponse,
+    ScriptedLLM,
+    SubAgent,
+    ToolCall,
+    tracing,
+)
 from subagent.tracing import PROJECT_NAME_ATTRIBUTE, ConsoleSummary, configure, summary_line
 
 pytestmark = pytest.mark.anyio
@@ -561,6 +570,73 @@ def test_tracing_demo_exports_to_the_endpoint_and_flushes_at_exit(
     event = {kv.key: wire_value(kv.value) for kv in chat.events[0].attributes}
     assert event["error.type"] == "rate_limit"
     assert event["subagent.retry.delay_s"] == pytest.approx(0.05)
+
+
+# A process that traced runs to a collector that is down, then exits without calling
+# shutdown(): the atexit hook flushes. Prints the time its last run ended.
+_DEAD_COLLECTOR_CHILD = """
+import sys, time
+import anyio
+from subagent import ScriptedLLM, SubAgent, tracing
+
+runs, endpoint = int(sys.argv[1]), sys.argv[2]
+options = {} if sys.argv[3] == "default" else {"shutdown_timeout": float(sys.argv[3])}
+tracing.configure(service_name="dead-collector", endpoint=endpoint, console=False, **options)
+agent = SubAgent(name="probe", prompt="hi", max_turns=2)
+
+async def main():
+    for _ in range(runs):
+        await agent.run(llm=ScriptedLLM(["done"]))
+
+anyio.run(main)
+print(time.time(), flush=True)
+"""
+
+
+def _seconds_to_exit(runs: int, shutdown_timeout: str) -> float:
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    with subprocess.Popen(
+        [sys.executable, "-c", _DEAD_COLLECTOR_CHILD, str(runs), endpoint, shutdown_timeout],
+        env=_demo_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    ) as child:  # fmt: skip
+        assert child.stdout is not None
+        try:
+            last_run_ended = float(child.stdout.readline())
+            child.wait(timeout=120)
+        finally:
+            child.kill()
+    return time.time() - last_run_ended
+
+
+# The bound asserted is the documented one plus 5 s of margin for a loaded machine: with the
+# collector down, exit took ~7 s after one run (the exporter's own retries, within the
+# bound) and ~30 s after 1,000 runs (several batches, each retried for ~7 s).
+def test_exit_with_a_dead_collector_is_bounded_after_a_large_backlog() -> None:
+    elapsed = _seconds_to_exit(1_000, "default")
+    assert elapsed < tracing.DEFAULT_SHUTDOWN_TIMEOUT + 5, f"exit took {elapsed:.1f} s"
+
+
+def test_exit_with_a_dead_collector_honours_a_shorter_shutdown_timeout() -> None:
+    elapsed = _seconds_to_exit(1, "1")
+    assert elapsed < 1 + 5, f"exit took {elapsed:.1f} s"
+
+
+def test_shutdown_returns_within_its_timeout_and_says_spans_were_dropped() -> None:
+    handle = configure(endpoint=f"http://127.0.0.1:{closed_port()}", console=False,
+                       set_global=False)  # fmt: skip
+    tracer = handle.provider.get_tracer("test")
+    for _ in range(2_000):
+        tracer.start_span("span").end()
+    started = time.monotonic()
+    assert handle.shutdown(timeout=0.5) is False
+    assert time.monotonic() - started < 3
+    assert handle.closed and handle.shutdown() is True  # idempotent
+
+
+@pytest.mark.parametrize("value", [-1, float("nan"), "10"])
+def test_bad_shutdown_timeout_names_the_field(value: object) -> None:
+    with pytest.raises(ConfigurationError, match=r"^shutdown_timeout: "):
+        configure(console=False, set_global=False, shutdown_timeout=value)  # type: ignore[arg-type]
 
 
 def test_tracing_module_is_public() -> None:

@@ -5,11 +5,13 @@ What lives here:
 - ``_protocol``: the :class:`LLM` protocol and its records (:class:`LLMRequest`,
   :class:`LLMResponse`, :class:`Message`, :class:`ToolCall`, :class:`Usage`...).
 - ``_openai``: :class:`OpenAIChat`, the adapter for OpenAI-compatible servers; ``_wire`` its
-  JSON bodies and error classification, ``_sse`` its streamed replies.
+  JSON bodies and error classification, ``_sse`` its streamed replies, ``_redact`` the
+  secrets it keeps out of what servers send back.
 - ``_retry_policy`` and ``_transport``: :class:`RetryPolicy` and :func:`call_with_retries`,
   the transient failures of one call repeated inside the same turn.
 
-What it may import: the base modules only (``subagent._errors``, ``subagent._checks``).
+What it may import: the base modules only (``subagent._errors``, ``subagent._checks``,
+``subagent._text``).
 It knows nothing of agents, turns or phases; the run loop calls into it.
 """
 

@@ -23,18 +23,22 @@ The JSON sent and read, and the classification of errors, live in
 from __future__ import annotations
 
 import functools
+import math
 import os
 import ssl
 from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any, Final
 
+import anyio
 import httpx
 
-from subagent._checks import check_seconds
-from subagent._errors import ConfigurationError
+from subagent._checks import check_int, check_seconds
+from subagent._errors import ConfigurationError, ErrorKind, LLMError
 from subagent.llm._protocol import LLMRequest, LLMResponse, StopReason, StreamDelta
-from subagent.llm._sse import SSEEvents, StreamAccumulator
+from subagent.llm._redact import Redactor
+from subagent.llm._sse import SSEEvents, StreamAccumulator, read_body
 from subagent.llm._wire import (
     parse_completion,
     parse_retry_after,
@@ -46,6 +50,9 @@ from subagent.llm._wire import (
 
 __all__ = [
     "DEFAULT_BASE_URL",
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "DEFAULT_MAX_STREAM_BYTES",
+    "DEFAULT_TOTAL_TIMEOUT",
     "OpenAIChat",
     "parse_retry_after",
     "parse_subagent_llm",
@@ -54,6 +61,19 @@ __all__ = [
 
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
 """Where requests go when neither the arguments nor the environment name a server."""
+
+DEFAULT_MAX_RESPONSE_BYTES: Final = 32 * 1024 * 1024
+"""The largest reply read by default (32 MiB): far above any chat completion (a 128k-token
+reply with log-probabilities is about 13 MB), and a 60 MB reply is refused unread."""
+
+DEFAULT_MAX_STREAM_BYTES: Final = 256 * 1024 * 1024
+"""The most bytes one streamed reply may send by default (256 MiB). Each streamed token
+comes in its own ~250-byte event, so a legitimate 128k-token stream is ~35 MB."""
+
+DEFAULT_TOTAL_TIMEOUT: Final = 600.0
+"""Seconds one call may take in all by default, streaming included (10 minutes)."""
+
+_MAX_ERROR_READ: Final = 64 * 1024  # an error body is kept to its first 4,000 characters
 
 _ENV_SPEC: Final = "SUBAGENT_LLM"
 _SPEC_PROVIDERS: Final = frozenset({"openai"})
@@ -109,10 +129,26 @@ class OpenAIChat:
     Args:
         model: The model to request.
         base_url: The API root including the version, e.g. ``http://127.0.0.1:8080/v1``.
-        api_key: Sent as ``Authorization: Bearer ...`` when set.
+        api_key: Sent as ``Authorization: Bearer ...`` when set. A server that echoes it
+            never gets it stored: every text it sends back (error messages and bodies,
+            replies, tool calls) has the key, and the values of secret ``headers``
+            (``Authorization``, ``Proxy-Authorization``, ``api-key``, ``x-api-key``), replaced
+            by ``[REDACTED]`` before it leaves the adapter. Values shorter than 8 characters
+            are not redacted.
         timeout: Seconds for connecting, and for each read or write of the HTTP exchange
             (between two streamed chunks when streaming). ``None`` disables it. The runtime
             also bounds each whole call with its own ``timeout``.
+        total_timeout: Seconds one whole call may take, streaming included (default 600);
+            past it the call fails as a ``timeout`` error (retried by the default policy).
+            ``None`` disables it.
+        max_response_bytes: The largest reply read, in bytes after decompression (default
+            32 MiB): a larger body is refused before it is read when its
+            ``Content-Length`` says so, else reading stops at the limit. For a stream, the
+            limit applies to each event and to the assembled text and tool-call arguments
+            (in characters). Either way the call fails as ``response_too_large``, which is
+            not retried. ``None`` disables it.
+        max_stream_bytes: The most bytes one streamed reply may send in all (default
+            256 MiB); past it the call fails as ``response_too_large``. ``None`` disables it.
         http_client: A client to use instead of an owned one; it is never closed here.
             Its own base URL and timeout are not used: every request carries both.
         default_settings: Settings merged under each request's ``settings``
@@ -137,6 +173,9 @@ class OpenAIChat:
         api_key: str | None = None,
         timeout: float | None = 60.0,
         *,
+        total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT,
+        max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
+        max_stream_bytes: int | None = DEFAULT_MAX_STREAM_BYTES,
         http_client: httpx.AsyncClient | None = None,
         default_settings: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
@@ -176,6 +215,15 @@ class OpenAIChat:
                 "api_key", "OpenAI's API needs a key: pass api_key= or set OPENAI_API_KEY"
             )
         checked_timeout = check_seconds("timeout", timeout)
+        self.total_timeout: float | None = check_seconds("total_timeout", total_timeout)
+        self.max_response_bytes: int | None = (
+            None
+            if max_response_bytes is None
+            else check_int("max_response_bytes", max_response_bytes, 1)
+        )
+        self.max_stream_bytes: int | None = (
+            None if max_stream_bytes is None else check_int("max_stream_bytes", max_stream_bytes, 1)
+        )
         if not provider_name:
             raise ConfigurationError("provider_name", "must not be empty")
 
@@ -196,6 +244,8 @@ class OpenAIChat:
         self.text_tool_calls = text_tool_calls
         self._owns_client = http_client is None
         self._client = http_client if http_client is not None else _new_client(url.host)
+        # Every text a server sends back is redacted of these before it is stored.
+        self._redactor = Redactor.for_request(resolved_key, self._headers, self._client.headers)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> OpenAIChat:
@@ -278,16 +328,41 @@ class OpenAIChat:
             LLMError: The call failed; ``kind`` says how (see the docs' table).
         """
         body = self.build_body(request)
+        text = ""
+        status = 0
         try:
-            response = await self._client.post(
-                self._endpoint, json=body, headers=self._headers, timeout=self._timeout
+            try:
+                with anyio.CancelScope(deadline=self._deadline()) as scope:
+                    async with self._client.stream(
+                        "POST", self._endpoint, json=body, headers=self._headers,
+                        timeout=self._timeout,
+                    ) as response:  # fmt: skip
+                        status = response.status_code
+                        if status >= 300:
+                            text = await read_body(response, _MAX_ERROR_READ, truncate=True)
+                            raise status_error(status, response.headers, text)
+                        text = await read_body(response, self.max_response_bytes)
+                self._check_deadline(scope)
+            except httpx.HTTPError as error:
+                raise transport_error(error) from error
+            reply = parse_completion(text, self.model, status)
+        except LLMError as error:
+            self._redactor.error(error)
+            raise
+        return self._redactor.response(self._with_text_tool_calls(request, reply))
+
+    def _deadline(self) -> float:
+        """When this call must be over, on anyio's clock (``inf`` without ``total_timeout``)."""
+        if self.total_timeout is None:
+            return math.inf
+        return anyio.current_time() + self.total_timeout
+
+    def _check_deadline(self, scope: anyio.CancelScope) -> None:
+        if scope.cancelled_caught:
+            raise LLMError(
+                ErrorKind.TIMEOUT,
+                f"no complete reply within total_timeout={self.total_timeout:g} s",
             )
-        except httpx.HTTPError as error:
-            raise transport_error(error) from error
-        if response.status_code >= 300:
-            raise status_error(response.status_code, response.headers, response.text)
-        reply = parse_completion(response.text, self.model, response.status_code)
-        return self._with_text_tool_calls(request, reply)
 
     def _with_text_tool_calls(self, request: LLMRequest, reply: LLMResponse) -> LLMResponse:
         if not (self.text_tool_calls and request.tools) or reply.tool_calls:
@@ -319,39 +394,63 @@ class OpenAIChat:
         """
         body = self.build_body(request, stream=True)
         headers = {**self._headers, "Accept": "text/event-stream"}
+        redactor = self._redactor
+        deadline = self._deadline()
         try:
-            async with self._client.stream(
-                "POST", self._endpoint, json=body, headers=headers, timeout=self._timeout
-            ) as response:
-                if response.status_code >= 300:
-                    await response.aread()
-                    raise status_error(response.status_code, response.headers, response.text)
-                content_type = response.headers.get("content-type", "")
-                if "text/event-stream" not in content_type:
-                    # The server ignored stream=true and answered in one piece.
-                    await response.aread()
-                    whole = parse_completion(response.text, self.model, response.status_code)
-                    whole = self._with_text_tool_calls(request, whole)
-                    if whole.text:
-                        yield StreamDelta(text=whole.text)
-                    yield StreamDelta(response=whole)
-                    return
-                accumulator = StreamAccumulator(self.model)
-                events = SSEEvents(response)
-                try:
-                    async for data in events:
+            try:
+                async with AsyncExitStack() as stack:
+                    # Every await runs under the call's deadline; no yield does (a cancel
+                    # scope must not span a yield of an async generator).
+                    with anyio.CancelScope(deadline=deadline) as scope:
+                        response = await stack.enter_async_context(
+                            self._client.stream(
+                                "POST", self._endpoint, json=body, headers=headers,
+                                timeout=self._timeout,
+                            )
+                        )  # fmt: skip
+                        status = response.status_code
+                        if status >= 300:
+                            text = await read_body(response, _MAX_ERROR_READ, truncate=True)
+                            raise status_error(status, response.headers, text)
+                        streamed = "text/event-stream" in response.headers.get("content-type", "")
+                        if not streamed:  # the server ignored stream=true: one piece
+                            text = await read_body(response, self.max_response_bytes)
+                    self._check_deadline(scope)
+                    if not streamed:
+                        whole = parse_completion(text, self.model, status)
+                        whole = redactor.response(self._with_text_tool_calls(request, whole))
+                        if whole.text:
+                            yield StreamDelta(text=whole.text)
+                        yield StreamDelta(response=whole)
+                        return
+                    accumulator = StreamAccumulator(self.model, self.max_response_bytes)
+                    events = SSEEvents(
+                        response,
+                        max_event_bytes=self.max_response_bytes,
+                        max_total_bytes=self.max_stream_bytes,
+                    )
+                    stack.push_async_callback(events.aclose)
+                    while True:
+                        with anyio.CancelScope(deadline=deadline) as scope:
+                            data = await anext(events, None)
+                        self._check_deadline(scope)
+                        if data is None:
+                            break
                         if data == "[DONE]":
                             accumulator.done = True
                             break
-                        text = accumulator.add(data)
+                        # A secret split across two events reaches on_text in two pieces;
+                        # the assembled reply below is redacted whole.
+                        text = accumulator.add(redactor.text(data) if redactor else data)
                         if text:
                             yield StreamDelta(text=text)
-                finally:
-                    await events.aclose()
-                final = accumulator.build()
-        except httpx.HTTPError as error:
-            raise transport_error(error) from error
-        yield StreamDelta(response=self._with_text_tool_calls(request, final))
+                    final = accumulator.build()
+            except httpx.HTTPError as error:
+                raise transport_error(error) from error
+        except LLMError as error:
+            redactor.error(error)
+            raise
+        yield StreamDelta(response=redactor.response(self._with_text_tool_calls(request, final)))
 
 
 def _new_client(host: str) -> httpx.AsyncClient:

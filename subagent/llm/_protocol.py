@@ -9,11 +9,14 @@ classified :class:`~subagent.ErrorKind`; the runtime decides whether to retry.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from enum import StrEnum
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+from subagent._text import first_non_finite, scrub_surrogates, scrub_surrogates_in
 
 __all__ = [
     "LLM",
@@ -28,6 +31,10 @@ __all__ = [
     "TurnInfo",
     "Usage",
 ]
+
+# Text that came from a model or a server: lone surrogates (a JSON "\ud800" escape) become
+# U+FFFD, so every record holding it can be dumped as JSON.
+_Text = Annotated[str, AfterValidator(scrub_surrogates)]
 
 
 class StopReason(StrEnum):
@@ -68,14 +75,26 @@ class ToolCall(BaseModel):
         name: The tool's name.
         arguments: The decoded arguments, or the raw string when the provider sent
             arguments that are not a JSON object (reported back to the model as an error).
+            Arguments holding NaN or an infinity are kept as their JSON text: JSON has no
+            such numbers, so they are not valid arguments (and could not be stored).
         id: The provider's call id; the runtime assigns one when it is empty.
     """
 
     model_config = ConfigDict(frozen=True)
 
-    name: str
+    name: _Text
     arguments: dict[str, Any] | str = Field(default_factory=dict)
-    id: str = ""
+    id: _Text = ""
+
+    @field_validator("arguments")
+    @classmethod
+    def _storable_arguments(cls, value: dict[str, Any] | str) -> dict[str, Any] | str:
+        if isinstance(value, str):
+            return scrub_surrogates(value)
+        value = scrub_surrogates_in(value)
+        if first_non_finite(value) is not None:
+            return json.dumps(value, ensure_ascii=False)
+        return value
 
 
 class Message(BaseModel):
@@ -138,10 +157,11 @@ class LLMRequest(BaseModel):
 
 
 class LLMResponse(BaseModel):
-    """One reply from the model.
+    r"""One reply from the model.
 
     Attributes:
-        text: The reply's text content (``""`` when there is none).
+        text: The reply's text content (``""`` when there is none). Lone surrogates (a
+            server may send ``"\ud800"`` as a JSON escape) are replaced by U+FFFD.
         tool_calls: Tool calls the model requested.
         stop_reason: The normalised stop reason; defaults to ``tool_calls`` when there are
             tool calls and ``stop`` otherwise.
@@ -154,13 +174,13 @@ class LLMResponse(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    text: str = ""
+    text: _Text = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
     stop_reason: StopReason = StopReason.STOP
-    raw_stop_reason: str | None = None
+    raw_stop_reason: _Text | None = None
     usage: Usage = Field(default_factory=Usage)
-    model: str | None = None
-    reasoning: str = ""
+    model: _Text | None = None
+    reasoning: _Text = ""
 
     def model_post_init(self, context: Any, /) -> None:
         """Default the stop reason to ``tool_calls`` when the reply calls tools."""

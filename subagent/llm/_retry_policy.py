@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from subagent._checks import check_int, check_number
-from subagent._errors import ErrorKind, LLMError
+from subagent._errors import ConfigurationError, ErrorKind, LLMError
 
 __all__ = ["DEFAULT_RETRYABLE", "RetryPolicy"]
 
@@ -37,7 +37,12 @@ class RetryPolicy:
         max_delay: Upper bound of one delay. A ``Retry-After`` longer than this is not
             waited out: the call fails instead of hammering the server early.
         jitter: Random spread as a fraction of the delay (``0.2`` = +/-20%).
-        retry_on: The retryable error kinds.
+        retry_on: The retryable error kinds (:class:`~subagent.ErrorKind` members or their
+            values, in any collection).
+
+    Raises:
+        ConfigurationError: A value is invalid (an unknown error kind included); the
+            message names the field.
     """
 
     max_attempts: int = 3
@@ -52,8 +57,7 @@ class RetryPolicy:
         for name in ("initial_delay", "max_delay", "jitter"):
             check_number(name, getattr(self, name), 0.0)
         check_number("multiplier", self.multiplier, 1.0)
-        if not isinstance(self.retry_on, frozenset):
-            object.__setattr__(self, "retry_on", _kinds(self.retry_on))
+        object.__setattr__(self, "retry_on", _kinds(self.retry_on))
 
     @classmethod
     def none(cls) -> RetryPolicy:
@@ -77,5 +81,19 @@ class RetryPolicy:
         return max(0.0, min(delay, self.max_delay))
 
 
-def _kinds(kinds: Iterable[ErrorKind | str]) -> frozenset[ErrorKind]:
-    return frozenset(ErrorKind(kind) for kind in kinds)
+def _kinds(kinds: object) -> frozenset[ErrorKind]:
+    """``retry_on`` as a set of kinds; every member must name an :class:`ErrorKind`."""
+    known = ", ".join(kind.value for kind in ErrorKind)
+    if isinstance(kinds, str | bytes) or not isinstance(kinds, Iterable):
+        raise ConfigurationError(
+            "retry_on", f"must be a collection of error kinds ({known}), got {kinds!r}"
+        )
+    checked: set[ErrorKind] = set()
+    for kind in kinds:
+        try:
+            checked.add(ErrorKind(kind))
+        except ValueError:
+            raise ConfigurationError(
+                "retry_on", f"{kind!r} is not an error kind; known: {known}"
+            ) from None
+    return frozenset(checked)

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import httpx
 
 from subagent._errors import ErrorKind, LLMError
@@ -20,7 +21,7 @@ from subagent.llm._wire import (
     stop_reason,
 )
 
-__all__ = ["SSEEvents", "StreamAccumulator"]
+__all__ = ["SSEEvents", "StreamAccumulator", "finish_response", "read_body"]
 
 
 @dataclass
@@ -33,7 +34,7 @@ class _PartialCall:
 class StreamAccumulator:
     """Assembles chat-completion chunks into one reply."""
 
-    def __init__(self, requested_model: str | None) -> None:
+    def __init__(self, requested_model: str | None, max_chars: int | None = None) -> None:
         self.model = requested_model
         self.text: list[str] = []
         self.calls: dict[int, _PartialCall] = {}
@@ -41,6 +42,8 @@ class StreamAccumulator:
         self.usage = Usage()
         self.done = False
         self.chunks = 0
+        self.size = 0  # characters of text and tool-call arguments held
+        self.max_chars = max_chars
 
     def add(self, data: str) -> str:
         """Take one ``data:`` payload; return the text it adds."""
@@ -71,6 +74,7 @@ class StreamAccumulator:
                 continue
             piece = content_text(delta.get("content"))
             if piece:
+                self._grow(len(piece))
                 self.text.append(piece)
                 added += piece
             for position, raw in enumerate(delta.get("tool_calls") or []):
@@ -92,10 +96,21 @@ class StreamAccumulator:
             if isinstance(function.get("name"), str) and function["name"] and not call.name:
                 call.name = function["name"]
             arguments = function.get("arguments")
+            if isinstance(arguments, dict):
+                arguments = json.dumps(arguments)
             if isinstance(arguments, str):
+                self._grow(len(arguments))
                 call.arguments.append(arguments)
-            elif isinstance(arguments, dict):
-                call.arguments.append(json.dumps(arguments))
+
+    def _grow(self, added: int) -> None:
+        self.size += added
+        if self.max_chars is not None and self.size > self.max_chars:
+            raise LLMError(
+                ErrorKind.RESPONSE_TOO_LARGE,
+                f"the streamed reply is longer than max_response_bytes={self.max_chars:,} "
+                f"(text and tool-call arguments)",
+                status_code=200,
+            )
 
     def build(self) -> LLMResponse:
         """The complete reply; raise when the stream ended before it was complete."""
@@ -133,41 +148,76 @@ class SSEEvents:
     byte iterators: an abandoned async generator is finalised by the garbage collector,
     which trio reports as a ResourceWarning (httpx's ``aiter_*`` are generators all the way
     down, see encode/httpx#3686).
+
+    Args:
+        response: The streaming response.
+        max_event_bytes: The largest event (one line, or the data lines of one event) held
+            in memory; ``None``: no limit.
+        max_total_bytes: The most bytes read from the stream in all; ``None``: no limit.
+
+    Raises:
+        LLMError: ``response_too_large`` when a limit is passed (nothing more is read).
     """
 
-    def __init__(self, response: httpx.Response) -> None:
+    def __init__(
+        self,
+        response: httpx.Response,
+        *,
+        max_event_bytes: int | None = None,
+        max_total_bytes: int | None = None,
+    ) -> None:
         self._response = response
         self._chunks: AsyncIterator[bytes] = response.aiter_bytes()
         self._buffer = b""
+        self._scanned = 0  # bytes of the buffer known to hold no newline
         self._data: list[str] = []
+        self._data_size = 0
         self._body_done = False
+        self._max_event = max_event_bytes
+        self._max_total = max_total_bytes
+        self.bytes_read = 0
 
     def __aiter__(self) -> SSEEvents:
         return self
 
     async def __anext__(self) -> str:
         while True:
-            newline = self._buffer.find(b"\n")
+            newline = self._buffer.find(b"\n", self._scanned)
             if newline < 0:
+                self._scanned = len(self._buffer)
                 if self._body_done:
                     if self._data:
-                        data, self._data = "\n".join(self._data), []
-                        return data
+                        return self._event()
                     raise StopAsyncIteration
+                self._check_event_size(len(self._buffer))
                 await self._read()
                 continue
             raw, self._buffer = self._buffer[:newline], self._buffer[newline + 1 :]
+            self._scanned = 0
             line = raw.removesuffix(b"\r").decode("utf-8", "replace")
             if not line:
                 if self._data:
-                    data, self._data = "\n".join(self._data), []
-                    return data
+                    return self._event()
                 continue
             if line.startswith(":"):
                 continue  # a comment, used as keep-alive
             name, _, value = line.partition(":")
             if name == "data":
                 self._data.append(value.removeprefix(" "))
+                self._data_size += len(raw)
+                self._check_event_size(0)
+
+    def _event(self) -> str:
+        data, self._data, self._data_size = "\n".join(self._data), [], 0
+        return data
+
+    def _check_event_size(self, pending: int) -> None:
+        if self._max_event is not None and self._data_size + pending > self._max_event:
+            raise LLMError(
+                ErrorKind.RESPONSE_TOO_LARGE,
+                f"a streamed event is larger than max_response_bytes={self._max_event:,}",
+                status_code=self._response.status_code,
+            )
 
     async def _read(self) -> None:
         try:
@@ -180,20 +230,96 @@ class SSEEvents:
             self._body_done = True  # the error finished httpx's iterators
             raise
         else:
+            self.bytes_read += len(chunk)
+            if self._max_total is not None and self.bytes_read > self._max_total:
+                raise LLMError(
+                    ErrorKind.RESPONSE_TOO_LARGE,
+                    f"the stream went past max_stream_bytes={self._max_total:,}",
+                    status_code=self._response.status_code,
+                )
             self._buffer += chunk
 
     async def aclose(self) -> None:
         """Close the response; if it was not read to the end, finish httpx's iterators."""
-        await self._response.aclose()
         if self._body_done:
+            await self._response.aclose()
             return
         self._body_done = True
-        # The response is closed, so resuming its iterator fails at once (or returns what
-        # was already buffered): either way every generator in httpx's chain finishes.
-        for _ in range(10_000):
+        await finish_response(self._response, self._chunks)
+
+
+async def finish_response(response: httpx.Response, chunks: AsyncIterator[bytes]) -> None:
+    """Close ``response`` and finish ``chunks``, its byte iterator, when it was not read out."""
+    await response.aclose()
+    # The response is closed, so resuming its iterator fails at once (or returns what was
+    # already buffered): either way every generator in httpx's chain finishes.
+    for _ in range(10_000):
+        try:
+            await chunks.__anext__()
+        except StopAsyncIteration:
+            return
+        except Exception:  # a read from the closed stream: expected
+            return
+
+
+async def read_body(response: httpx.Response, limit: int | None, *, truncate: bool = False) -> str:
+    """The body of a streaming ``response`` as text, reading at most ``limit`` bytes.
+
+    A declared ``Content-Length`` above the limit is refused before anything is read; a
+    body that grows past it stops being read at the limit, so an oversized reply is never
+    held whole.
+
+    Args:
+        response: A response opened with ``stream=True``.
+        limit: The most bytes to read (after content decoding); ``None``: no limit.
+        truncate: Keep the first ``limit`` bytes instead of raising (for error bodies, whose
+            start is all that is kept).
+
+    Raises:
+        LLMError: ``response_too_large``, unless ``truncate``.
+    """
+    declared = response.headers.get("content-length", "").strip()
+    if limit is not None and not truncate and declared.isdigit() and int(declared) > limit:
+        raise _too_large(
+            f"the server announced a reply of {int(declared):,} bytes, more than "
+            f"max_response_bytes={limit:,}; it was not read",
+            response.status_code,
+        )
+    chunks = response.aiter_bytes()
+    parts: list[bytes] = []
+    size = 0
+    finished = False
+    try:
+        while True:
             try:
-                await self._chunks.__anext__()
+                chunk = await chunks.__anext__()
             except StopAsyncIteration:
-                return
-            except Exception:  # a read from the closed stream: expected
-                return
+                finished = True
+                break
+            except BaseException:
+                finished = True  # the error finished httpx's iterators
+                raise
+            size += len(chunk)
+            if limit is not None and size > limit:
+                if truncate:
+                    parts.append(chunk[: len(chunk) - (size - limit)])
+                    break
+                raise _too_large(
+                    f"the reply is larger than max_response_bytes={limit:,}; reading stopped there",
+                    response.status_code,
+                )
+            parts.append(chunk)
+    finally:
+        if not finished:
+            with anyio.CancelScope(shield=True):
+                await finish_response(response, chunks)
+    content = b"".join(parts)
+    del parts
+    try:
+        return content.decode(response.charset_encoding or "utf-8", "replace")
+    except LookupError:  # an unknown charset
+        return content.decode("utf-8", "replace")
+
+
+def _too_large(message: str, status: int) -> LLMError:
+    return LLMError(ErrorKind.RESPONSE_TOO_LARGE, message, status_code=status)

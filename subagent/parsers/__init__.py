@@ -11,11 +11,16 @@ What lives here:
 - ``_contract``: the output contract of an agent (``SubAgent(output=...)``), and the
   explicit-fail form ``{"fail": "<reason>"}``.
 
-What it may import: the base modules only (``subagent._errors``, ``subagent._templates``,
-``subagent._text``). It knows nothing of models, turns or phases.
+What it may import: the base modules only (``subagent._errors``, ``subagent._checks``,
+``subagent._templates``, ``subagent._text``). It knows nothing of models, turns or phases.
 """
 
-from subagent.parsers._contract import OutputContract, build_contract, detect_explicit_fail
+from subagent.parsers._contract import (
+    DEFAULT_MAX_REPLY_CHARS,
+    OutputContract,
+    build_contract,
+    detect_explicit_fail,
+)
 from subagent.parsers._json import JSONParser, format_validation_errors, json_parser
 from subagent.parsers._json_extract import JSONExtraction, extract_json, iter_json_candidates
 from subagent.parsers._result import OutputParser, ParseResult, coerce_parse_result
@@ -34,6 +39,7 @@ from subagent.parsers._validation import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_REPLY_CHARS",
     "JSONExtraction",
     "JSONParser",
     "MatchMode",

@@ -6,6 +6,13 @@ Three routes, chosen from ``SubAgent(output=...)``:
 * a pydantic model or any type pydantic can validate: JSON is extracted tolerantly from the
   reply, then validated; failures become per-field feedback.
 * a parser callable ``(text, **kwargs) -> ParseResult`` (or its dict form).
+
+Whatever the route, a reply longer than ``max_reply_chars`` (default
+:data:`DEFAULT_MAX_REPLY_CHARS`) gets feedback (``reply_too_long``) without being scanned,
+and an output holding NaN or an infinity is refused with feedback
+(``non_finite_output``): JSON has no such numbers, so the run's :class:`~subagent.Step` could
+not be stored and loaded back. A pydantic model whose config sets ``ser_json_inf_nan`` to
+``"constants"`` or ``"strings"`` stores them faithfully, and keeps them.
 """
 
 from __future__ import annotations
@@ -15,29 +22,62 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
+from subagent._checks import check_int
 from subagent._errors import ConfigurationError, ParserContractError
 from subagent._templates import TemplateSet
+from subagent._text import first_non_finite
 from subagent.parsers._json import JSONParser
 from subagent.parsers._json_extract import extract_json
 from subagent.parsers._result import ParseResult, coerce_parse_result
 
-__all__ = ["OutputContract", "build_contract", "detect_explicit_fail"]
+__all__ = ["DEFAULT_MAX_REPLY_CHARS", "OutputContract", "build_contract", "detect_explicit_fail"]
+
+DEFAULT_MAX_REPLY_CHARS: Final = 1_000_000
+"""The longest reply parsed by default, in characters.
+
+Twice the longest reply a chat model writes (a 128k-token answer is about 500,000
+characters of English). Scanning a reply for JSON costs about 0.5 s of CPU per million
+characters in the worst case (a reply of ``{``), spent on the event loop; a longer reply is
+not scanned at all.
+"""
 
 
 class OutputContract:
-    """Turns a return attempt's text into a :class:`ParseResult`."""
+    """Turns a return attempt's text into a :class:`ParseResult`.
+
+    Subclasses implement :meth:`_parse`; :meth:`parse` adds the checks every route shares.
+    """
 
     #: The type the output validates to, for typing and the JSON response format.
     output_type: Any = str
+    #: Replies longer than this (characters) get feedback without being parsed.
+    max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS
 
     def instructions(self, templates: TemplateSet) -> str:
         """What the system prompt says about the expected output."""
         raise NotImplementedError
 
     def parse(self, text: str, templates: TemplateSet) -> ParseResult:
-        """Parse ``text``; an error result carries feedback for the model."""
+        """Parse ``text``; an error result carries feedback for the model.
+
+        A reply longer than :attr:`max_reply_chars` is an error (``reply_too_long``), and
+        so is a parsed value holding NaN or an infinity (``non_finite_output``).
+        """
+        limit = self.max_reply_chars
+        if limit is not None and len(text) > limit:
+            return ParseResult.error(
+                templates.render("reply_too_long", length=f"{len(text):,}", limit=f"{limit:,}")
+            )
+        result = self._parse(text, templates)
+        if result.ok:
+            location = first_non_finite(result.value)
+            if location is not None:
+                return ParseResult.error(templates.render("non_finite_output", location=location))
+        return result
+
+    def _parse(self, text: str, templates: TemplateSet) -> ParseResult:
         raise NotImplementedError
 
 
@@ -47,7 +87,7 @@ class TextContract(OutputContract):
     def instructions(self, templates: TemplateSet) -> str:
         return templates.render("output_text")
 
-    def parse(self, text: str, templates: TemplateSet) -> ParseResult:
+    def _parse(self, text: str, templates: TemplateSet) -> ParseResult:
         return ParseResult.success(text.strip())
 
 
@@ -64,7 +104,7 @@ class SchemaContract(OutputContract):
     def instructions(self, templates: TemplateSet) -> str:
         return templates.render("output_json", schema=self._parser.schema_text)
 
-    def parse(self, text: str, templates: TemplateSet) -> ParseResult:
+    def _parse(self, text: str, templates: TemplateSet) -> ParseResult:
         return self._parser(text, templates=templates)
 
 
@@ -93,7 +133,7 @@ class ParserContract(OutputContract):
         text = getattr(self.parser, "instructions", None)
         return text if isinstance(text, str) else templates.render("output_text")
 
-    def parse(self, text: str, templates: TemplateSet) -> ParseResult:
+    def _parse(self, text: str, templates: TemplateSet) -> ParseResult:
         try:
             if self._takes_templates:  # our parsers render feedback with the agent's templates
                 result = self.parser(text, templates=templates, **self.kwargs)
@@ -107,17 +147,38 @@ class ParserContract(OutputContract):
         return coerce_parse_result(result, self.name)
 
 
-def build_contract(output: Any, parser_kwargs: Mapping[str, Any] | None) -> OutputContract:
-    """The contract for ``SubAgent(output=...)``."""
+def build_contract(
+    output: Any,
+    parser_kwargs: Mapping[str, Any] | None,
+    *,
+    max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS,
+) -> OutputContract:
+    """The contract for ``SubAgent(output=...)``.
+
+    Args:
+        output: A type, ``None``/``str``, or a parser.
+        parser_kwargs: Keyword arguments for a parser.
+        max_reply_chars: Replies longer than this get feedback without being parsed;
+            ``None``: no limit.
+
+    Raises:
+        ConfigurationError: An argument is invalid; the message names the field.
+    """
+    if max_reply_chars is not None:
+        check_int("max_reply_chars", max_reply_chars, 1)
+    contract: OutputContract
     if output is None or output is str:
         if parser_kwargs:
             raise ConfigurationError("parser_kwargs", "is only used with a parser output")
-        return TextContract()
-    if not _is_parser(output):
+        contract = TextContract()
+    elif not _is_parser(output):
         if parser_kwargs:
             raise ConfigurationError("parser_kwargs", "is only used with a parser output")
-        return SchemaContract(output)
-    return ParserContract(output, dict(parser_kwargs or {}))
+        contract = SchemaContract(output)
+    else:
+        contract = ParserContract(output, dict(parser_kwargs or {}))
+    contract.max_reply_chars = max_reply_chars
+    return contract
 
 
 def _is_parser(output: Any) -> bool:
@@ -127,9 +188,14 @@ def _is_parser(output: Any) -> bool:
     return typing.get_origin(output) is None and not isinstance(output, types.UnionType)
 
 
-def detect_explicit_fail(text: str) -> str | None:
-    """The model's reason if ``text`` is the explicit fail ``{"fail": "<reason>"}``."""
-    if '"fail"' not in text:
+def detect_explicit_fail(
+    text: str, *, max_chars: int | None = DEFAULT_MAX_REPLY_CHARS
+) -> str | None:
+    """The model's reason if ``text`` is the explicit fail ``{"fail": "<reason>"}``.
+
+    A reply longer than ``max_chars`` is not scanned (``None``).
+    """
+    if '"fail"' not in text or (max_chars is not None and len(text) > max_chars):
         return None
     extraction = extract_json(text)
     value = extraction.value
