@@ -59,3 +59,11 @@ def test_nested_agents_example_uses_the_inner_agent_as_a_tool() -> None:
     assert "planner: turn 2 must_return (0 tools offered)" in out
     assert '{"country":"Portugal","capital":"Lisbon"}' in out
     assert "output: Trip(destination='Lisbon'" in out
+
+
+def test_watch_and_stop_example_streams_a_run_then_stops_one() -> None:
+    out = run_example("watch_and_stop.py")
+    assert "  calls add({'a': 17, 'b': 25})" in out
+    assert "  text: '42}'" in out
+    assert "run: done in 2 turns (normal, must_return), output Answer(value=42)" in out
+    assert "stopped: failed (cancelled: the run was stopped before it finished) in 2 turns" in out
