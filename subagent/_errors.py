@@ -90,6 +90,9 @@ class ErrorKind(StrEnum):
     ``response_too_large``: the reply went past one of the adapter's size limits
     (``OpenAIChat(max_response_bytes=..., max_stream_bytes=...)``); it was not read further
     and is not retried by default (the same request would get the same reply).
+    ``context_length``: the request does not fit the model's context window
+    (``context_length_exceeded``, llama.cpp's ``exceed_context_size_error``); never retried,
+    by the transport or by an orchestrator: the same request cannot fit the next time.
     """
 
     RATE_LIMIT = "rate_limit"
@@ -101,6 +104,7 @@ class ErrorKind(StrEnum):
     BAD_REQUEST = "bad_request"
     CONTENT_FILTER = "content_filter"
     INVALID_RESPONSE = "invalid_response"
+    CONTEXT_LENGTH = "context_length"
     RESPONSE_TOO_LARGE = "response_too_large"
     OTHER = "other"
 

@@ -72,7 +72,7 @@ class AgentRun(Generic[OutputT]):
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         traceback: TracebackType | None,
-    ) -> bool:
+    ) -> None:
         assert self._group is not None and self._done is not None
         if not self._done.is_set():
             self.stop()
@@ -80,12 +80,13 @@ class AgentRun(Generic[OutputT]):
             # The block raised: let the run wrap up (stopped), then let the block's own
             # exception go on as it is, rather than inside the task group's ExceptionGroup.
             await self._group.__aexit__(None, None, None)
-            return False
-        suppressed = await self._group.__aexit__(exc_type, exc, traceback)
+            return
+        # The group's own scope is never cancelled, so it suppresses nothing: the block's
+        # exceptions (cancellation included) go on.
+        await self._group.__aexit__(exc_type, exc, traceback)
         if exc is None and self._error is not None and not self._error_raised:
             self._error_raised = True
             raise self._error
-        return bool(suppressed)
 
     async def _execute(self) -> None:
         assert self._done is not None

@@ -18,6 +18,7 @@ from subagent._text import scrub_surrogates
 from subagent.llm import StopReason, ToolCall, TransportRetry, Usage
 
 __all__ = [
+    "RETRYABLE_KINDS",
     "FailReason",
     "Failure",
     "Step",
@@ -150,6 +151,14 @@ class Turn(BaseModel):
     duration_s: float = 0.0
 
 
+RETRYABLE_KINDS: frozenset[ErrorKind] = frozenset(
+    {ErrorKind.RATE_LIMIT, ErrorKind.SERVER_ERROR, ErrorKind.CONNECTION,
+     ErrorKind.INVALID_RESPONSE}
+)  # fmt: skip
+"""The LLM error kinds after which running a whole run again may succeed: the server was
+busy, failing or unreachable, or sent a broken reply, past the transport retries."""
+
+
 class Failure(BaseModel):
     """Why a run failed.
 
@@ -165,6 +174,11 @@ class Failure(BaseModel):
     reason: FailReason
     message: _Text
     error_kind: ErrorKind | None = None
+
+    @property
+    def retryable(self) -> bool:
+        """Whether running the same run again could help (see :attr:`Step.retryable`)."""
+        return self.reason is FailReason.LLM_ERROR and self.error_kind in RETRYABLE_KINDS
 
 
 class UsageSummary(BaseModel):
@@ -230,6 +244,20 @@ class Step(BaseModel, Generic[OutputT]):
     def stop_reasons(self) -> dict[str, int]:
         """How many replies ended for each stop reason."""
         return count_stop_reasons(self.turns)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def retryable(self) -> bool:
+        """Whether running the same run again could help: for an orchestrator's reruns.
+
+        Only a run that failed on a transient transport failure is (``llm_error`` of kind
+        ``rate_limit``, ``server_error``, ``connection`` or ``invalid_response``, the
+        transport's own retries spent). Not a run that succeeded, exhausted its budgets,
+        failed explicitly, timed out, was cancelled, did not fit the context window, or
+        was refused (authentication, permission, bad request, content filter, a reply too
+        large): the same run would fail the same way. The table is in ``docs/scale.md``.
+        """
+        return self.failure is not None and self.failure.retryable
 
     @property
     def llm_calls(self) -> int:

@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from subagent import RetryPolicy, SubAgent
 from subagent._errors import ConfigurationError, ErrorKind, LLMError
 from subagent.llm import (
+    DEFAULT_RETRYABLE,
     LLMRequest,
     LLMResponse,
     Message,
@@ -400,6 +401,34 @@ async def test_status_classification(
     assert error.kind is kind
     assert error.status_code == status
     assert error.message  # never empty
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # OpenAI, vLLM and llama-cpp-python (this is the local model server's own reply)
+        {"error": {"message": "This model's maximum context length is 4096 tokens. However, "
+                              "you requested 40035 tokens (40030 in the messages, 5 in the "
+                              "completion).", "type": "invalid_request_error",
+                   "param": "messages", "code": "context_length_exceeded"}},
+        # llama.cpp's llama-server
+        {"error": {"code": 400, "message": "request (4476 tokens) exceeds the available "
+                                           "context size (4096 tokens)",
+                   "type": "exceed_context_size_error"}},
+    ],
+    ids=["openai", "llama-server"],
+)  # fmt: skip
+async def test_a_context_window_overflow_is_its_own_kind_and_never_retried(
+    server: ScriptedServer, body: dict[str, Any]
+) -> None:
+    server.script(Reply.json(body, status=400), Reply.json(body, status=400))
+    agent = SubAgent(name="a", prompt="p", retry_policy=RetryPolicy(
+        max_attempts=2, initial_delay=0, retry_on=[*DEFAULT_RETRYABLE, ErrorKind.BAD_REQUEST]
+    ))  # fmt: skip
+    async with make_llm(server) as llm:
+        step = await agent.run(llm=llm)
+    assert step.failure is not None and step.failure.error_kind is ErrorKind.CONTEXT_LENGTH
+    assert len(server.requests) == 1 and not step.retryable
 
 
 async def test_422_message_keeps_the_validation_detail(server: ScriptedServer) -> None:

@@ -10,10 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
+from support import ROOT
 
 from subagent import (
     ErrorKind,
     FailReason,
+    Failure,
     LLMError,
     LLMResponse,
     ParseResult,
@@ -275,3 +277,46 @@ def test_any_scripted_conversation_yields_a_step_that_round_trips(
     restored = (Step[Reading] if output is Reading else Step[str]).model_validate_json(text)
     assert restored == step
     assert restored.model_dump_json() == text
+
+
+# --- whole-run retry decisions -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reason", "kind", "retryable"),
+    [
+        (FailReason.LLM_ERROR, ErrorKind.RATE_LIMIT, True),
+        (FailReason.LLM_ERROR, ErrorKind.SERVER_ERROR, True),
+        (FailReason.LLM_ERROR, ErrorKind.CONNECTION, True),
+        (FailReason.LLM_ERROR, ErrorKind.INVALID_RESPONSE, True),
+        (FailReason.LLM_ERROR, ErrorKind.CONTEXT_LENGTH, False),
+        (FailReason.LLM_ERROR, ErrorKind.AUTHENTICATION, False),
+        (FailReason.LLM_ERROR, ErrorKind.PERMISSION, False),
+        (FailReason.LLM_ERROR, ErrorKind.BAD_REQUEST, False),
+        (FailReason.LLM_ERROR, ErrorKind.CONTENT_FILTER, False),
+        (FailReason.LLM_ERROR, ErrorKind.RESPONSE_TOO_LARGE, False),
+        (FailReason.LLM_ERROR, ErrorKind.OTHER, False),
+        (FailReason.TIMEOUT, ErrorKind.TIMEOUT, False),
+        (FailReason.BUDGET_EXHAUSTED, None, False),
+        (FailReason.EXPLICIT_FAIL, None, False),
+        (FailReason.CANCELLED, None, False),
+    ],
+)
+def test_a_step_says_whether_running_it_again_could_help(
+    reason: FailReason, kind: ErrorKind | None, retryable: bool
+) -> None:
+    step = Step[Any](agent="a", failure=Failure(reason=reason, message="m", error_kind=kind),
+                     max_turns=1, return_retries=0)  # fmt: skip
+    assert step.retryable is retryable
+    assert json.loads(step.model_dump_json())["retryable"] is retryable
+    assert Step[Any].model_validate_json(step.model_dump_json()).retryable is retryable
+
+
+def test_a_successful_step_is_not_retryable() -> None:
+    assert Step[Any](agent="a", output=1, max_turns=1, return_retries=0).retryable is False
+
+
+def test_every_error_kind_has_a_documented_retry_decision() -> None:
+    table = (ROOT / "docs" / "scale.md").read_text(encoding="utf-8")
+    for kind in ErrorKind:
+        assert f"| `llm_error` of kind `{kind.value}` |" in table, kind

@@ -62,6 +62,16 @@ _CONTENT_FILTER_RE: Final = re.compile(
     r"content[ _-]?(?:filter|policy|management[ _-]policy)|responsible ?ai", re.IGNORECASE
 )
 
+# The request does not fit the context window: OpenAI, vLLM and llama-cpp-python send the
+# code context_length_exceeded ("This model's maximum context length is N tokens..."),
+# llama.cpp's llama-server the type exceed_context_size_error ("the request exceeds the
+# available context size").
+_CONTEXT_LENGTH_RE: Final = re.compile(
+    r"context_length_exceeded|exceed_context_size|maximum context length"
+    r"|exceeds? (?:the )?(?:available )?context (?:size|window|length)",
+    re.IGNORECASE,
+)
+
 _TOOL_CALL_TAG_RE: Final = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _FENCE_RE: Final = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
 
@@ -342,6 +352,12 @@ def _error_fields(data: object) -> tuple[str, str]:
     return "", ""
 
 
+def _error_type(data: object) -> str:
+    error = data.get("error") if isinstance(data, dict) else None
+    kind = error.get("type") if isinstance(error, dict) else None
+    return kind if isinstance(kind, str) else ""
+
+
 def error_from_body(
     status: int | None, data: object, text: str, headers: Mapping[str, str]
 ) -> LLMError:
@@ -353,7 +369,9 @@ def error_from_body(
     retry_after = parse_retry_after(headers)
     says_filter = bool(_CONTENT_FILTER_RE.search(f"{code} {message}"))
     kind: ErrorKind
-    if status is None:  # an error object in a 200 reply or inside a stream
+    if _CONTEXT_LENGTH_RE.search(f"{code} {_error_type(data)} {message}"):
+        kind = ErrorKind.CONTEXT_LENGTH
+    elif status is None:  # an error object in a 200 reply or inside a stream
         kind = ErrorKind.CONTENT_FILTER if says_filter else ErrorKind.SERVER_ERROR
     elif status == 429:
         quota = "insufficient_quota" in code or "quota" in message.lower()

@@ -20,6 +20,7 @@ import pytest
 from pydantic import BaseModel
 
 from subagent import (
+    ErrorKind,
     FailReason,
     OpenAIChat,
     RetryPolicy,
@@ -220,6 +221,17 @@ async def test_a_tiny_max_tokens_is_recorded_as_cut_off(qwen: local_llm.LocalSer
     assert first.error is not None and "cut off" in first.error
     assert first.transport_retries == []  # never retried blindly: a correction turn follows
     assert step.stop_reasons.get("length", 0) >= 1
+
+
+async def test_a_request_over_the_context_window_is_classified_and_not_rerun(
+    qwen: local_llm.LocalServer,
+) -> None:
+    agent = SubAgent(name="long", prompt="{{text}}", retry_policy=POLICY)
+    async with adapter(qwen) as llm:
+        step = await agent.run({"text": "hello " * 40_000}, llm=llm, max_turns=1, timeout=120)
+    assert step.failure is not None and step.failure.error_kind is ErrorKind.CONTEXT_LENGTH
+    assert step.retryable is False
+    assert [turn.transport_retries for turn in step.turns] == [[]]
 
 
 def test_the_demo_runs_its_agents_on_the_model_from_the_environment(
