@@ -7,7 +7,7 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypedDict, cast
+from typing import Annotated, Any, Generic, TypedDict, cast
 
 import anyio
 import sniffio
@@ -17,16 +17,23 @@ from typing_extensions import TypeVar, Unpack
 
 from subagent._checks import check_int, check_seconds
 from subagent._conversation import ContextPolicy
-from subagent._errors import ConfigurationError, RunFailedError, TemplateError
+from subagent._errors import ConfigurationError, TemplateError
 from subagent._handle import AgentRun
 from subagent._records import Step
-from subagent._run import AgentParts, RunOptions, current_run_model, execute_run
+from subagent._run import AgentParts, RunOptions, current_depth, current_run_model, execute_run
 from subagent._templates import Template, default_templates
 from subagent.llm import LLM, Message, RetryPolicy, messages_from
 from subagent.observe import EventHandler
 from subagent.parsers import DEFAULT_MAX_REPLY_CHARS, OutputParser, build_contract
 from subagent.protocols import PROTOCOLS, ProtocolName, ReplyProtocol
-from subagent.tools import TOOL_RESULT_LIMIT, Tool, Toolbox, build_tools
+from subagent.tools import (
+    TOOL_RESULT_LIMIT,
+    NestedRunError,
+    Tool,
+    Toolbox,
+    ToolOutput,
+    build_tools,
+)
 
 __all__ = ["SubAgent"]
 
@@ -354,32 +361,61 @@ class SubAgent(Generic[OutputT]):
             )
         return anyio.run(functools.partial(self.run, context, **options), backend=backend)
 
-    def as_tool(self, *, name: str | None = None, description: str | None = None) -> Tool:
+    def as_tool(
+        self,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        parameters: type[BaseModel] | Mapping[str, Any] | None = None,
+        max_depth: int = 3,
+    ) -> Tool:
         """This agent as a tool of another agent.
 
-        The tool's parameters are the prompt's top-level variables (strings). It runs this
-        agent on its own model, or on the calling run's model when it has none, and returns
-        the output; a failed run becomes a tool error the caller's model sees.
+        The tool runs this agent on its own model, or on the calling run's model when it
+        has none, and returns its output. The child's :class:`~subagent.Step` is kept on
+        the parent's :class:`~subagent.ToolResult` (``step``), and its tokens count as the
+        parent's ``nested`` usage. A failed child run is a tool error the parent's model
+        sees (its Step kept all the same). Its run traces under the tool's span.
+
+        Args:
+            name: The tool's name (default: the agent's).
+            description: What the parent's model is told (default: the agent's
+                ``description``).
+            parameters: The tool's typed input: a pydantic model (the child runs with an
+                instance of it as its context), or a mapping of the prompt's variables to
+                their types. Default: the prompt's top-level variables, as strings.
+            max_depth: How deep agents may nest below the top-level run. A call that would
+                start this agent deeper is refused with a tool error the parent sees.
+
+        Raises:
+            ConfigurationError: ``parameters`` leaves out a variable the prompt needs, or
+                ``max_depth`` is not an int >= 1.
         """
-        variables = sorted(self._task.variables())
+        check_int("max_depth", max_depth, 1)
+        signature, model = _tool_signature(self._task.variables(), parameters)
         agent = self
 
-        async def call(**context: Any) -> Any:
+        async def call(**arguments: Any) -> ToolOutput:
+            depth = current_depth() + 1
+            if depth > max_depth:
+                raise NestedRunError(
+                    f"agent {agent.name!r} was not run: it would be nested {depth} deep, "
+                    f"past max_depth={max_depth}; answer without it"
+                )
+            context: Mapping[str, Any] | BaseModel = (
+                model(**arguments) if model is not None else arguments
+            )
             step = await agent.run(context)
-            try:
-                step.raise_for_failure()
-            except RunFailedError as exc:
-                raise RuntimeError(f"agent {agent.name!r} failed: {exc}") from None
-            output = step.output
-            return output.model_dump(mode="json") if isinstance(output, BaseModel) else output
+            if step.failure is not None:
+                failure = step.failure
+                raise NestedRunError(
+                    f"agent {agent.name!r} failed ({failure.reason.value}): {failure.message}",
+                    step,
+                )
+            return ToolOutput(step.output, step=step)
 
-        call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-            [
-                inspect.Parameter(v, inspect.Parameter.KEYWORD_ONLY, annotation=str)
-                for v in variables
-            ]
-        )
-        call.__annotations__ = dict.fromkeys(variables, str)
+        call.__signature__ = signature  # type: ignore[attr-defined]
+        call.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
         return Tool(
             call,
             name=name or self.name,
@@ -483,3 +519,39 @@ class SubAgent(Generic[OutputT]):
                 "prompt", f"agent {self.name!r} has an empty prompt and no messages were given"
             )
         return [Message(role="user", content=self._task.render(values).strip())], self._parts
+
+
+def _tool_signature(
+    variables: set[str], parameters: type[BaseModel] | Mapping[str, Any] | None
+) -> tuple[inspect.Signature, type[BaseModel] | None]:
+    """The signature of an agent's tool, and the model its arguments build (if any)."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    if parameters is None:
+        return inspect.Signature(
+            [inspect.Parameter(v, keyword, annotation=str) for v in sorted(variables)]
+        ), None
+    if isinstance(parameters, type) and issubclass(parameters, BaseModel):
+        fields = parameters.model_fields
+        declared = [
+            inspect.Parameter(
+                field_name, keyword,
+                annotation=Annotated[info.annotation, info],
+                default=inspect.Parameter.empty if info.is_required() else info.get_default(),
+            )
+            for field_name, info in fields.items()
+        ]  # fmt: skip
+        names, model = set(fields), parameters
+    elif isinstance(parameters, Mapping):
+        declared = [inspect.Parameter(str(v), keyword, annotation=t) for v, t in parameters.items()]
+        names, model = {str(v) for v in parameters}, None
+    else:
+        raise ConfigurationError(
+            "parameters",
+            f"must be a pydantic model or a mapping of variable names to types, got {parameters!r}",
+        )
+    missing = sorted(variables - names)
+    if missing:
+        raise ConfigurationError(
+            "parameters", f"leaves out {missing}, which the agent's prompt needs"
+        )
+    return inspect.Signature(declared), model

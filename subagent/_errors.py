@@ -118,6 +118,8 @@ class LLMError(SubAgentError):
         status_code: The HTTP status, when the call reached a server.
         retry_after: Seconds the provider asked us to wait (``Retry-After``).
         body: The provider's raw error body, for diagnosis.
+        usage: ``(input_tokens, output_tokens)`` the failed call used, when the server
+            reported them.
 
     Lone surrogates in ``message`` and ``body`` are replaced by U+FFFD, so the error can be
     stored in a :class:`~subagent.Step` that dumps as JSON.
@@ -131,11 +133,21 @@ class LLMError(SubAgentError):
         status_code: int | None = None,
         retry_after: float | None = None,
         body: str | None = None,
+        usage: tuple[int, int] | None = None,
     ):
         self.kind = ErrorKind(kind)
         self.status_code = status_code
         self.retry_after = retry_after
+        self.usage = usage
         self._replace_text(message, body)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Picklable (a batch shard's errors cross process boundaries); args holds the text.
+        return (
+            _rebuild_llm_error,
+            (self.kind, self.message, self.status_code, self.retry_after, self.body,
+             self.usage),
+        )  # fmt: skip
 
     def _replace_text(self, message: str, body: str | None) -> None:
         """Set the message and body, and the text ``str()`` shows (used to redact secrets)."""
@@ -143,6 +155,18 @@ class LLMError(SubAgentError):
         self.body = None if body is None else scrub_surrogates(body)
         status = f" (HTTP {self.status_code})" if self.status_code is not None else ""
         self.args = (f"{self.kind.value}{status}: {self.message}",)
+
+
+def _rebuild_llm_error(
+    kind: ErrorKind,
+    message: str,
+    status_code: int | None,
+    retry_after: float | None,
+    body: str | None,
+    usage: tuple[int, int] | None,
+) -> LLMError:
+    return LLMError(kind, message, status_code=status_code, retry_after=retry_after, body=body,
+                    usage=usage)  # fmt: skip
 
 
 class RunFailedError(SubAgentError):

@@ -87,6 +87,8 @@ class ToolResult(BaseModel):
             enough to keep (see ``TOOL_RECORD_LIMIT``).
         completed: ``False`` when the run was cut short (a timeout, a stop) before the call
             returned.
+        step: The :class:`Step` of an agent this call ran (``as_tool()``), successful or
+            not; its usage counts as the caller's ``nested`` usage.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -97,10 +99,11 @@ class ToolResult(BaseModel):
     content: _Text
     error_type: _Text | None = None
     duration_s: float = 0.0
-    pruned_arguments: list[str] = Field(default_factory=list)
+    pruned_arguments: list[_Text] = Field(default_factory=list)
     cut_chars: int = 0
-    full_output: str | None = None
+    full_output: _Text | None = None
     completed: bool = True
+    step: Step[Any] | None = None
 
 
 class Turn(BaseModel):
@@ -182,25 +185,70 @@ class Failure(BaseModel):
 
 
 class UsageSummary(BaseModel):
-    """Token usage of a run: the total and the split by turn type."""
+    """Token usage of a run, split by what it bought.
+
+    Attributes:
+        total: Everything: the run's own calls and the agents it ran as tools.
+        work: The run's work turns (``normal`` and ``must_return``).
+        correction: The run's correction turns (``retry``).
+        nested: The agents this run called as tools (their totals, their own nesting
+            included).
+        by_type: The run's own turns, by turn type.
+        transport_retries: Failed calls repeated inside turns (they spend no turn).
+        transport_retry_usage: Tokens of those failed calls, where the server reported any.
+    """
 
     total: Usage = Field(default_factory=Usage)
+    work: Usage = Field(default_factory=Usage)
+    correction: Usage = Field(default_factory=Usage)
+    nested: Usage = Field(default_factory=Usage)
     by_type: dict[TurnType, Usage] = Field(default_factory=dict)
+    transport_retries: int = 0
+    transport_retry_usage: Usage = Field(default_factory=Usage)
+
+    @property
+    def own(self) -> Usage:
+        """The run's own calls: work and correction turns."""
+        return self.work + self.correction
 
     @classmethod
     def of(cls, turns: Iterable[Turn]) -> UsageSummary:
-        """Sum the usage of ``turns``."""
+        """Sum the usage of ``turns`` and of the agents they ran."""
         sums: dict[TurnType, list[int]] = {}
+        nested = [0, 0]
+        retries = 0
+        retried = [0, 0]
         for turn in turns:
             counts = sums.setdefault(turn.type, [0, 0])
             counts[0] += turn.usage.input_tokens
             counts[1] += turn.usage.output_tokens
+            for result in turn.tool_results:
+                if result.step is not None:
+                    child = result.step.usage.total
+                    nested[0] += child.input_tokens
+                    nested[1] += child.output_tokens
+            for retry in turn.transport_retries:
+                retries += 1
+                retried[0] += retry.usage.input_tokens
+                retried[1] += retry.usage.output_tokens
         by_type = {kind: Usage(input_tokens=i, output_tokens=o) for kind, (i, o) in sums.items()}
-        total = Usage(
-            input_tokens=sum(i for i, _ in sums.values()),
-            output_tokens=sum(o for _, o in sums.values()),
+        correction = by_type.get(TurnType.RETRY, _NONE)
+        work_in = sum(i for kind, (i, _) in sums.items() if kind is not TurnType.RETRY)
+        work_out = sum(o for kind, (_, o) in sums.items() if kind is not TurnType.RETRY)
+        work = Usage(input_tokens=work_in, output_tokens=work_out)
+        nested_usage = Usage(input_tokens=nested[0], output_tokens=nested[1])
+        return cls(
+            total=work + correction + nested_usage,
+            work=work,
+            correction=correction,
+            nested=nested_usage,
+            by_type=by_type,
+            transport_retries=retries,
+            transport_retry_usage=Usage(input_tokens=retried[0], output_tokens=retried[1]),
         )
-        return cls(total=total, by_type=by_type)
+
+
+_NONE = Usage()
 
 
 class Step(BaseModel, Generic[OutputT]):
@@ -321,4 +369,7 @@ def build_step(
     )
 
 
+# ToolResult refers to Step (an agent run as a tool), which is defined after it.
+ToolResult.model_rebuild()
+Turn.model_rebuild()
 _ANY_STEP = Step[Any]

@@ -59,7 +59,7 @@ from subagent.parsers import OutputContract, ParseResult, detect_explicit_fail, 
 from subagent.protocols import ReplyProtocol
 from subagent.tools import Toolbox, ToolRun, render_result
 
-__all__ = ["AgentParts", "RunOptions", "current_run_model", "execute_run"]
+__all__ = ["AgentParts", "RunOptions", "current_depth", "current_run_model", "execute_run"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,17 +111,24 @@ class _Verdict:
     calls: list[ToolCall] | None = None  # the calls the reply asked for, with their ids
 
 
-# The model and tracer provider of the run in progress, so an agent used as a tool of
-# another agent runs on its parent's model and traces into its parent's provider.
-_CURRENT: contextvars.ContextVar[tuple[LLM, TracerProvider | None] | None] = contextvars.ContextVar(
-    "subagent_current_run", default=None
+# The run in progress in this task: its model, tracer provider and nesting depth, so an
+# agent used as a tool of another agent runs on its parent's model, traces into its
+# parent's provider, and knows how deep it is.
+_CURRENT: contextvars.ContextVar[tuple[LLM, TracerProvider | None, int] | None] = (
+    contextvars.ContextVar("subagent_current_run", default=None)
 )
 
 
 def current_run_model() -> tuple[LLM | None, TracerProvider | None]:
     """The model and tracer provider of the run in progress in this task, if any."""
     current = _CURRENT.get()
-    return (None, None) if current is None else current
+    return (None, None) if current is None else (current[0], current[1])
+
+
+def current_depth() -> int:
+    """How deep the run in progress is nested (0: a top-level run; -1: no run)."""
+    current = _CURRENT.get()
+    return -1 if current is None else current[2]
 
 
 async def execute_run(
@@ -142,7 +149,7 @@ async def execute_run(
             turns taken so far.
         events: Where the run's events go (``SubAgent.stream()``).
     """
-    token = _CURRENT.set((options.llm, options.tracer_provider))
+    token = _CURRENT.set((options.llm, options.tracer_provider, current_depth() + 1))
     try:
         return await _Run(parts, options, opening, stop, events).execute()
     finally:

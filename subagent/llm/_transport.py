@@ -11,15 +11,23 @@ from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 
 import anyio
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from subagent._errors import ErrorKind, LLMError, ScriptExhaustedError
-from subagent.llm._protocol import LLM, LLMRequest, LLMResponse, StreamDelta, StreamingLLM
+from subagent.llm._protocol import LLM, LLMRequest, LLMResponse, StreamDelta, StreamingLLM, Usage
 from subagent.llm._retry_policy import RetryPolicy
 
 
 class TransportRetry(BaseModel):
-    """A failed LLM call that was repeated inside the same turn."""
+    """A failed LLM call that was repeated inside the same turn.
+
+    Attributes:
+        attempt: The 1-based number of the attempt that failed.
+        kind: Its classified error.
+        message: The error's message.
+        delay_s: Seconds waited before the next attempt.
+        usage: Tokens the failed attempt used, when the server reported any.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -27,6 +35,7 @@ class TransportRetry(BaseModel):
     kind: ErrorKind
     message: str
     delay_s: float
+    usage: Usage = Field(default_factory=Usage)
 
 
 __all__ = ["DeltaHandler", "TransportRetry", "call_with_retries"]
@@ -95,6 +104,8 @@ async def call_with_retries(
         delay = policy.delay_before_retry(attempt, error)
         if delay is None:
             raise error
+        reported = error.usage or (0, 0)
         on_retry(TransportRetry(attempt=attempt, kind=error.kind, message=error.message,
-                                delay_s=delay))  # fmt: skip
+                                delay_s=delay, usage=Usage(input_tokens=reported[0],
+                                                           output_tokens=reported[1])))  # fmt: skip
         await anyio.sleep(delay)

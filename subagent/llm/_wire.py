@@ -204,9 +204,15 @@ def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
-def invalid_response(message: str, body: str, status: int | None) -> LLMError:
+def invalid_response(
+    message: str, body: str, status: int | None, usage: tuple[int, int] | None = None
+) -> LLMError:
     return LLMError(
-        ErrorKind.INVALID_RESPONSE, message, status_code=status, body=body[:_MAX_ERROR_BODY]
+        ErrorKind.INVALID_RESPONSE,
+        message,
+        status_code=status,
+        body=body[:_MAX_ERROR_BODY],
+        usage=usage,
     )
 
 
@@ -217,15 +223,18 @@ def parse_completion(text: str, requested_model: str | None, status: int) -> LLM
         raise invalid_response(f"the reply is not JSON ({error})", text, status) from None
     if not isinstance(data, dict):
         raise invalid_response("the reply is not a JSON object", text, status)
+    # A reply this broken is retried; the tokens it used are still counted when it says.
+    used = decode_usage(data.get("usage"))
+    reported = (used.input_tokens, used.output_tokens) if "usage" in data else None
     choices = data.get("choices")
     if not choices and data.get("error") is not None:
         raise error_from_body(None, data, text, {})
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise invalid_response("the reply has no choices", text, status)
+        raise invalid_response("the reply has no choices", text, status, reported)
     choice = choices[0]
     message = choice.get("message")
     if not isinstance(message, dict):
-        raise invalid_response("the reply's first choice has no message", text, status)
+        raise invalid_response("the reply's first choice has no message", text, status, reported)
 
     tool_calls: list[ToolCall] = []
     raw_calls = message.get("tool_calls") or []

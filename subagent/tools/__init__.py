@@ -15,6 +15,7 @@ error formatting, and the base modules.
 from subagent.tools._execute import TOOL_RECORD_LIMIT, TOOL_RESULT_LIMIT, Toolbox, ToolRun
 from subagent.tools._tool import (
     FromExtras,
+    NestedRunError,
     Tool,
     ToolArgumentsError,
     ToolOutput,
@@ -28,6 +29,7 @@ __all__ = [
     "TOOL_RECORD_LIMIT",
     "TOOL_RESULT_LIMIT",
     "FromExtras",
+    "NestedRunError",
     "Tool",
     "ToolArgumentsError",
     "ToolOutput",

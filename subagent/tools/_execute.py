@@ -19,7 +19,13 @@ from subagent._templates import TemplateSet
 from subagent._text import fence
 from subagent.llm import ToolCall, ToolDefinition
 from subagent.parsers import format_validation_errors
-from subagent.tools._tool import Tool, ToolArgumentsError, ToolOutput, render_result
+from subagent.tools._tool import (
+    NestedRunError,
+    Tool,
+    ToolArgumentsError,
+    ToolOutput,
+    render_result,
+)
 
 __all__ = ["TOOL_RECORD_LIMIT", "TOOL_RESULT_LIMIT", "ToolRun", "Toolbox"]
 
@@ -109,6 +115,9 @@ class Toolbox:
         except TimeoutError:
             text = f"the tool did not finish within {tool.timeout:g} s"
             return ToolRun(self._error(call, text, "timeout", started, pruned))
+        except NestedRunError as exc:
+            result = self._error(call, str(exc), "agent_failed", started, pruned)
+            return ToolRun(result.model_copy(update={"step": exc.step}))
         except Exception as exc:
             text = f"{type(exc).__name__}: {exc}"
             return ToolRun(self._error(call, text, type(exc).__name__, started, pruned))
@@ -125,6 +134,8 @@ class Toolbox:
         result = self._result(call, text, started, pruned)
         if output is None:
             return ToolRun(result)
+        if output.step is not None:
+            result = result.model_copy(update={"step": output.step})
         return ToolRun(result, output.final, value, output.extras or None)
 
     def refuse(self, calls: Sequence[ToolCall]) -> tuple[str, list[ToolResult]]:

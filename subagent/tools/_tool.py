@@ -27,11 +27,13 @@ from pydantic import BaseModel, ConfigDict, Field, PydanticUserError, Validation
 from pydantic_core import to_json
 
 from subagent._checks import check_seconds
-from subagent._errors import ConfigurationError
+from subagent._errors import ConfigurationError, SubAgentError
+from subagent._records import Step
 from subagent.llm import ToolDefinition
 
 __all__ = [
     "FromExtras",
+    "NestedRunError",
     "Tool",
     "ToolArgumentsError",
     "ToolOutput",
@@ -81,11 +83,27 @@ class ToolOutput:
         extras: Python objects handed to the next tool turn's calls, as keyword arguments of
             their parameters marked :data:`FromExtras`. Never shown to the model; cleared
             after that turn.
+        step: The Step of an agent the tool ran: kept on the call's
+            :class:`~subagent.ToolResult`, its usage counted as the caller's nested usage
+            (``as_tool()`` does this).
     """
 
     value: Any = None
     final: bool = False
     extras: Mapping[str, Any] = field(default_factory=dict)
+    step: Step[Any] | None = None
+
+
+class NestedRunError(SubAgentError):
+    """An agent run by a tool failed; the tool call fails with the agent's Step kept.
+
+    Attributes:
+        step: The failed run's Step.
+    """
+
+    def __init__(self, message: str, step: Step[Any] | None = None):
+        super().__init__(message)
+        self.step = step
 
 
 class ToolArgumentsError(Exception):
