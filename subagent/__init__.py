@@ -33,6 +33,7 @@ from subagent._records import (
     TurnType,
     UsageSummary,
 )
+from subagent.batch import Batch, BatchItem, BatchSummary, run_many, stream_many, summarize
 from subagent.llm import (
     LLM,
     LLMRequest,
@@ -83,6 +84,9 @@ from subagent.tools import FromExtras, Tool, ToolOutput, tool
 __all__ = [
     "LLM",
     "AgentRun",
+    "Batch",
+    "BatchItem",
+    "BatchSummary",
     "ConfigurationError",
     "CorrectionError",
     "ErrorKind",
@@ -141,7 +145,10 @@ __all__ = [
     "json_parser",
     "multi_section_parser",
     "retry_loop",
+    "run_many",
     "sections_parser",
+    "stream_many",
+    "summarize",
     "think_with_retry",
     "tool",
 ]

@@ -320,6 +320,18 @@ class SubAgent(Generic[OutputT]):
         """
         return self._handle(context, options, stream=True)
 
+    def check_options(self, **options: Unpack[RunArguments]) -> None:
+        """Check run options as :meth:`run` would, without running (for orchestrators).
+
+        Raises:
+            ConfigurationError: An option is invalid; the message names it.
+        """
+        given: dict[str, Any] = dict(options)
+        messages = given.pop("messages", None)
+        self._options(**given)
+        if messages is not None:
+            self._opening(None, messages)
+
     def _handle(
         self,
         context: Mapping[str, Any] | BaseModel | None,

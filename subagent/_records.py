@@ -37,13 +37,20 @@ _Text = Annotated[str, AfterValidator(scrub_surrogates)]
 
 
 class FailReason(StrEnum):
-    """Why a run failed."""
+    """Why a run failed.
+
+    The state table decides all of them but ``error``: a batch (``run_many``) records a run
+    that raised an exception (a parser that broke its contract, a script that ran out) as
+    a failed Step with this reason and its turns, so its other runs go on; a single
+    ``run()`` raises instead.
+    """
 
     BUDGET_EXHAUSTED = "budget_exhausted"
     EXPLICIT_FAIL = "explicit_fail"
     LLM_ERROR = "llm_error"
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
+    ERROR = "error"
 
 
 class TurnType(StrEnum):

@@ -67,3 +67,12 @@ def test_watch_and_stop_example_streams_a_run_then_stops_one() -> None:
     assert "  text: '42}'" in out
     assert "run: done in 2 turns (normal, must_return), output Answer(value=42)" in out
     assert "stopped: failed (cancelled: the run was stopped before it finished) in 2 turns" in out
+
+
+def test_batch_store_example_reruns_only_the_retryable_failures() -> None:
+    out = run_example("batch_store.py")
+    assert "first pass: 16 done, 4 failed, 20 calls" in out
+    assert "retryable: Graz, Lyon, Porto" in out
+    assert "second pass: 3 done, 23 calls in all" in out
+    assert "done                19 (95.0%)" in out
+    assert "  explicit_fail     1" in out

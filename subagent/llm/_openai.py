@@ -60,6 +60,8 @@ __all__ = [
 ]
 
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
+DEFAULT_MAX_CONNECTIONS: Final = 100
+"""Connections an adapter's own client opens to the server at once."""
 """Where requests go when neither the arguments nor the environment name a server."""
 
 DEFAULT_MAX_RESPONSE_BYTES: Final = 32 * 1024 * 1024
@@ -149,6 +151,10 @@ class OpenAIChat:
             not retried. ``None`` disables it.
         max_stream_bytes: The most bytes one streamed reply may send in all (default
             256 MiB); past it the call fails as ``response_too_large``. ``None`` disables it.
+        max_connections: Connections the owned client's pool opens to the server at once
+            (default 100; at most 20 are kept alive between calls). One adapter is safe to
+            share across concurrent runs (a whole batch): calls beyond this wait for a free
+            connection, within ``timeout``. Not used with ``http_client``.
         http_client: A client to use instead of an owned one; it is never closed here.
             Its own base URL and timeout are not used: every request carries both.
         default_settings: Settings merged under each request's ``settings``
@@ -176,6 +182,7 @@ class OpenAIChat:
         total_timeout: float | None = DEFAULT_TOTAL_TIMEOUT,
         max_response_bytes: int | None = DEFAULT_MAX_RESPONSE_BYTES,
         max_stream_bytes: int | None = DEFAULT_MAX_STREAM_BYTES,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
         http_client: httpx.AsyncClient | None = None,
         default_settings: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
@@ -243,7 +250,10 @@ class OpenAIChat:
         self._headers.update(headers or {})
         self.text_tool_calls = text_tool_calls
         self._owns_client = http_client is None
-        self._client = http_client if http_client is not None else _new_client(url.host)
+        check_int("max_connections", max_connections, 1)
+        self._client = (
+            http_client if http_client is not None else _new_client(url.host, max_connections)
+        )
         # Every text a server sends back is redacted of these before it is stored.
         self._redactor = Redactor.for_request(resolved_key, self._headers, self._client.headers)
 
@@ -453,11 +463,14 @@ class OpenAIChat:
         yield StreamDelta(response=redactor.response(self._with_text_tool_calls(request, final)))
 
 
-def _new_client(host: str) -> httpx.AsyncClient:
+def _new_client(host: str, max_connections: int) -> httpx.AsyncClient:
     # Proxy variables are for reaching the outside world: a loopback server is reached
     # directly (httpx would otherwise send 127.0.0.1 through HTTP_PROXY).
     loopback = host in ("localhost", "::1") or host.startswith("127.")
-    return httpx.AsyncClient(verify=_ssl_context(), trust_env=not loopback)
+    limits = httpx.Limits(
+        max_connections=max_connections, max_keepalive_connections=min(20, max_connections)
+    )
+    return httpx.AsyncClient(verify=_ssl_context(), trust_env=not loopback, limits=limits)
 
 
 @functools.cache

@@ -1,0 +1,188 @@
+"""What a batch came to: counts by outcome, failure and stop reason, turns and tokens.
+
+:func:`summarize` reads any Steps (of a batch, a file of stored Steps, an evaluation) and
+returns a :class:`BatchSummary`: data for code (a pydantic model, JSON-ready) and a table
+for people (``print(summary)``), with hints where the stop reasons suggest a setting to
+change.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from subagent._records import Step
+from subagent.llm import StopReason, Usage
+
+__all__ = ["BatchSummary", "summarize"]
+
+
+class BatchSummary(BaseModel):
+    """What a set of runs came to.
+
+    Attributes:
+        runs: How many runs.
+        done: Runs that produced a valid output.
+        failed: Runs that did not.
+        failure_reasons: Failed runs by failure reason (``budget_exhausted``...).
+        error_kinds: ``llm_error`` runs by error kind (``rate_limit``...).
+        stop_reasons: Replies by stop reason, over every turn of every run.
+        retryable: Failed runs that running again could help.
+        turns: Turns taken in all (one LLM call each).
+        turns_by_type: Turns by type (``normal``, ``must_return``, ``retry``).
+        calls_per_success: Turns per successful run (``None`` without one).
+        tokens_work: Tokens of work turns.
+        tokens_correction: Tokens of correction turns.
+        tokens_nested: Tokens of agents run as tools.
+        tokens_total: All tokens.
+        transport_retries: Failed calls repeated inside turns.
+        duration_p50_s: The median run's wall time.
+        duration_p95_s: The 95th percentile run's wall time.
+        hints: What the figures suggest changing, if anything.
+    """
+
+    runs: int = 0
+    done: int = 0
+    failed: int = 0
+    failure_reasons: dict[str, int] = Field(default_factory=dict)
+    error_kinds: dict[str, int] = Field(default_factory=dict)
+    stop_reasons: dict[str, int] = Field(default_factory=dict)
+    retryable: int = 0
+    turns: int = 0
+    turns_by_type: dict[str, int] = Field(default_factory=dict)
+    calls_per_success: float | None = None
+    tokens_work: Usage = Field(default_factory=Usage)
+    tokens_correction: Usage = Field(default_factory=Usage)
+    tokens_nested: Usage = Field(default_factory=Usage)
+    tokens_total: Usage = Field(default_factory=Usage)
+    transport_retries: int = 0
+    duration_p50_s: float = 0.0
+    duration_p95_s: float = 0.0
+    hints: list[str] = Field(default_factory=list)
+
+    @property
+    def success_rate(self) -> float:
+        """Done runs over all runs (0.0 for none)."""
+        return self.done / self.runs if self.runs else 0.0
+
+    def table(self) -> str:
+        """The summary as an aligned text table."""
+        rate = f"{self.success_rate:.1%}"
+        rows: list[tuple[str, str]] = [
+            ("runs", f"{self.runs}"),
+            ("done", f"{self.done} ({rate})"),
+            (
+                "failed",
+                f"{self.failed}" + (f" ({self.retryable} retryable)" if self.failed else ""),
+            ),
+        ]
+        rows += [(f"  {reason}", f"{count}") for reason, count in _by_count(self.failure_reasons)]
+        rows += [(f"    {kind}", f"{count}") for kind, count in _by_count(self.error_kinds)]
+        per_success = "-" if self.calls_per_success is None else f"{self.calls_per_success:.2f}"
+        types = ", ".join(f"{kind} {count}" for kind, count in self.turns_by_type.items())
+        rows += [
+            ("turns", f"{self.turns}" + (f" ({types})" if types else "")),
+            ("calls per success", per_success),
+            ("stop reasons", ", ".join(f"{r} {c}" for r, c in _by_count(self.stop_reasons)) or "-"),
+            ("tokens work", _tokens(self.tokens_work)),
+            ("tokens correction", _tokens(self.tokens_correction)),
+            ("tokens nested", _tokens(self.tokens_nested)),
+            ("tokens total", _tokens(self.tokens_total)),
+            ("transport retries", f"{self.transport_retries}"),
+            ("run time p50 / p95", f"{self.duration_p50_s:.1f} s / {self.duration_p95_s:.1f} s"),
+        ]
+        width = max(len(label) for label, _ in rows)
+        lines = [f"{label:<{width}}  {value}" for label, value in rows]
+        lines += [f"hint: {hint}" for hint in self.hints]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def summarize(steps: Iterable[Step[Any]]) -> BatchSummary:
+    """Count what ``steps`` came to (see :class:`BatchSummary`)."""
+    summary = BatchSummary()
+    failure_reasons: Counter[str] = Counter()
+    error_kinds: Counter[str] = Counter()
+    stop_reasons: Counter[str] = Counter()
+    turn_types: Counter[str] = Counter()
+    work = [0, 0]
+    correction = [0, 0]
+    nested = [0, 0]
+    durations: list[float] = []
+    for step in steps:
+        summary.runs += 1
+        durations.append(step.duration_s)
+        failure = step.failure
+        if failure is None:
+            summary.done += 1
+        else:
+            summary.failed += 1
+            failure_reasons[failure.reason.value] += 1
+            if failure.error_kind is not None:
+                error_kinds[failure.error_kind.value] += 1
+            summary.retryable += step.retryable
+        stop_reasons.update(step.stop_reasons)
+        summary.turns += len(step.turns)
+        turn_types.update(turn.type.value for turn in step.turns)
+        usage = step.usage
+        _add(work, usage.work)
+        _add(correction, usage.correction)
+        _add(nested, usage.nested)
+        summary.transport_retries += usage.transport_retries
+    summary.failure_reasons = dict(failure_reasons)
+    summary.error_kinds = dict(error_kinds)
+    summary.stop_reasons = dict(stop_reasons)
+    summary.turns_by_type = {kind: turn_types[kind] for kind in ("normal", "must_return", "retry")
+                             if turn_types[kind]}  # fmt: skip
+    summary.calls_per_success = summary.turns / summary.done if summary.done else None
+    summary.tokens_work = Usage(input_tokens=work[0], output_tokens=work[1])
+    summary.tokens_correction = Usage(input_tokens=correction[0], output_tokens=correction[1])
+    summary.tokens_nested = Usage(input_tokens=nested[0], output_tokens=nested[1])
+    summary.tokens_total = summary.tokens_work + summary.tokens_correction + summary.tokens_nested
+    if durations:
+        summary.duration_p50_s = statistics.median(durations)
+        summary.duration_p95_s = _percentile(durations, 0.95)
+    summary.hints = _hints(summary)
+    return summary
+
+
+def _add(sums: list[int], usage: Usage) -> None:
+    sums[0] += usage.input_tokens
+    sums[1] += usage.output_tokens
+
+
+def _tokens(usage: Usage) -> str:
+    return f"{usage.total_tokens} (in {usage.input_tokens}, out {usage.output_tokens})"
+
+
+def _by_count(counts: dict[str, int]) -> list[tuple[str, int]]:
+    return sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
+
+
+def _hints(summary: BatchSummary) -> list[str]:
+    hints: list[str] = []
+    cut = summary.stop_reasons.get(StopReason.LENGTH.value, 0)
+    if cut:
+        hints.append(f"{cut} replies hit max_tokens: raise max_tokens, or ask for shorter answers")
+    exhausted = summary.failure_reasons.get("budget_exhausted", 0)
+    if exhausted and summary.runs and exhausted / summary.runs >= 0.1:
+        hints.append(
+            f"{exhausted} runs exhausted their budgets: more return_retries (or max_turns) "
+            f"may buy them"
+        )
+    if summary.retryable:
+        hints.append(f"{summary.retryable} failed runs are retryable: run them again")
+    if summary.error_kinds.get("context_length", 0):
+        hints.append("requests over the context window: shorten the context or the tool results")
+    return hints

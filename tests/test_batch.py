@@ -1,0 +1,182 @@
+"""Batches: run_many, stream_many and summarize."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import pytest
+from openai_server import Reply, ScriptedServer, completion
+from pydantic import BaseModel
+
+from subagent import (
+    ConfigurationError,
+    ErrorKind,
+    FailReason,
+    LLMError,
+    LLMRequest,
+    LLMResponse,
+    OpenAIChat,
+    RetryPolicy,
+    ScriptedLLM,
+    StopReason,
+    SubAgent,
+    run_many,
+    stream_many,
+    summarize,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+class Answer(BaseModel):
+    x: int
+
+
+AGENT = SubAgent(name="double", prompt="Double {{n}}", output=Answer, max_turns=1)
+
+
+class Doubler:
+    """A model that doubles the number in the task, counting calls in flight."""
+
+    model_name = "doubler"
+
+    def __init__(self, gate: anyio.Event | None = None) -> None:
+        self.in_flight = 0
+        self.most = 0
+        self.gate = gate
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        try:
+            await anyio.lowlevel.checkpoint()  # let the other runs start
+            if self.gate is not None:
+                await self.gate.wait()
+            n = int(request.messages[1].content.split()[-1])
+            return LLMResponse(text=json.dumps({"x": 2 * n}))
+        finally:
+            self.in_flight -= 1
+
+
+async def test_run_many_returns_steps_in_input_order_within_its_concurrency() -> None:
+    llm = Doubler()
+    steps = await run_many(AGENT, [{"n": n} for n in range(20)], concurrency=4, llm=llm)
+    assert [step.output for step in steps] == [Answer(x=2 * n) for n in range(20)]
+    assert 1 < llm.most <= 4
+
+
+async def test_one_failing_run_never_stops_the_others() -> None:
+    contexts: list[dict[str, Any]] = [{"n": 1}, {"wrong": 2}, {"n": 3}]  # the second lacks n
+    steps = await run_many(AGENT, contexts, llm=Doubler())
+    assert [step.ok for step in steps] == [True, False, True]
+    failure = steps[1].failure
+    assert failure is not None and failure.reason is FailReason.ERROR
+    assert "MissingVariableError" in failure.message and "'n'" in failure.message
+    assert steps[1].retryable is False
+
+
+async def test_retryable_failures_are_rerun_when_asked() -> None:
+    busy = LLMError(ErrorKind.SERVER_ERROR, "busy", status_code=503)
+    options: dict[str, Any] = {"retry_policy": RetryPolicy.none()}
+    once = await run_many(AGENT, [{"n": 1}], llm=ScriptedLLM([busy, '{"x": 2}']), **options)
+    assert once[0].retryable  # not rerun by default
+    again = await run_many(AGENT, [{"n": 1}], llm=ScriptedLLM([busy, '{"x": 2}']),
+                           rerun_retryable=2, rerun_delay=0, **options)  # fmt: skip
+    assert again[0].ok and again[0].output == Answer(x=2)
+
+
+async def test_stream_many_yields_outcomes_as_they_complete() -> None:
+    gate = anyio.Event()
+    slow = SubAgent(name="slow", prompt="Double {{n}}", output=Answer, max_turns=1,
+                    llm=Doubler(gate))  # fmt: skip
+    fast = SubAgent(name="fast", prompt="Double {{n}}", output=Answer, max_turns=1)
+    seen: list[int] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(slow.run, {"n": 0})  # holds the gate's model busy
+
+        async with stream_many(fast, [{"n": n} for n in range(3)], llm=Doubler()) as batch:
+            async for item in batch:
+                seen.append(item.index)
+                assert item.step.output == Answer(x=2 * item.index) and item.attempts == 1
+        gate.set()
+    assert sorted(seen) == [0, 1, 2]
+
+
+async def test_inputs_are_read_lazily_and_leaving_early_cancels_the_rest() -> None:
+    taken: list[int] = []
+
+    def contexts() -> Iterator[dict[str, int]]:
+        for n in range(1000):
+            taken.append(n)
+            yield {"n": n}
+
+    gate = anyio.Event()  # never set: every run waits
+    with anyio.fail_after(10):
+        async with stream_many(AGENT, contexts(), concurrency=3, llm=Doubler(gate)):
+            await anyio.wait_all_tasks_blocked()
+    assert len(taken) == 3  # one input per worker, no more
+
+
+async def test_options_are_checked_before_any_run() -> None:
+    with pytest.raises(ConfigurationError, match="max_turns"):
+        await run_many(AGENT, [{"n": 1}], llm=Doubler(), max_turns=0)
+    with pytest.raises(ConfigurationError, match="concurrency"):
+        await run_many(AGENT, [{"n": 1}], llm=Doubler(), concurrency=0)
+    with pytest.raises(ConfigurationError, match="contexts"):
+        await run_many(AGENT, {"n": 1}, llm=Doubler())  # type: ignore[arg-type]
+
+
+async def test_a_progress_bar_is_shown_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    await run_many(AGENT, [{"n": n} for n in range(5)], llm=Doubler(), progress=True)
+    err = capsys.readouterr().err
+    assert "double" in err and "5/5" in err and "done=5" in err
+    await run_many(AGENT, [{"n": n} for n in range(5)], llm=Doubler())  # not a terminal
+    assert capsys.readouterr().err == ""
+
+
+async def test_one_adapter_serves_a_whole_batch(server: ScriptedServer) -> None:
+    server.script(*[Reply.json(completion('{"x": 1}')) for _ in range(40)])
+    async with OpenAIChat(model="m", base_url=server.base_url, _environ={}) as llm:
+        steps = await run_many(AGENT, [{"n": n} for n in range(40)], concurrency=8, llm=llm)
+    assert all(step.ok for step in steps) and len(server.requests) == 40
+
+
+# --- summarize ---
+
+
+def test_summarize_counts_outcomes_reasons_turns_and_tokens() -> None:
+    steps = [
+        AGENT.run_sync({"n": 1}, llm=ScriptedLLM(['{"x": 2}'])),
+        AGENT.run_sync({"n": 1}, llm=ScriptedLLM(["nope", '{"x": 2}']), return_retries=1),
+        AGENT.run_sync({"n": 1}, llm=ScriptedLLM([LLMResponse(text="cut",
+                                                             stop_reason=StopReason.LENGTH)])),
+        AGENT.run_sync({"n": 1}, llm=ScriptedLLM([LLMError(ErrorKind.CONNECTION, "down")]),
+                       retry_policy=RetryPolicy.none()),
+    ]  # fmt: skip
+    summary = summarize(steps)
+    assert (summary.runs, summary.done, summary.failed, summary.retryable) == (4, 2, 2, 1)
+    assert summary.failure_reasons == {"budget_exhausted": 1, "llm_error": 1}
+    assert summary.error_kinds == {"connection": 1}
+    assert summary.stop_reasons == {"stop": 3, "length": 1}
+    assert summary.turns == 5 and summary.turns_by_type == {"must_return": 4, "retry": 1}
+    assert summary.calls_per_success == 2.5
+    assert summary.success_rate == 0.5
+    assert any("1 replies hit max_tokens" in hint for hint in summary.hints)
+    table = str(summary)
+    assert "\ndone                2 (50.0%)\n" in table
+    assert "\n    connection      1\n" in table
+    assert BatchSummaryRoundTrip.check(summary)
+
+
+class BatchSummaryRoundTrip:
+    @staticmethod
+    def check(summary: Any) -> bool:
+        return bool(type(summary).model_validate_json(summary.model_dump_json()) == summary)
+
+
+def test_summarize_of_nothing_is_empty() -> None:
+    summary = summarize([])
+    assert (summary.runs, summary.calls_per_success, summary.success_rate) == (0, None, 0.0)
