@@ -26,6 +26,7 @@ from subagent import (
     LLMRequest,
     LLMResponse,
     RetryPolicy,
+    RunArguments,
     Step,
     SubAgent,
     run_many,
@@ -102,7 +103,7 @@ async def main(path: Path) -> list[Step[City]]:
     db = sqlite3.connect(path)
     db.execute(SCHEMA)
     llm = FlakyModel(flaky={"Porto", "Lyon", "Graz"})
-    options = {"llm": llm, "retry_policy": RetryPolicy.none()}  # no transport retries here
+    options: RunArguments = {"llm": llm, "retry_policy": RetryPolicy.none()}  # no transport retries
 
     contexts = [{"city": city} for city in CITIES]
     steps = await run_many(agent, contexts, concurrency=4, **options)

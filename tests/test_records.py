@@ -71,7 +71,7 @@ def test_json_carries_ok_and_the_failure_reason_as_strings() -> None:
 def test_fail_reason_compares_equal_to_its_string() -> None:
     assert FailReason.BUDGET_EXHAUSTED == "budget_exhausted"
     assert {reason.value for reason in FailReason} == {
-        "budget_exhausted", "explicit_fail", "llm_error", "timeout", "cancelled"
+        "budget_exhausted", "explicit_fail", "llm_error", "timeout", "cancelled", "error"
     }  # fmt: skip
 
 
