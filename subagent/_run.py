@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextvars
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,7 @@ from subagent.llm import (
     call_with_retries,
 )
 from subagent.observe import (
+    NO_OBSERVER,
     ChatScope,
     EventHandler,
     EventQueue,
@@ -75,6 +76,27 @@ class AgentParts:
     validators: Sequence[Any]
     system_with_tools: Message
     system_without_tools: Message
+    # Immutable records every run of the agent would otherwise build again (bounded).
+    _turn_infos: dict[tuple[int, TurnType], TurnInfo] = field(default_factory=dict)
+    _notices: dict[str, Message] = field(default_factory=dict)
+
+    def turn_info(self, index: int, turn_type: TurnType) -> TurnInfo:
+        """The (shared, frozen) :class:`TurnInfo` of turn ``index`` of this agent."""
+        info = self._turn_infos.get((index, turn_type))
+        if info is None:
+            info = TurnInfo(index=index, type=turn_type.value, agent=self.name)
+            if len(self._turn_infos) < _CACHE_LIMIT:
+                self._turn_infos[(index, turn_type)] = info
+        return info
+
+    def notice(self, text: str) -> Message:
+        """A runtime's own user message (a must-return warning), shared when it repeats."""
+        message = self._notices.get(text)
+        if message is None:
+            message = Message(role="user", content=text)
+            if len(self._notices) < _CACHE_LIMIT and len(text) <= 1024:
+                self._notices[text] = message
+        return message
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,15 +153,15 @@ def current_depth() -> int:
     return -1 if current is None else current[2]
 
 
-async def execute_run(
+def execute_run(
     parts: AgentParts,
     options: RunOptions,
     opening: list[Message],
     *,
     stop: anyio.CancelScope | None = None,
     events: EventQueue | None = None,
-) -> Step[Any]:
-    """Run the agent to ``done`` or ``failed`` and return its :class:`Step`.
+) -> Coroutine[Any, Any, Step[Any]]:
+    """The run of the agent to ``done`` or ``failed``: await it for its :class:`Step`.
 
     Args:
         parts: The agent's prepared parts.
@@ -149,11 +171,8 @@ async def execute_run(
             turns taken so far.
         events: Where the run's events go (``SubAgent.stream()``).
     """
-    token = _CURRENT.set((options.llm, options.tracer_provider, current_depth() + 1))
-    try:
-        return await _Run(parts, options, opening, stop, events).execute()
-    finally:
-        _CURRENT.reset(token)
+    # A plain function returning the run's coroutine: one coroutine less per run in flight.
+    return _Run(parts, options, opening, stop, events).execute()
 
 
 class _Run:
@@ -185,7 +204,7 @@ class _Run:
         self._stop = stop
         self._budget = Budget.start(options.max_turns, options.return_retries)
         if self._budget.phase is Phase.MUST_RETURN:
-            opening = [*opening, self._user(self._must_return_warning())]
+            opening = [*opening, parts.notice(self._must_return_warning())]
         self._conversation = Conversation(options.context_policy, opening)
         self._turns: list[Turn] = []
         self._output: Any = None
@@ -206,44 +225,47 @@ class _Run:
     async def execute(self) -> Step[Any]:
         self._started = time.perf_counter()
         options = self._options
-        with self._observer.run(
-            options.max_turns, options.return_retries, self._budget.state
-        ) as run:
-            try:
-                await self._turns_until_done()
-            except SubAgentError as exc:
-                exc.turns = tuple(self._turns)
-                raise
-            step = build_step(
-                agent=self._parts.name,
-                output=self._output,
-                failure=self._failure,
-                turns=self._turns,
-                max_turns=options.max_turns,
-                return_retries=options.return_retries,
-                duration_s=time.perf_counter() - self._started,
-            )
-            run.finished(step)
-        return step
+        token = _CURRENT.set((options.llm, options.tracer_provider, current_depth() + 1))
+        try:
+            with self._observer.run(
+                options.max_turns, options.return_retries, self._budget.state
+            ) as run:
+                try:
+                    if options.mission_timeout is None and self._stop is None:
+                        budget = self._budget
+                        while budget.active:  # the common case, inline: no frame of its own
+                            await self._take_turn()
+                    else:
+                        await self._turns_until_done()
+                except SubAgentError as exc:
+                    exc.turns = tuple(self._turns)
+                    raise
+                step = build_step(
+                    agent=self._parts.name,
+                    output=self._output,
+                    failure=self._failure,
+                    turns=self._turns,
+                    max_turns=options.max_turns,
+                    return_retries=options.return_retries,
+                    duration_s=time.perf_counter() - self._started,
+                )
+                run.finished(step)
+            return step
+        finally:
+            _CURRENT.reset(token)
 
     async def _turns_until_done(self) -> None:
         """Take turns until the budget says stop, the mission timeout, or a stop."""
         mission, stop = self._options.mission_timeout, self._stop
-        if mission is None and stop is None:
-            await self._turn_loop()
-            return
         with stop if stop is not None else anyio.CancelScope() as stopping:
             with anyio.move_on_after(math.inf if mission is None else mission) as timer:
-                await self._turn_loop()
+                while self._budget.active:
+                    await self._take_turn()
         if timer.cancelled_caught:
             message = f"the run did not finish within mission_timeout={mission:g} s"
             self._abort(Trigger.TIMED_OUT, message, ErrorKind.TIMEOUT)
         elif stopping.cancelled_caught:
             self._abort(Trigger.STOPPED, "the run was stopped before it finished", None)
-
-    async def _turn_loop(self) -> None:
-        while self._budget.active:
-            await self._take_turn()
 
     def _abort(self, trigger: Trigger, message: str, error_kind: ErrorKind | None) -> None:
         """End a run cut short from outside its turns (a mission timeout, a stop)."""
@@ -274,25 +296,36 @@ class _Run:
         system = parts.system_with_tools if offer_tools or tools else parts.system_without_tools
         messages = (system, *self._conversation.messages())
         collapsed = self._conversation.collapsed
-        request = LLMRequest(
+        # Built from values of the right types already: no validation (and no copies).
+        request = LLMRequest.model_construct(
+            _REQUEST_FIELDS,
             messages=messages,
             tools=tools,
             tool_choice="none" if tools and phase is not Phase.NORMAL else None,
             settings=self._options.settings,
-            turn=TurnInfo(index=index, type=turn_type.value, agent=parts.name),
+            turn=parts.turn_info(index, turn_type),
         )
         in_retry = phase is Phase.RETRY
         started = time.perf_counter()
         retries: list[TransportRetry] = []
         response: LLMResponse | None = None
-        with self._observer.turn(
+        observer = self._observer
+        options = self._options
+        with observer.turn(
             index, turn_type, budget.work_remaining, budget.retries_remaining,
             budget.retry_attempt if in_retry else None, budget.retry_total if in_retry else None,
             len(tools), len(messages), collapsed,
         ) as observed:  # fmt: skip
             try:
                 try:
-                    response = await self._call(request, retries)
+                    with observer.chat(request) as chat:
+                        response = await call_with_retries(
+                            options.llm, request, options.retry_policy, options.timeout,
+                            retries.append if observer is NO_OBSERVER
+                            else _RetryRecorder(retries, chat),
+                            _deltas_to(chat) if observer.wants_text else None,
+                        )  # fmt: skip
+                        chat.replied(response)
                 except LLMError as exc:
                     verdict = self._llm_failure(exc)
                 else:
@@ -349,22 +382,6 @@ class _Run:
             )
             for call, run in zip(calls, runs, strict=True)
         ]  # fmt: skip
-
-    async def _call(self, request: LLMRequest, retries: list[TransportRetry]) -> LLMResponse:
-        observer = self._observer
-        options = self._options
-        with observer.chat(request) as chat:
-
-            def on_retry(retry: TransportRetry) -> None:
-                retries.append(retry)
-                chat.retried(retry)
-
-            response = await call_with_retries(
-                options.llm, request, options.retry_policy, options.timeout, on_retry,
-                _deltas_to(chat) if observer.wants_text else None,
-            )  # fmt: skip
-            chat.replied(response)
-        return response
 
     # --- judging a reply ---
 
@@ -491,7 +508,7 @@ class _Run:
                 notes.append(self._must_return_warning())
             notice = "\n\n".join(notes) or None
             if notice is not None:
-                exchange.append(self._user(notice))
+                exchange.append(self._parts.notice(notice))
             self._conversation.add_exchange(exchange)
             return notice
         assert verdict.error is not None and response is not None
@@ -547,7 +564,25 @@ class _Run:
 
 
 _TURN_TYPE = {Phase(kind.value): kind for kind in TurnType}
+# Every field of a request the loop builds is set: one set for all of them (frozen models
+# never change it).
+_REQUEST_FIELDS = set(LLMRequest.model_fields)
+_CACHE_LIMIT = 256
 _NO_USAGE = LLMResponse.model_fields["usage"].get_default(call_default_factory=True)
+
+
+class _RetryRecorder:
+    """Keeps a turn's transport retries and reports each to the chat scope."""
+
+    __slots__ = ("_chat", "_retries")
+
+    def __init__(self, retries: list[TransportRetry], chat: ChatScope):
+        self._retries = retries
+        self._chat = chat
+
+    def __call__(self, retry: TransportRetry) -> None:
+        self._retries.append(retry)
+        self._chat.retried(retry)
 
 
 def _deltas_to(chat: ChatScope) -> DeltaHandler:
