@@ -615,6 +615,18 @@ def test_a_formatted_action_reads_back_as_itself(tool: str, arguments: dict[str,
     assert not reply.repaired
 
 
+@SETTINGS
+@given(tool=TOOL_NAMES, arguments=ARGUMENTS, data=st.data())
+def test_a_formatted_action_cut_anywhere_never_names_another_tool(
+    tool: str, arguments: dict[str, Any], data: st.DataObject
+) -> None:
+    text = "Thought: x\n" + format_action(tool, arguments)
+    reply = read_react_reply(text[: data.draw(st.integers(0, len(text)))])
+    assert reply.kind != "answer"
+    if reply.kind == "action":
+        assert reply.tool == tool
+
+
 FRAGMENTS = st.sampled_from(
     [
         "Action:",
@@ -682,3 +694,12 @@ def test_read_react_reply_never_raises_on_repetitions(
 ) -> None:
     reply = read_react_reply(prefix + fragment * count)
     assert len(reply.problem) <= 300
+
+
+@SETTINGS
+@given(tool=TOOL_NAMES, arguments=ARGUMENTS, after=REPLIES)
+def test_anything_after_a_formatted_action_is_ignored(
+    tool: str, arguments: dict[str, Any], after: str
+) -> None:
+    reply = read_react_reply("Thought: x\n" + format_action(tool, arguments) + after)
+    assert_action(reply, tool, arguments)
