@@ -9,6 +9,8 @@ What lives here:
   secrets it keeps out of what servers send back.
 - ``_retry_policy`` and ``_transport``: :class:`RetryPolicy` and :func:`call_with_retries`,
   the transient failures of one call repeated inside the same turn.
+- ``_reasoning``: :func:`split_reasoning` and :class:`ReasoningSplitter`, ``<think>`` blocks
+  kept apart from the answer, in whole replies and in streams.
 
 What it may import: the base modules only (``subagent._errors``, ``subagent._checks``,
 ``subagent._text``).
@@ -30,6 +32,7 @@ from subagent.llm._protocol import (
     Usage,
     messages_from,
 )
+from subagent.llm._reasoning import ReasoningSplitter, split_reasoning
 from subagent.llm._retry_policy import DEFAULT_RETRYABLE, RetryPolicy
 from subagent.llm._transport import DeltaHandler, TransportRetry, call_with_retries
 from subagent.llm._wire import parse_retry_after, tool_calls_in_text
@@ -43,6 +46,7 @@ __all__ = [
     "LLMResponse",
     "Message",
     "OpenAIChat",
+    "ReasoningSplitter",
     "RetryPolicy",
     "StopReason",
     "StreamDelta",
@@ -56,5 +60,6 @@ __all__ = [
     "messages_from",
     "parse_retry_after",
     "parse_subagent_llm",
+    "split_reasoning",
     "tool_calls_in_text",
 ]

@@ -5,6 +5,10 @@ What lives here:
 - ``_protocol``: the :class:`ReplyProtocol` interface and :class:`Reading` (what a reply
   asks for: tool calls, an answer attempt, or a problem to feed back).
 - ``_native``: the model's own tool calling.
+- ``_action``: the ReAct reply reader, :func:`read_react_reply` (one action with its tool
+  and arguments, a final answer, or a specific problem for the model), and
+  :func:`format_action`, the canonical action the prompt shows. Pure text: it knows
+  nothing of tools' schemas.
 
 What it may import: the records, the LLM room's records, the parsers room and the base
 modules. The run loop asks the agent's protocol to write the system prompt, read each
@@ -13,10 +17,27 @@ reply, and keep tool turns in the conversation.
 
 from collections.abc import Mapping
 
+from subagent.protocols._action import (
+    MAX_REACT_REPLY_CHARS,
+    ReactReply,
+    format_action,
+    read_react_reply,
+)
 from subagent.protocols._native import NATIVE, NativeProtocol
 from subagent.protocols._protocol import ProtocolName, Reading, ReplyProtocol
 
-__all__ = ["NATIVE", "PROTOCOLS", "NativeProtocol", "ProtocolName", "Reading", "ReplyProtocol"]
+__all__ = [
+    "MAX_REACT_REPLY_CHARS",
+    "NATIVE",
+    "PROTOCOLS",
+    "NativeProtocol",
+    "ProtocolName",
+    "ReactReply",
+    "Reading",
+    "ReplyProtocol",
+    "format_action",
+    "read_react_reply",
+]
 
 PROTOCOLS: Mapping[str, ReplyProtocol] = {"native": NATIVE}
 """The protocols by name (``SubAgent(protocol=...)``)."""
