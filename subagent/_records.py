@@ -121,7 +121,9 @@ class Turn(BaseModel):
         type: The phase the turn started in.
         outcome: What the turn came to.
         phase_after: The phase the run moved to.
-        reply: The reply text.
+        reply: The reply text (without its reasoning).
+        reasoning: The model's reasoning (``reasoning_content``, ``<think>`` blocks): kept
+            here, never parsed as the answer, never fed back in a correction.
         tool_calls: Tool calls the model requested.
         tool_results: What each call produced (refused calls included).
         error: What was wrong with this turn, when anything was.
@@ -145,6 +147,7 @@ class Turn(BaseModel):
     outcome: TurnOutcome
     phase_after: str
     reply: _Text = ""
+    reasoning: _Text = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
     tool_results: list[ToolResult] = Field(default_factory=list)
     error: _Text | None = None

@@ -35,10 +35,10 @@ from subagent._records import (
 from subagent._templates import TemplateSet
 from subagent.llm import (
     LLM,
-    DeltaHandler,
     LLMRequest,
     LLMResponse,
     Message,
+    ReasoningSplitter,
     RetryPolicy,
     StopReason,
     StreamDelta,
@@ -46,6 +46,7 @@ from subagent.llm import (
     TransportRetry,
     TurnInfo,
     call_with_retries,
+    split_reasoning,
 )
 from subagent.observe import (
     NO_OBSERVER,
@@ -319,13 +320,16 @@ class _Run:
             try:
                 try:
                     with observer.chat(request) as chat:
+                        deltas = _Deltas(chat) if observer.wants_text else None
                         response = await call_with_retries(
                             options.llm, request, options.retry_policy, options.timeout,
                             retries.append if observer is NO_OBSERVER
-                            else _RetryRecorder(retries, chat),
-                            _deltas_to(chat) if observer.wants_text else None,
+                            else _RetryRecorder(retries, chat), deltas,
                         )  # fmt: skip
+                        if deltas is not None:
+                            await deltas.flush()
                         chat.replied(response)
+                    response = _reasoning_apart(response)
                 except LLMError as exc:
                     verdict = self._llm_failure(exc)
                 else:
@@ -334,6 +338,7 @@ class _Run:
                 self._record(observed, Turn(
                     index=index, type=turn_type, outcome=TurnOutcome.FAIL,
                     phase_after=phase.value, reply=response.text if response else "",
+                    reasoning=response.reasoning if response else "",
                     tool_calls=self._interrupted_calls(response),
                     tool_results=self._interrupted_results(),
                     error="cancelled before the turn completed", error_type="cancelled",
@@ -349,6 +354,7 @@ class _Run:
             self._record(observed, Turn(
                 index=index, type=turn_type, outcome=verdict.outcome, phase_after=budget.state,
                 reply=response.text if response else "",
+                reasoning=response.reasoning if response else "",
                 tool_calls=verdict.calls if verdict.calls is not None else [],
                 tool_results=verdict.tool_results, error=verdict.error,
                 error_type=verdict.error_type, feedback=feedback,
@@ -398,7 +404,7 @@ class _Run:
                             error_type="content_filter",
                             error_kind=ErrorKind.CONTENT_FILTER)  # fmt: skip
         in_normal = self._budget.phase is Phase.NORMAL
-        reading = self._parts.protocol.read(response, in_normal)
+        reading = self._parts.protocol.read(response, in_normal, self._parts.templates)
         if reading.calls:
             calls = [
                 call if call.id else call.model_copy(update={"id": f"call_{index}_{position}"})
@@ -585,14 +591,73 @@ class _RetryRecorder:
         self._chat.retried(retry)
 
 
-def _deltas_to(chat: ChatScope) -> DeltaHandler:
-    """Hand a streamed reply's pieces to the chat scope, text and reasoning apart."""
+class _Deltas:
+    """Hands a streamed reply's pieces to the chat scope, reasoning and text apart.
 
-    def on_delta(delta: StreamDelta) -> Awaitable[None] | None:
+    Reasoning comes apart from the text (``reasoning_content``) or inside it (``<think>``
+    blocks). Text is passed on as it arrives until a ``<`` shows up; from there a
+    :class:`ReasoningSplitter` takes the stream apart (holding back what could begin a tag).
+    Call :meth:`flush` once the reply is complete.
+    """
+
+    __slots__ = ("_chat", "_sent_text", "_splitter")
+
+    def __init__(self, chat: ChatScope):
+        self._chat = chat
+        self._splitter: ReasoningSplitter | None = None
+        self._sent_text = False
+
+    def __call__(self, delta: StreamDelta) -> Awaitable[None] | None:
+        waiting: list[Awaitable[None]] = []
         if delta.reasoning:
-            waiting = chat.reasoning(delta.reasoning)
-            if waiting is not None:
-                return waiting
-        return chat.text(delta.text) if delta.text else None
+            self._send(True, delta.reasoning, waiting)
+        text = delta.text
+        if text:
+            if self._splitter is None and "<" in text:
+                self._splitter = ReasoningSplitter(answer_started=self._sent_text)
+            if self._splitter is None:
+                self._send(False, text, waiting)
+            else:
+                for is_reasoning, piece in self._splitter.feed(text):
+                    self._send(is_reasoning, piece, waiting)
+        return _in_turn(waiting)
 
-    return on_delta
+    async def flush(self) -> None:
+        if self._splitter is None:
+            return
+        waiting: list[Awaitable[None]] = []
+        for is_reasoning, piece in self._splitter.flush():
+            self._send(is_reasoning, piece, waiting)
+        for item in waiting:
+            await item
+
+    def _send(self, is_reasoning: bool, piece: str, waiting: list[Awaitable[None]]) -> None:
+        if is_reasoning:
+            sent = self._chat.reasoning(piece)
+        else:
+            self._sent_text = self._sent_text or bool(piece.strip())
+            sent = self._chat.text(piece)
+        if sent is not None:
+            waiting.append(sent)
+
+
+def _in_turn(waiting: list[Awaitable[None]]) -> Awaitable[None] | None:
+    if not waiting:
+        return None
+    if len(waiting) == 1:
+        return waiting[0]
+    return _each(waiting)
+
+
+async def _each(waiting: list[Awaitable[None]]) -> None:
+    for item in waiting:
+        await item
+
+
+def _reasoning_apart(response: LLMResponse) -> LLMResponse:
+    """The reply with ``<think>`` blocks moved from its text to its reasoning."""
+    reasoning, answer = split_reasoning(response.text)
+    if not reasoning:
+        return response
+    joined = f"{response.reasoning}\n\n{reasoning}" if response.reasoning else reasoning
+    return response.model_copy(update={"text": answer, "reasoning": joined})

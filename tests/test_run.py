@@ -1,9 +1,10 @@
-"""The turn loop: the state table, the seed spec's examples, stripping, collapse, failures."""
+"""The turn loop: the state table (under both protocols), stripping, collapse, failures."""
 
 from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import dataclass
 
 import anyio
 import anyio.lowlevel
@@ -55,37 +56,63 @@ def tool_reply(key: str = "k") -> LLMResponse:
     return LLMResponse(tool_calls=[ToolCall(name="lookup", arguments={"key": key})])
 
 
-# --- the seed spec's turn counting examples ---
+@dataclass(frozen=True)
+class Wire:
+    """Replies and agents for one protocol: the state table must hold under both."""
+
+    protocol: str
+
+    def agent(self, **options: object) -> SubAgent[Answer]:
+        return SubAgent(name="probe", prompt="Return data", output=Answer, tools=[lookup],
+                        protocol=self.protocol, **options)  # type: ignore[arg-type]  # fmt: skip
+
+    def answer(self, text: str) -> str:
+        if self.protocol == "native":
+            return text
+        return f"Thought: I have what I need.\nFinal Answer: {text}"
+
+    def tool(self, key: str = "k") -> LLMResponse | str:
+        if self.protocol == "native":
+            return tool_reply(key)
+        return f'Thought: I need data.\nAction: {{"tool": "lookup", "input": {{"key": "{key}"}}}}'
 
 
-async def test_single_shot_without_retries_fails_after_one_call() -> None:
-    llm = ScriptedLLM([BAD])
-    step = await agent().run(llm=llm, max_turns=1, return_retries=0)
+@pytest.fixture(params=["native", "react"])
+def wire(request: pytest.FixtureRequest) -> Wire:
+    return Wire(str(request.param))
+
+
+# --- the turn counting examples (under both protocols) ---
+
+
+async def test_single_shot_without_retries_fails_after_one_call(wire: Wire) -> None:
+    llm = ScriptedLLM([wire.answer(BAD)])
+    step = await wire.agent().run(llm=llm, max_turns=1, return_retries=0)
     assert not step.ok
     assert step.failure is not None and step.failure.reason is FailReason.BUDGET_EXHAUSTED
     assert [t.type for t in step.turns] == [M]
     assert len(llm.requests) == 1
 
 
-async def test_single_shot_with_one_retry_corrects_itself() -> None:
-    llm = ScriptedLLM([BAD, GOOD])
-    step = await agent().run(llm=llm, max_turns=1, return_retries=1)
+async def test_single_shot_with_one_retry_corrects_itself(wire: Wire) -> None:
+    llm = ScriptedLLM([wire.answer(BAD), wire.answer(GOOD)])
+    step = await wire.agent().run(llm=llm, max_turns=1, return_retries=1)
     assert step.ok and step.output == Answer(x=42)
     assert [t.type for t in step.turns] == [M, R]
     assert [t.outcome for t in step.turns] == [TurnOutcome.ERROR, TurnOutcome.SUCCESS]
 
 
-async def test_multi_turn_with_retry_uses_four_calls() -> None:
-    llm = ScriptedLLM([tool_reply("a"), tool_reply("b"), BAD, GOOD])
-    step = await agent().run(llm=llm, max_turns=3, return_retries=1)
+async def test_multi_turn_with_retry_uses_four_calls(wire: Wire) -> None:
+    llm = ScriptedLLM([wire.tool("a"), wire.tool("b"), wire.answer(BAD), wire.answer(GOOD)])
+    step = await wire.agent().run(llm=llm, max_turns=3, return_retries=1)
     assert step.ok
     assert [t.type for t in step.turns] == [N, N, M, R]
     assert len(llm.requests) == 4
 
 
-async def test_early_failed_return_spends_a_work_turn_not_a_retry() -> None:
-    llm = ScriptedLLM([BAD, GOOD])
-    step = await agent().run(llm=llm, max_turns=5, return_retries=0)
+async def test_early_failed_return_spends_a_work_turn_not_a_retry(wire: Wire) -> None:
+    llm = ScriptedLLM([wire.answer(BAD), wire.answer(GOOD)])
+    step = await wire.agent().run(llm=llm, max_turns=5, return_retries=0)
     assert step.ok and step.output == Answer(x=42)
     assert [t.type for t in step.turns] == [N, N]
     assert step.turns[0].work_remaining == 4
@@ -94,10 +121,10 @@ async def test_early_failed_return_spends_a_work_turn_not_a_retry() -> None:
 
 @pytest.mark.parametrize(("max_turns", "return_retries"), [(1, 0), (1, 3), (3, 2), (5, 1)])
 async def test_worst_case_is_exactly_max_turns_plus_return_retries_calls(
-    max_turns: int, return_retries: int
+    wire: Wire, max_turns: int, return_retries: int
 ) -> None:
-    llm = ScriptedLLM([BAD] * (max_turns + return_retries))
-    step = await agent().run(llm=llm, max_turns=max_turns, return_retries=return_retries)
+    llm = ScriptedLLM([wire.answer(BAD)] * (max_turns + return_retries))
+    step = await wire.agent().run(llm=llm, max_turns=max_turns, return_retries=return_retries)
     assert step.failure is not None and step.failure.reason is FailReason.BUDGET_EXHAUSTED
     assert len(llm.requests) == max_turns + return_retries
     expected = [N] * (max_turns - 1) + [M] + [R] * return_retries
@@ -105,9 +132,9 @@ async def test_worst_case_is_exactly_max_turns_plus_return_retries_calls(
     assert llm.remaining == 0
 
 
-async def test_budget_exhausted_failure_names_the_last_error() -> None:
-    step = await agent().run(llm=ScriptedLLM([BAD, '{"x": "still_bad"}']), max_turns=1,
-                             return_retries=1)  # fmt: skip
+async def test_budget_exhausted_failure_names_the_last_error(wire: Wire) -> None:
+    script = [wire.answer(BAD), wire.answer('{"x": "still_bad"}')]
+    step = await wire.agent().run(llm=ScriptedLLM(script), max_turns=1, return_retries=1)
     assert step.failure is not None
     assert step.failure.reason == "budget_exhausted"
     assert '"still_bad"' in step.failure.message
@@ -116,48 +143,62 @@ async def test_budget_exhausted_failure_names_the_last_error() -> None:
 # --- every row of the state table ---
 
 
-async def test_normal_valid_return_is_done() -> None:
-    step = await agent().run(llm=ScriptedLLM([GOOD]), max_turns=3)
+async def test_normal_valid_return_is_done(wire: Wire) -> None:
+    step = await wire.agent().run(llm=ScriptedLLM([wire.answer(GOOD)]), max_turns=3)
     assert step.ok and [t.phase_after for t in step.turns] == ["done"]
 
 
-async def test_normal_miss_with_more_than_one_work_turn_left_stays_normal() -> None:
-    step = await agent().run(llm=ScriptedLLM([BAD, GOOD]), max_turns=3)
+async def test_normal_miss_with_more_than_one_work_turn_left_stays_normal(wire: Wire) -> None:
+    step = await wire.agent().run(
+        llm=ScriptedLLM([wire.answer(BAD), wire.answer(GOOD)]), max_turns=3
+    )
     assert step.turns[0].phase_after == "normal"
     assert step.turns[0].work_remaining == 2
 
 
-async def test_normal_miss_leaving_one_work_turn_moves_to_must_return() -> None:
-    step = await agent().run(llm=ScriptedLLM([BAD, GOOD]), max_turns=2)
+async def test_normal_miss_leaving_one_work_turn_moves_to_must_return(wire: Wire) -> None:
+    step = await wire.agent().run(
+        llm=ScriptedLLM([wire.answer(BAD), wire.answer(GOOD)]), max_turns=2
+    )
     assert step.turns[0].phase_after == "must_return"
     assert [t.type for t in step.turns] == [N, M]
 
 
-async def test_must_return_miss_with_retries_moves_to_retry() -> None:
-    step = await agent().run(llm=ScriptedLLM([BAD, GOOD]), max_turns=1, return_retries=2)
+async def test_must_return_miss_with_retries_moves_to_retry(wire: Wire) -> None:
+    step = await wire.agent().run(
+        llm=ScriptedLLM([wire.answer(BAD), wire.answer(GOOD)]), max_turns=1, return_retries=2
+    )
     assert step.turns[0].phase_after == "retry"
     assert (step.turns[0].work_remaining, step.turns[0].retries_remaining) == (0, 2)
 
 
-async def test_must_return_miss_without_retries_fails() -> None:
-    step = await agent().run(llm=ScriptedLLM([BAD]), max_turns=1)
+async def test_must_return_miss_without_retries_fails(wire: Wire) -> None:
+    step = await wire.agent().run(llm=ScriptedLLM([wire.answer(BAD)]), max_turns=1)
     assert step.turns[0].phase_after == "failed"
 
 
-async def test_retry_miss_with_retries_left_stays_in_retry() -> None:
-    step = await agent().run(llm=ScriptedLLM([BAD, BAD, GOOD]), max_turns=1, return_retries=2)
+async def test_retry_miss_with_retries_left_stays_in_retry(wire: Wire) -> None:
+    step = await wire.agent().run(
+        llm=ScriptedLLM([wire.answer(BAD), wire.answer(BAD), wire.answer(GOOD)]),
+        max_turns=1,
+        return_retries=2,
+    )
     assert [t.phase_after for t in step.turns] == ["retry", "retry", "done"]
     assert [t.retries_remaining for t in step.turns] == [2, 1, 1]
 
 
-async def test_retry_miss_on_last_retry_fails() -> None:
-    step = await agent().run(llm=ScriptedLLM([BAD, BAD]), max_turns=1, return_retries=1)
+async def test_retry_miss_on_last_retry_fails(wire: Wire) -> None:
+    step = await wire.agent().run(
+        llm=ScriptedLLM([wire.answer(BAD), wire.answer(BAD)]), max_turns=1, return_retries=1
+    )
     assert [t.phase_after for t in step.turns] == ["retry", "failed"]
     assert step.turns[-1].retries_remaining == 0
 
 
-async def test_tool_turn_in_normal_spends_a_work_turn() -> None:
-    step = await agent().run(llm=ScriptedLLM([tool_reply(), tool_reply(), GOOD]), max_turns=4)
+async def test_tool_turn_in_normal_spends_a_work_turn(wire: Wire) -> None:
+    step = await wire.agent().run(
+        llm=ScriptedLLM([wire.tool(), wire.tool(), wire.answer(GOOD)]), max_turns=4
+    )
     assert [t.outcome for t in step.turns] == [TurnOutcome.CONTINUE] * 2 + [TurnOutcome.SUCCESS]
     assert [t.work_remaining for t in step.turns] == [3, 2, 2]
 
@@ -168,15 +209,17 @@ async def test_tool_turn_in_normal_spends_a_work_turn() -> None:
     ids=["normal", "must_return", "retry"],
 )
 async def test_explicit_fail_ends_the_run_in_any_phase_without_retry(
-    max_turns: int, script: list[str]
+    wire: Wire, max_turns: int, script: list[str]
 ) -> None:
-    llm = ScriptedLLM([*script, '{"fail": "the data is not there"}', GOOD])
-    step = await agent().run(llm=llm, max_turns=max_turns, return_retries=5)
+    llm = ScriptedLLM(
+        [*script, wire.answer('{"fail": "the data is not there"}'), wire.answer(GOOD)]
+    )
+    step = await wire.agent().run(llm=llm, max_turns=max_turns, return_retries=5)
     assert step.failure is not None
     assert step.failure.reason is FailReason.EXPLICIT_FAIL
     assert step.failure.message == "the data is not there"
     assert step.turns[-1].outcome is TurnOutcome.FAIL
-    assert llm.remaining == 1  # GOOD was never requested
+    assert llm.remaining == 1  # wire.answer(GOOD) was never requested
 
 
 async def test_explicit_fail_works_for_text_output() -> None:
@@ -229,9 +272,16 @@ async def test_keep_tool_schemas_sends_schemas_with_tool_choice_none_but_refuses
 # --- context across corrections ---
 
 
-async def test_collapse_keeps_message_count_constant_over_three_retries() -> None:
-    llm = ScriptedLLM([BAD, '{"x": "b2"}', '{"x": "b3"}', '{"x": "b4"}'])
-    step = await agent().run(llm=llm, max_turns=1, return_retries=3)
+async def test_collapse_keeps_message_count_constant_over_three_retries(wire: Wire) -> None:
+    llm = ScriptedLLM(
+        [
+            wire.answer(BAD),
+            wire.answer('{"x": "b2"}'),
+            wire.answer('{"x": "b3"}'),
+            wire.answer('{"x": "b4"}'),
+        ]
+    )
+    step = await wire.agent().run(llm=llm, max_turns=1, return_retries=3)
     counts = [len(r.messages) for r in llm.requests]
     assert counts[1] == counts[2] == counts[3]
     assert [t.messages_collapsed for t in step.turns] == [0, 0, 2, 4]

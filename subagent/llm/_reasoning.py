@@ -118,15 +118,17 @@ class ReasoningSplitter:
         "_reasoned",
     )
 
-    def __init__(self, *, starts_inside: bool = False) -> None:
+    def __init__(self, *, starts_inside: bool = False, answer_started: bool = False) -> None:
         """Start a stream.
 
         Args:
             starts_inside: The prompt opened a think block, so the stream starts inside one.
+            answer_started: Answer text was already emitted before this splitter took over
+                the stream: its whitespace is kept rather than stripped as a leading edge.
         """
         self._inside = starts_inside
         self._carry = ""  # a suffix that may begin a tag
-        self._answer_started = False  # answer text other than whitespace was emitted
+        self._answer_started = answer_started  # answer text other than whitespace was emitted
         self._answer_ws = ""  # whitespace after the last emitted answer text
         self._block_started = False  # this block emitted text other than whitespace
         self._block_ws = ""  # whitespace after the block's last emitted text

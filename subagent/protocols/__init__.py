@@ -5,6 +5,8 @@ What lives here:
 - ``_protocol``: the :class:`ReplyProtocol` interface and :class:`Reading` (what a reply
   asks for: tool calls, an answer attempt, or a problem to feed back).
 - ``_native``: the model's own tool calling.
+- ``_react``: the ReAct protocol: tools described in the prompt, one ``Action:`` or
+  ``Final Answer:`` per reply, tool results sent back as an ``Observation:``.
 - ``_action``: the ReAct reply reader, :func:`read_react_reply` (one action with its tool
   and arguments, a final answer, or a specific problem for the model), and
   :func:`format_action`, the canonical action the prompt shows. Pure text: it knows
@@ -25,13 +27,16 @@ from subagent.protocols._action import (
 )
 from subagent.protocols._native import NATIVE, NativeProtocol
 from subagent.protocols._protocol import ProtocolName, Reading, ReplyProtocol
+from subagent.protocols._react import REACT, ReactProtocol
 
 __all__ = [
     "MAX_REACT_REPLY_CHARS",
     "NATIVE",
     "PROTOCOLS",
+    "REACT",
     "NativeProtocol",
     "ProtocolName",
+    "ReactProtocol",
     "ReactReply",
     "Reading",
     "ReplyProtocol",
@@ -39,5 +44,5 @@ __all__ = [
     "read_react_reply",
 ]
 
-PROTOCOLS: Mapping[str, ReplyProtocol] = {"native": NATIVE}
+PROTOCOLS: Mapping[str, ReplyProtocol] = {"native": NATIVE, "react": REACT}
 """The protocols by name (``SubAgent(protocol=...)``)."""

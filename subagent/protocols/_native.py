@@ -38,7 +38,7 @@ class NativeProtocol:
             output_instructions=output_instructions,
         )  # fmt: skip
 
-    def read(self, response: LLMResponse, tools_offered: bool) -> Reading:
+    def read(self, response: LLMResponse, tools_offered: bool, templates: TemplateSet) -> Reading:
         if response.tool_calls:
             return Reading(calls=response.tool_calls)
         return Reading(answer=response.text)

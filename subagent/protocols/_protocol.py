@@ -29,7 +29,7 @@ class Reading:
         calls: The tool calls the reply asks for (none when it is an answer).
         answer: The return attempt's text (``None`` when the reply calls tools or is
             unreadable).
-        problem: What is wrong with an unreadable reply, as feedback for the model.
+        problem: What is wrong with an unreadable reply: the feedback for the model.
     """
 
     calls: Sequence[ToolCall] = ()
@@ -60,8 +60,12 @@ class ReplyProtocol(Protocol):
         """The system prompt; ``tools`` is empty where tools are not offered."""
         ...
 
-    def read(self, response: LLMResponse, tools_offered: bool) -> Reading:
-        """What ``response`` (its reasoning already set apart) asks for."""
+    def read(self, response: LLMResponse, tools_offered: bool, templates: TemplateSet) -> Reading:
+        """What ``response`` (its reasoning already set apart) asks for.
+
+        ``tools_offered``: whether the turn offers tools (``normal``). A problem is the
+        feedback for the model, rendered with ``templates``.
+        """
         ...
 
     def tool_exchange(

@@ -1,0 +1,94 @@
+"""The ReAct protocol: tools described in the prompt, one action per reply, read from text.
+
+For models without reliable native tool calling. The system prompt lists the tools with the
+JSON schema of their input and asks for ``Thought:`` then exactly one ``Action: {...}`` or
+``Final Answer: ...``; :func:`~subagent.protocols.read_react_reply` reads it tolerantly. A
+tool turn is kept in the conversation as the reply (with its action) and an
+``Observation:`` message with the results. Everything else (the phase machine, budgets,
+stripping, collapse, traces) is the same as with native tool calls.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+
+from subagent._records import ToolResult
+from subagent._templates import TemplateSet
+from subagent.llm import LLMResponse, Message, ToolCall, ToolDefinition
+from subagent.protocols._action import read_react_reply
+from subagent.protocols._protocol import ProtocolName, Reading
+
+__all__ = ["REACT", "ReactProtocol"]
+
+# Any mention of an action: without one, a reply where tools are not offered is the answer.
+_ACTION_MENTION = re.compile(r"\baction\b", re.IGNORECASE)
+
+
+class ReactProtocol:
+    """Tools in the prompt, one ``Action:`` or ``Final Answer:`` per reply."""
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> ProtocolName:
+        return "react"
+
+    @property
+    def native_tools(self) -> bool:
+        return False
+
+    def system_prompt(
+        self,
+        templates: TemplateSet,
+        agent_name: str,
+        tools: Sequence[ToolDefinition],
+        output_instructions: str,
+    ) -> str:
+        listed = [
+            {"name": tool.name, "description": tool.description,
+             "schema": json.dumps(tool.parameters, separators=(",", ":"))}
+            for tool in tools
+        ]  # fmt: skip
+        return templates.render(
+            "react_system", agent_name=agent_name, has_tools=bool(listed), tools=listed,
+            output_instructions=output_instructions,
+        )  # fmt: skip
+
+    def read(self, response: LLMResponse, tools_offered: bool, templates: TemplateSet) -> Reading:
+        if response.tool_calls:  # a server that parsed an action into a native call
+            return Reading(calls=response.tool_calls)
+        text = response.text
+        reply = read_react_reply(text)
+        if reply.kind == "action":
+            return Reading(calls=(ToolCall(name=reply.tool, arguments=reply.arguments),))
+        if reply.kind == "answer":
+            return Reading(answer=reply.answer)
+        if not tools_offered and not _ACTION_MENTION.search(text):
+            # Where no tool can be called, a reply without the final-answer marker can only
+            # be the answer: the output contract judges it (a strict protocol would spend a
+            # correction on the missing marker alone).
+            return Reading(answer=text)
+        return Reading(problem=templates.render("react_invalid", problem=reply.problem))
+
+    def tool_exchange(
+        self,
+        response: LLMResponse,
+        calls: Sequence[ToolCall],
+        results: Sequence[ToolResult],
+        templates: TemplateSet,
+    ) -> list[Message]:
+        observation = templates.render(
+            "react_observation", results=[{"content": result.content} for result in results]
+        )
+        return [
+            Message(role="assistant", content=response.text),
+            Message(role="user", content=observation),
+        ]
+
+    def failed_reply(self, response: LLMResponse) -> Message:
+        return Message(role="assistant", content=response.text)
+
+
+REACT = ReactProtocol()
