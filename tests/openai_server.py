@@ -148,9 +148,12 @@ def sse_chunk(
     tool_calls: list[dict[str, Any]] | None = None,
     finish_reason: str | None = None,
     model: str = "served-model",
+    reasoning: str | None = None,
 ) -> dict[str, Any]:
     """One ``chat.completion.chunk`` with a single choice."""
     delta: dict[str, Any] = {}
+    if reasoning is not None:
+        delta["reasoning_content"] = reasoning
     if content is not None:
         delta["content"] = content
     if tool_calls is not None:

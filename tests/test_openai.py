@@ -1082,3 +1082,26 @@ def test_bad_size_or_deadline_names_the_field(field: str, value: object) -> None
 async def drain(llm: OpenAIChat) -> list[StreamDelta]:
     async with aclosing(llm.stream(ask())) as deltas:
         return [delta async for delta in deltas]
+
+
+async def test_reasoning_content_is_read_apart_from_the_text(server: ScriptedServer) -> None:
+    body = completion('{"x": 1}')
+    body["choices"][0]["message"]["reasoning_content"] = "one is the answer"
+    server.script(Reply.json(body))
+    async with make_llm(server) as llm:
+        reply = await llm.complete(ask())
+    assert (reply.text, reply.reasoning) == ('{"x": 1}', "one is the answer")
+
+
+async def test_streamed_reasoning_content_arrives_as_reasoning_deltas(
+    server: ScriptedServer,
+) -> None:
+    chunks = [sse_chunk(reasoning="think "), sse_chunk(reasoning="hard"), sse_chunk("done"),
+              sse_chunk(None, finish_reason="stop"), "[DONE]"]  # fmt: skip
+    server.script(Reply.sse(chunks))
+    async with make_llm(server) as llm:
+        items = await collect(llm, ask())
+    assert [(d.reasoning, d.text) for d in items[:-1]] == [("think ", ""), ("hard", ""),
+                                                           ("", "done")]  # fmt: skip
+    final = items[-1].response
+    assert final is not None and (final.reasoning, final.text) == ("think hard", "done")

@@ -452,8 +452,8 @@ class OpenAIChat:
                         # A secret split across two events reaches on_text in two pieces;
                         # the assembled reply below is redacted whole.
                         text = accumulator.add(redactor.text(data) if redactor else data)
-                        if text:
-                            yield StreamDelta(text=text)
+                        if text or accumulator.reasoning_added:
+                            yield StreamDelta(text=text, reasoning=accumulator.reasoning_added)
                     final = accumulator.build()
             except httpx.HTTPError as error:
                 raise transport_error(error) from error

@@ -87,11 +87,11 @@ class Redactor:
         return error
 
     def response(self, response: LLMResponse) -> LLMResponse:
-        """``response`` with its text, tool calls and model name redacted."""
+        """``response`` with its text, reasoning, tool calls and model name redacted."""
         if not self._forms:
             return response
         update: dict[str, Any] = {}
-        for name in ("text", "raw_stop_reason", "model"):
+        for name in ("text", "reasoning", "raw_stop_reason", "model"):
             value = getattr(response, name)
             if value and (redacted := self.text(value)) != value:
                 update[name] = redacted

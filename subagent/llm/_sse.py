@@ -18,6 +18,7 @@ from subagent.llm._wire import (
     decode_usage,
     error_from_body,
     invalid_response,
+    reasoning_text,
     stop_reason,
 )
 
@@ -37,6 +38,8 @@ class StreamAccumulator:
     def __init__(self, requested_model: str | None, max_chars: int | None = None) -> None:
         self.model = requested_model
         self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.reasoning_added = ""  # the reasoning the last chunk added
         self.calls: dict[int, _PartialCall] = {}
         self.finish_reason: object = None
         self.usage = Usage()
@@ -64,6 +67,7 @@ class StreamAccumulator:
         if not isinstance(choices, list):
             raise invalid_response("a streamed chunk's choices is not a list", data, 200)
         added = ""
+        self.reasoning_added = ""
         for choice in choices:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
@@ -77,6 +81,11 @@ class StreamAccumulator:
                 self._grow(len(piece))
                 self.text.append(piece)
                 added += piece
+            thought = reasoning_text(delta)
+            if thought:
+                self._grow(len(thought))
+                self.reasoning.append(thought)
+                self.reasoning_added += thought
             for position, raw in enumerate(delta.get("tool_calls") or []):
                 if isinstance(raw, dict):
                     self._add_call(position, raw)
@@ -133,6 +142,7 @@ class StreamAccumulator:
         raw = self.finish_reason
         return LLMResponse(
             text="".join(self.text),
+            reasoning="".join(self.reasoning),
             tool_calls=calls,
             stop_reason=stop_reason(raw),
             raw_stop_reason=None if raw is None else str(raw),

@@ -29,6 +29,7 @@ __all__ = [
     "message_json",
     "parse_completion",
     "parse_retry_after",
+    "reasoning_text",
     "request_body",
     "status_error",
     "stop_reason",
@@ -269,7 +270,21 @@ def parse_completion(text: str, requested_model: str | None, status: int) -> LLM
         raw_stop_reason=None if raw_finish is None else str(raw_finish),
         usage=decode_usage(data.get("usage")),
         model=model if isinstance(model, str) and model else requested_model,
+        reasoning=reasoning_text(message),
     )
+
+
+def reasoning_text(message: Mapping[str, Any]) -> str:
+    """The reasoning a message carries apart from its content, if any.
+
+    vLLM, DeepSeek, llama.cpp and most gateways send ``reasoning_content``; OpenRouter and
+    some others ``reasoning``.
+    """
+    for key in ("reasoning_content", "reasoning"):
+        value = message.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return ""
 
 
 def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
