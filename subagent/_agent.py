@@ -193,7 +193,6 @@ class SubAgent(Generic[OutputT]):
         contract = build_contract(
             self.output, self.parser_kwargs, max_reply_chars=self.max_reply_chars
         )
-        instructions = contract.instructions(templates)
         protocol = _check_protocol(self.protocol)
         for flag in ("keep_tool_schemas", "parallel_tool_calls", "prune_unknown_args"):
             if not isinstance(getattr(self, flag), bool):
@@ -204,7 +203,7 @@ class SubAgent(Generic[OutputT]):
 
         def system(with_tools: bool) -> Message:
             listed = toolbox.definitions if with_tools else []
-            text = protocol.system_prompt(templates, self.name, listed, instructions)
+            text = protocol.system_prompt(templates, self.name, listed, contract)
             return Message(role="system", content=text)
 
         parts = AgentParts(

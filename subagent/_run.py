@@ -404,7 +404,9 @@ class _Run:
                             error_type="content_filter",
                             error_kind=ErrorKind.CONTENT_FILTER)  # fmt: skip
         in_normal = self._budget.phase is Phase.NORMAL
-        reading = self._parts.protocol.read(response, in_normal, self._parts.templates)
+        parts = self._parts
+        offered = parts.toolbox.tools if in_normal else _NONE_OFFERED
+        reading = parts.protocol.read(response, offered, parts.templates)
         if reading.calls:
             calls = [
                 call if call.id else call.model_copy(update={"id": f"call_{index}_{position}"})
@@ -574,6 +576,7 @@ _TURN_TYPE = {Phase(kind.value): kind for kind in TurnType}
 # never change it).
 _REQUEST_FIELDS = set(LLMRequest.model_fields)
 _CACHE_LIMIT = 256
+_NONE_OFFERED: frozenset[str] = frozenset()
 _NO_USAGE = LLMResponse.model_fields["usage"].get_default(call_default_factory=True)
 
 

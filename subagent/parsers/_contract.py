@@ -56,8 +56,12 @@ class OutputContract:
     max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS
 
     def instructions(self, templates: TemplateSet) -> str:
-        """What the system prompt says about the expected output."""
+        """What the system prompt says about the expected output (the whole reply)."""
         raise NotImplementedError
+
+    def answer_format(self, templates: TemplateSet) -> str:
+        """What the answer itself must be, for protocols that frame it (``Final Answer:``)."""
+        return templates.render("answer_text")
 
     def parse(self, text: str, templates: TemplateSet) -> ParseResult:
         """Parse ``text``; an error result carries feedback for the model.
@@ -104,6 +108,9 @@ class SchemaContract(OutputContract):
     def instructions(self, templates: TemplateSet) -> str:
         return templates.render("output_json", schema=self._parser.schema_text)
 
+    def answer_format(self, templates: TemplateSet) -> str:
+        return templates.render("answer_json", schema=self._parser.schema_text)
+
     def _parse(self, text: str, templates: TemplateSet) -> ParseResult:
         return self._parser(text, templates=templates)
 
@@ -132,6 +139,10 @@ class ParserContract(OutputContract):
     def instructions(self, templates: TemplateSet) -> str:
         text = getattr(self.parser, "instructions", None)
         return text if isinstance(text, str) else templates.render("output_text")
+
+    def answer_format(self, templates: TemplateSet) -> str:
+        text = getattr(self.parser, "instructions", None)
+        return text if isinstance(text, str) else templates.render("answer_text")
 
     def _parse(self, text: str, templates: TemplateSet) -> ParseResult:
         try:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from subagent._records import ToolResult
 from subagent._templates import TemplateSet
 from subagent.llm import LLMResponse, Message, ToolCall, ToolDefinition
+from subagent.parsers import OutputContract
 from subagent.protocols._protocol import ProtocolName, Reading
 
 __all__ = ["NATIVE", "NativeProtocol"]
@@ -30,15 +31,17 @@ class NativeProtocol:
         templates: TemplateSet,
         agent_name: str,
         tools: Sequence[ToolDefinition],
-        output_instructions: str,
+        contract: OutputContract,
     ) -> str:
         listed = [{"name": tool.name, "description": tool.description} for tool in tools]
         return templates.render(
             "system", agent_name=agent_name, has_tools=bool(listed), tools=listed,
-            output_instructions=output_instructions,
+            output_instructions=contract.instructions(templates),
         )  # fmt: skip
 
-    def read(self, response: LLMResponse, tools_offered: bool, templates: TemplateSet) -> Reading:
+    def read(
+        self, response: LLMResponse, offered: Collection[str], templates: TemplateSet
+    ) -> Reading:
         if response.tool_calls:
             return Reading(calls=response.tool_calls)
         return Reading(answer=response.text)

@@ -8,13 +8,14 @@ reply from the text.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from subagent._records import ToolResult
 from subagent._templates import TemplateSet
 from subagent.llm import LLMResponse, Message, ToolCall, ToolDefinition
+from subagent.parsers import OutputContract
 
 __all__ = ["ProtocolName", "Reading", "ReplyProtocol"]
 
@@ -55,16 +56,18 @@ class ReplyProtocol(Protocol):
         templates: TemplateSet,
         agent_name: str,
         tools: Sequence[ToolDefinition],
-        output_instructions: str,
+        contract: OutputContract,
     ) -> str:
         """The system prompt; ``tools`` is empty where tools are not offered."""
         ...
 
-    def read(self, response: LLMResponse, tools_offered: bool, templates: TemplateSet) -> Reading:
+    def read(
+        self, response: LLMResponse, offered: Collection[str], templates: TemplateSet
+    ) -> Reading:
         """What ``response`` (its reasoning already set apart) asks for.
 
-        ``tools_offered``: whether the turn offers tools (``normal``). A problem is the
-        feedback for the model, rendered with ``templates``.
+        ``offered``: the names of the tools this turn offers (none outside ``normal``). A
+        problem is the feedback for the model, rendered with ``templates``.
         """
         ...
 

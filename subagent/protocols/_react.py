@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from subagent._records import ToolResult
 from subagent._templates import TemplateSet
 from subagent.llm import LLMResponse, Message, ToolCall, ToolDefinition
+from subagent.parsers import OutputContract
 from subagent.protocols._action import read_react_reply
 from subagent.protocols._protocol import ProtocolName, Reading
 
@@ -44,7 +45,7 @@ class ReactProtocol:
         templates: TemplateSet,
         agent_name: str,
         tools: Sequence[ToolDefinition],
-        output_instructions: str,
+        contract: OutputContract,
     ) -> str:
         listed = [
             {"name": tool.name, "description": tool.description,
@@ -53,10 +54,13 @@ class ReactProtocol:
         ]  # fmt: skip
         return templates.render(
             "react_system", agent_name=agent_name, has_tools=bool(listed), tools=listed,
-            output_instructions=output_instructions,
+            example_tool=tools[0].name if tools else "",
+            answer_format=contract.answer_format(templates),
         )  # fmt: skip
 
-    def read(self, response: LLMResponse, tools_offered: bool, templates: TemplateSet) -> Reading:
+    def read(
+        self, response: LLMResponse, offered: Collection[str], templates: TemplateSet
+    ) -> Reading:
         if response.tool_calls:  # a server that parsed an action into a native call
             return Reading(calls=response.tool_calls)
         text = response.text
@@ -65,7 +69,10 @@ class ReactProtocol:
             return Reading(calls=(ToolCall(name=reply.tool, arguments=reply.arguments),))
         if reply.kind == "answer":
             return Reading(answer=reply.answer)
-        if not tools_offered and not _ACTION_MENTION.search(text):
+        bare = _bare_action(text, offered)
+        if bare is not None:
+            return Reading(calls=(bare,))
+        if not offered and not _ACTION_MENTION.search(text):
             # Where no tool can be called, a reply without the final-answer marker can only
             # be the answer: the output contract judges it (a strict protocol would spend a
             # correction on the missing marker alone).
@@ -89,6 +96,20 @@ class ReactProtocol:
 
     def failed_reply(self, response: LLMResponse) -> Message:
         return Message(role="assistant", content=response.text)
+
+
+def _bare_action(text: str, offered: Collection[str]) -> ToolCall | None:
+    """An action written without its ``Action:`` marker (small models do this).
+
+    A whole reply that is the object ``{"tool": <an offered tool>, "input": {...}}``. Only a
+    tool name the turn offers counts: an answer with a ``tool`` key is not taken for a call.
+    """
+    if not offered or "{" not in text:
+        return None
+    reply = read_react_reply(f"Action: {text.strip()}")
+    if reply.kind != "action" or reply.tool not in offered or reply.extra_actions:
+        return None
+    return ToolCall(name=reply.tool, arguments=reply.arguments)
 
 
 REACT = ReactProtocol()

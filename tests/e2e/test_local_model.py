@@ -254,6 +254,23 @@ def test_the_demo_runs_its_agents_on_the_model_from_the_environment(
     assert all(line.startswith(("done", "failed (budget_exhausted")) for line in summaries), out
 
 
+def test_the_react_example_uses_its_tool_through_the_text_protocol(
+    qwen: local_llm.LocalServer,
+) -> None:
+    import os
+    import subprocess
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "react_local.py"
+    environ = {**os.environ, "SUBAGENT_LLM": f"openai:{local_llm.MODEL_ALIAS}@{qwen.base_url}"}
+    result = subprocess.run([sys.executable, str(example)], capture_output=True, text=True,
+                            env=environ, timeout=900, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    # the model wrote an Action the runtime read and ran, then answered with a valid record
+    assert out.count("turn 1 normal      continue current_temperature(") == 2, out
+    assert "output: Weather(city=" in out, out
+
+
 def load_demo() -> Any:
     import importlib.util
 
