@@ -74,13 +74,23 @@ def _check_protocol(value: object) -> ReplyProtocol:
     return protocol
 
 
+# Model classes already checked: a run checks its model by class, not by inspection each time.
+_LLM_CLASSES: set[type] = set()
+
+
 def _check_llm(value: object, name: str = "llm") -> LLM | None:
     if value is None:
         return None
+    kind = type(value)
+    if kind in _LLM_CLASSES:
+        return cast(LLM, value)
     if not inspect.iscoroutinefunction(getattr(value, "complete", None)):
         raise ConfigurationError(
             name, f"{value!r} is not an LLM: it needs an `async def complete(request)` method"
         )
+    # Only a class whose complete() is a coroutine function for every instance is cached.
+    if inspect.iscoroutinefunction(getattr(kind, "complete", None)) and len(_LLM_CLASSES) < 256:
+        _LLM_CLASSES.add(kind)
     return cast(LLM, value)
 
 
@@ -159,6 +169,8 @@ class SubAgent(Generic[OutputT]):
     max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS
     _parts: AgentParts = field(init=False, repr=False)
     _task: Template = field(init=False, repr=False)
+    # The settings every run without overrides sends (one dict, read by adapters only).
+    _settings: dict[str, Any] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -219,6 +231,7 @@ class SubAgent(Generic[OutputT]):
         )
         object.__setattr__(self, "_parts", parts)
         object.__setattr__(self, "_task", task)
+        object.__setattr__(self, "_settings", dict(self.settings))
 
     async def run(
         self,
@@ -481,7 +494,7 @@ class SubAgent(Generic[OutputT]):
                 if mission_timeout is None
                 else check_seconds("mission_timeout", mission_timeout)
             ),
-            settings={**self.settings, **settings} if settings else dict(self.settings),
+            settings={**self.settings, **settings} if settings else self._settings,
             keep_tool_schemas=self.keep_tool_schemas,
             tracer_provider=tracer_provider or parent_provider,
             on_event=on_event,

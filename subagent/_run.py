@@ -100,9 +100,9 @@ class AgentParts:
         return message
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RunOptions:
-    """The resolved options of one run."""
+    """The resolved options of one run (built once per run, never changed)."""
 
     llm: LLM
     max_turns: int

@@ -546,7 +546,8 @@ async def test_without_provider_or_handler_a_run_has_no_telemetry() -> None:
 async def test_global_provider_is_used_when_the_run_gets_none(
     traced: Traced, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(trace, "get_tracer_provider", lambda: traced.provider)
+    # What trace.set_tracer_provider() records, undone after the test (it can be set once).
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", traced.provider)
     await CALC.run({"question": "1+2"}, llm=ScriptedLLM(['{"value": 3}']))
     assert "invoke_agent calc" in traced.names()
 

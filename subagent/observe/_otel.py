@@ -72,11 +72,26 @@ _ERROR_OUTCOMES = (TurnOutcome.ERROR, TurnOutcome.FAIL)
 _TRACERS: weakref.WeakKeyDictionary[trace.TracerProvider, Tracer] = weakref.WeakKeyDictionary()
 
 
+# The API reads OTEL_PYTHON_TRACER_PROVIDER from the environment each time no global
+# provider is set; a run asks on every start, so that case is read once, at import.
+_PROVIDER_FROM_ENV = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+
+
+def _global_provider() -> trace.TracerProvider | None:
+    """The global tracer provider, or ``None`` when none is configured (cheaply)."""
+    if not _PROVIDER_FROM_ENV and getattr(trace, "_TRACER_PROVIDER", False) is None:
+        return None  # the API's own record: nothing set yet
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, ProxyTracerProvider | trace.NoOpTracerProvider):
+        return None
+    return provider
+
+
 def _tracer_for(provider: trace.TracerProvider | None) -> Tracer | None:
     """The library's tracer from ``provider`` (default: the global one), or ``None``."""
     if provider is None:
-        provider = trace.get_tracer_provider()
-        if isinstance(provider, ProxyTracerProvider | trace.NoOpTracerProvider):
+        provider = _global_provider()
+        if provider is None:
             return None  # nothing configured: tracing costs nothing
     try:
         tracer = _TRACERS.get(provider)

@@ -54,6 +54,8 @@ class OutputContract:
     output_type: Any = str
     #: Replies longer than this (characters) get feedback without being parsed.
     max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS
+    #: Whether an output can hold a float at all (else it is not searched for NaN).
+    may_hold_floats: bool = True
 
     def instructions(self, templates: TemplateSet) -> str:
         """What the system prompt says about the expected output (the whole reply)."""
@@ -75,7 +77,7 @@ class OutputContract:
                 templates.render("reply_too_long", length=f"{len(text):,}", limit=f"{limit:,}")
             )
         result = self._parse(text, templates)
-        if result.ok:
+        if result.ok and self.may_hold_floats:
             location = first_non_finite(result.value)
             if location is not None:
                 return ParseResult.error(templates.render("non_finite_output", location=location))
@@ -87,6 +89,8 @@ class OutputContract:
 
 class TextContract(OutputContract):
     """The reply's text is the output."""
+
+    may_hold_floats = False
 
     def instructions(self, templates: TemplateSet) -> str:
         return templates.render("output_text")
@@ -104,6 +108,7 @@ class SchemaContract(OutputContract):
         except ConfigurationError as exc:
             raise ConfigurationError("output", exc.message) from exc
         self.output_type = output_type
+        self.may_hold_floats = _may_hold_floats(self._parser.schema)
 
     def instructions(self, templates: TemplateSet) -> str:
         return templates.render("output_json", schema=self._parser.schema_text)
@@ -215,3 +220,47 @@ def detect_explicit_fail(
         if isinstance(reason, str):
             return reason or "(no reason given)"
     return None
+
+
+_COMPOSED = ("anyOf", "oneOf", "allOf", "$ref", "enum", "const")
+
+
+def _may_hold_floats(schema: Mapping[str, Any]) -> bool:
+    """Whether a value valid for ``schema`` can contain a float (so possibly NaN).
+
+    ``False`` only when every part of the schema is typed and none is a ``number``: such
+    outputs are not searched for NaN or infinities after each parse.
+    """
+    definitions = schema.get("$defs", {})
+    seen: set[str] = set()
+
+    def walk(node: object) -> bool:
+        if not isinstance(node, Mapping):
+            return True
+        kinds = node.get("type")
+        if kinds is None and not any(key in node for key in _COMPOSED):
+            return True  # untyped: anything, a float included
+        if kinds == "number" or (isinstance(kinds, list) and "number" in kinds):
+            return True
+        reference = node.get("$ref")
+        if isinstance(reference, str):
+            name = reference.rsplit("/", 1)[-1]
+            if name not in seen:
+                seen.add(name)
+                if walk(definitions.get(name)):
+                    return True
+        children: list[object] = []
+        for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+            children.extend(node.get(key, []))
+        for key in ("items", "additionalProperties"):
+            child = node.get(key)
+            if isinstance(child, Mapping):
+                children.append(child)
+            elif child is True:
+                return True
+        children.extend(node.get("properties", {}).values())
+        if kinds == "object" and "properties" not in node and "additionalProperties" not in node:
+            return True  # a free-form object
+        return any(walk(child) for child in children)
+
+    return walk(schema)
