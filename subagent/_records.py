@@ -27,6 +27,7 @@ __all__ = [
     "TurnOutcome",
     "TurnType",
     "UsageSummary",
+    "trusted",
 ]
 
 OutputT = TypeVar("OutputT")
@@ -357,6 +358,30 @@ def count_stop_reasons(turns: Iterable[Turn]) -> dict[str, int]:
     return counts
 
 
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def trusted(cls: type[ModelT], fields_set: set[str], values: dict[str, Any]) -> ModelT:
+    """A record built from values that are already valid and complete, without validation.
+
+    The turn loop builds its requests, turns and Steps from typed parts it made itself, at
+    every turn of every run: validating them again would cost more than the rest of a
+    turn. ``values`` must hold every field (defaults included) with a value of its type,
+    text already scrubbed of lone surrogates; ``fields_set`` is shared by every record
+    built the same way (frozen records never change it). A test keeps this equal to
+    validated construction.
+    """
+    record = cls.__new__(cls)
+    _set(record, "__dict__", values)
+    _set(record, "__pydantic_fields_set__", fields_set)
+    _set(record, "__pydantic_extra__", None)
+    _set(record, "__pydantic_private__", None)
+    return record
+
+
+_set = object.__setattr__
+
+
 def build_step(
     *,
     agent: str,
@@ -368,18 +393,14 @@ def build_step(
     duration_s: float,
 ) -> Step[Any]:
     """Assemble a :class:`Step` from the parts of a finished run."""
-    return _ANY_STEP(
-        agent=agent,
-        output=output,
-        failure=failure,
-        turns=turns,
-        max_turns=max_turns,
-        return_retries=return_retries,
-        duration_s=duration_s,
-    )
+    return trusted(_ANY_STEP, _STEP_FIELDS, {
+        "agent": agent, "output": output, "failure": failure, "turns": turns,
+        "max_turns": max_turns, "return_retries": return_retries, "duration_s": duration_s,
+    })  # fmt: skip
 
 
 # ToolResult refers to Step (an agent run as a tool), which is defined after it.
 ToolResult.model_rebuild()
 Turn.model_rebuild()
 _ANY_STEP = Step[Any]
+_STEP_FIELDS = set(Step.model_fields)

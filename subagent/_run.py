@@ -31,8 +31,10 @@ from subagent._records import (
     TurnOutcome,
     TurnType,
     build_step,
+    trusted,
 )
 from subagent._templates import TemplateSet
+from subagent._text import scrub_surrogates
 from subagent.llm import (
     LLM,
     LLMRequest,
@@ -298,14 +300,11 @@ class _Run:
         messages = (system, *self._conversation.messages())
         collapsed = self._conversation.collapsed
         # Built from values of the right types already: no validation (and no copies).
-        request = LLMRequest.model_construct(
-            _REQUEST_FIELDS,
-            messages=messages,
-            tools=tools,
-            tool_choice="none" if tools and phase is not Phase.NORMAL else None,
-            settings=self._options.settings,
-            turn=parts.turn_info(index, turn_type),
-        )
+        request = trusted(LLMRequest, _REQUEST_FIELDS, {
+            "messages": messages, "tools": tools,
+            "tool_choice": "none" if tools and phase is not Phase.NORMAL else None,
+            "settings": self._options.settings, "turn": parts.turn_info(index, turn_type),
+        })  # fmt: skip
         in_retry = phase is Phase.RETRY
         started = time.perf_counter()
         retries: list[TransportRetry] = []
@@ -351,20 +350,27 @@ class _Run:
                 ))  # fmt: skip
                 raise
             feedback = self._apply(verdict, response)
-            self._record(observed, Turn(
-                index=index, type=turn_type, outcome=verdict.outcome, phase_after=budget.state,
-                reply=response.text if response else "",
-                reasoning=response.reasoning if response else "",
-                tool_calls=verdict.calls if verdict.calls is not None else [],
-                tool_results=verdict.tool_results, error=verdict.error,
-                error_type=verdict.error_type, feedback=feedback,
-                stop_reason=response.stop_reason if response else None,
-                raw_stop_reason=response.raw_stop_reason if response else None,
-                usage=response.usage if response else _NO_USAGE, messages_sent=len(messages),
-                messages_collapsed=collapsed, work_remaining=budget.work_remaining,
-                retries_remaining=budget.retries_remaining, transport_retries=retries,
-                duration_s=time.perf_counter() - started,
-            ))  # fmt: skip
+            error = verdict.error
+            # Every value is of its type already; only text quoting the model or a tool may
+            # hold a lone surrogate (the reply's text was scrubbed when it was received).
+            self._record(observed, trusted(Turn, _TURN_FIELDS, {
+                "index": index, "type": turn_type, "outcome": verdict.outcome,
+                "phase_after": budget.state,
+                "reply": response.text if response else "",
+                "reasoning": response.reasoning if response else "",
+                "tool_calls": verdict.calls if verdict.calls is not None else [],
+                "tool_results": list(verdict.tool_results),
+                "error": None if error is None else scrub_surrogates(error),
+                "error_type": verdict.error_type,
+                "feedback": None if feedback is None else scrub_surrogates(feedback),
+                "stop_reason": response.stop_reason if response else None,
+                "raw_stop_reason": response.raw_stop_reason if response else None,
+                "usage": response.usage if response else _NO_USAGE,
+                "messages_sent": len(messages), "messages_collapsed": collapsed,
+                "work_remaining": budget.work_remaining,
+                "retries_remaining": budget.retries_remaining,
+                "transport_retries": retries, "duration_s": time.perf_counter() - started,
+            }))  # fmt: skip
 
     def _record(self, observed: TurnScope, turn: Turn) -> None:
         self._turns.append(turn)
@@ -568,13 +574,18 @@ class _Run:
 
     @staticmethod
     def _user(text: str) -> Message:
-        return Message(role="user", content=text)
+        return trusted(Message, _USER_FIELDS, {
+            "role": "user", "content": scrub_surrogates(text), "tool_calls": (),
+            "tool_call_id": None, "name": None,
+        })  # fmt: skip
 
 
 _TURN_TYPE = {Phase(kind.value): kind for kind in TurnType}
 # Every field of a request the loop builds is set: one set for all of them (frozen models
 # never change it).
 _REQUEST_FIELDS = set(LLMRequest.model_fields)
+_TURN_FIELDS = set(Turn.model_fields)
+_USER_FIELDS = {"role", "content"}
 _CACHE_LIMIT = 256
 _NONE_OFFERED: frozenset[str] = frozenset()
 _NO_USAGE = LLMResponse.model_fields["usage"].get_default(call_default_factory=True)

@@ -320,3 +320,26 @@ def test_every_error_kind_has_a_documented_retry_decision() -> None:
     table = (ROOT / "docs" / "scale.md").read_text(encoding="utf-8")
     for kind in ErrorKind:
         assert f"| `llm_error` of kind `{kind.value}` |" in table, kind
+
+
+# --- records the loop builds without validation ----------------------------------------------
+
+
+def test_records_the_loop_builds_are_whole_and_equal_to_validated_ones() -> None:
+    tools = [LLMResponse(tool_calls=[ToolCall(name="look", arguments={"q": "x"})])]
+    llm = ScriptedLLM([*tools, "not json", '{"value": 1}'])
+
+    def look(q: str) -> str:
+        return q
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[look])
+    step = agent.run_sync(llm=llm, max_turns=2, return_retries=1)
+    assert step.ok and len(step.turns) == 3
+    records: list[Any] = [step, *step.turns, *llm.requests]
+    records += [m for r in llm.requests for m in r.messages]
+    for record in records:
+        cls = type(record)
+        assert set(cls.model_fields) <= set(record.__dict__), cls
+        rebuilt = cls.model_validate(record.model_dump())
+        assert rebuilt.model_dump() == record.model_dump(), cls
+        assert rebuilt.model_fields_set <= record.model_fields_set | set(cls.model_fields)
