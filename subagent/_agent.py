@@ -19,7 +19,7 @@ from subagent._checks import check_int, check_seconds
 from subagent._conversation import ContextPolicy
 from subagent._errors import ConfigurationError, TemplateError
 from subagent._handle import AgentRun
-from subagent._records import Step
+from subagent._records import Step, user_message
 from subagent._run import AgentParts, RunOptions, current_depth, current_run_model, execute_run
 from subagent._templates import Template, default_templates
 from subagent.llm import LLM, Message, RetryPolicy, messages_from
@@ -284,8 +284,9 @@ class SubAgent(Generic[OutputT]):
             on_event=on_event, on_text=on_text,
         )  # fmt: skip
         opening, parts = self._opening(context, messages)
-        step = await execute_run(parts, options, opening)
-        return cast("Step[OutputT]", step)
+        run = execute_run(parts, options, opening)
+        del opening, parts, options  # the run keeps what it needs; this frame waits on it
+        return cast("Step[OutputT]", await run)
 
     def start(
         self,
@@ -542,7 +543,7 @@ class SubAgent(Generic[OutputT]):
             raise ConfigurationError(
                 "prompt", f"agent {self.name!r} has an empty prompt and no messages were given"
             )
-        return [Message(role="user", content=self._task.render(values).strip())], self._parts
+        return [user_message(self._task.render(values).strip())], self._parts
 
 
 def _tool_signature(

@@ -23,7 +23,7 @@ class Conversation:
 
     Args:
         policy: ``collapse`` or ``accumulate``.
-        opening: The system prompt and the task.
+        opening: The task's messages.
     """
 
     __slots__ = ("_collapsed", "_history", "_latest_failure", "_policy")

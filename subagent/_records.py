@@ -15,7 +15,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_fiel
 
 from subagent._errors import ErrorKind, RunFailedError
 from subagent._text import scrub_surrogates
-from subagent.llm import StopReason, ToolCall, TransportRetry, Usage
+from subagent.llm import Message, StopReason, ToolCall, TransportRetry, Usage
 
 __all__ = [
     "RETRYABLE_KINDS",
@@ -28,6 +28,7 @@ __all__ = [
     "TurnType",
     "UsageSummary",
     "trusted",
+    "user_message",
 ]
 
 OutputT = TypeVar("OutputT")
@@ -380,6 +381,15 @@ def trusted(cls: type[ModelT], fields_set: set[str], values: dict[str, Any]) -> 
 
 
 _set = object.__setattr__
+_USER_FIELDS = {"role", "content"}
+
+
+def user_message(text: str) -> Message:
+    """A user message of the runtime's own making (a task, a notice, feedback), trusted."""
+    return trusted(Message, _USER_FIELDS, {
+        "role": "user", "content": scrub_surrogates(text), "tool_calls": (),
+        "tool_call_id": None, "name": None,
+    })  # fmt: skip
 
 
 def build_step(

@@ -32,6 +32,7 @@ from subagent._records import (
     TurnType,
     build_step,
     trusted,
+    user_message,
 )
 from subagent._templates import TemplateSet
 from subagent._text import scrub_surrogates
@@ -182,6 +183,7 @@ class _Run:
     __slots__ = (
         "_budget",
         "_conversation",
+        "_depth",
         "_extras",
         "_failure",
         "_in_flight",
@@ -189,6 +191,7 @@ class _Run:
         "_options",
         "_output",
         "_parts",
+        "_retries",
         "_started",
         "_stop",
         "_turns",
@@ -217,6 +220,8 @@ class _Run:
             events,
         )  # fmt: skip
         self._started = 0.0
+        self._depth = current_depth() + 1  # how deep this run is nested (0: top level)
+        self._retries = _RetrySink()
         # Objects a tool returned for the next tool turn's calls (ToolOutput.extras).
         self._extras: Mapping[str, Any] | None = None
         # The calls of the tool turn under way and what has come back, for the record of a
@@ -228,34 +233,30 @@ class _Run:
     async def execute(self) -> Step[Any]:
         self._started = time.perf_counter()
         options = self._options
-        token = _CURRENT.set((options.llm, options.tracer_provider, current_depth() + 1))
-        try:
-            with self._observer.run(
-                options.max_turns, options.return_retries, self._budget.state
-            ) as run:
-                try:
-                    if options.mission_timeout is None and self._stop is None:
-                        budget = self._budget
-                        while budget.active:  # the common case, inline: no frame of its own
-                            await self._take_turn()
-                    else:
-                        await self._turns_until_done()
-                except SubAgentError as exc:
-                    exc.turns = tuple(self._turns)
-                    raise
-                step = build_step(
-                    agent=self._parts.name,
-                    output=self._output,
-                    failure=self._failure,
-                    turns=self._turns,
-                    max_turns=options.max_turns,
-                    return_retries=options.return_retries,
-                    duration_s=time.perf_counter() - self._started,
-                )
-                run.finished(step)
-            return step
-        finally:
-            _CURRENT.reset(token)
+        with self._observer.run(
+            options.max_turns, options.return_retries, self._budget.state
+        ) as run:
+            try:
+                if options.mission_timeout is None and self._stop is None:
+                    budget = self._budget
+                    while budget.active:  # the common case, inline: no frame of its own
+                        await self._take_turn()
+                else:
+                    await self._turns_until_done()
+            except SubAgentError as exc:
+                exc.turns = tuple(self._turns)
+                raise
+            step = build_step(
+                agent=self._parts.name,
+                output=self._output,
+                failure=self._failure,
+                turns=self._turns,
+                max_turns=options.max_turns,
+                return_retries=options.return_retries,
+                duration_s=time.perf_counter() - self._started,
+            )
+            run.finished(step)
+        return step
 
     async def _turns_until_done(self) -> None:
         """Take turns until the budget says stop, the mission timeout, or a stop."""
@@ -307,7 +308,8 @@ class _Run:
         })  # fmt: skip
         in_retry = phase is Phase.RETRY
         started = time.perf_counter()
-        retries: list[TransportRetry] = []
+        sink = self._retries
+        sink.retries = _NO_RETRIES
         response: LLMResponse | None = None
         observer = self._observer
         options = self._options
@@ -322,8 +324,8 @@ class _Run:
                         deltas = _Deltas(chat) if observer.wants_text else None
                         response = await call_with_retries(
                             options.llm, request, options.retry_policy, options.timeout,
-                            retries.append if observer is NO_OBSERVER
-                            else _RetryRecorder(retries, chat), deltas,
+                            sink if observer is NO_OBSERVER else _RetryRecorder(sink, chat),
+                            deltas,
                         )  # fmt: skip
                         if deltas is not None:
                             await deltas.flush()
@@ -345,7 +347,8 @@ class _Run:
                     usage=response.usage if response else _NO_USAGE,
                     messages_sent=len(messages), messages_collapsed=collapsed,
                     work_remaining=budget.work_remaining,
-                    retries_remaining=budget.retries_remaining, transport_retries=retries,
+                    retries_remaining=budget.retries_remaining,
+                    transport_retries=sink.retries,
                     duration_s=time.perf_counter() - started,
                 ))  # fmt: skip
                 raise
@@ -369,7 +372,7 @@ class _Run:
                 "messages_sent": len(messages), "messages_collapsed": collapsed,
                 "work_remaining": budget.work_remaining,
                 "retries_remaining": budget.retries_remaining,
-                "transport_retries": retries, "duration_s": time.perf_counter() - started,
+                "transport_retries": sink.retries, "duration_s": time.perf_counter() - started,
             }))  # fmt: skip
 
     def _record(self, observed: TurnScope, turn: Turn) -> None:
@@ -442,7 +445,11 @@ class _Run:
             return _Verdict(TurnOutcome.ERROR, Trigger.MISSED, parsed.feedback, "invalid_output")
         value = parsed.value
         if self._parts.validators:
-            validation = await run_validators(self._parts.validators, value)
+            token = self._nesting()
+            try:
+                validation = await run_validators(self._parts.validators, value)
+            finally:
+                _CURRENT.reset(token)
             if not validation.valid:
                 error = templates.render("validation_failed", errors=list(validation.errors))
                 return _Verdict(TurnOutcome.ERROR, Trigger.MISSED, error, "validation_failed")
@@ -453,17 +460,21 @@ class _Run:
         runs: list[ToolRun | None] = [None] * len(calls)
         self._in_flight = (calls, runs)
         extras, self._extras = self._extras, None  # handed to this turn's calls, then cleared
-        if len(calls) == 1 or not self._parts.parallel_tool_calls:
-            for position, call in enumerate(calls):
-                runs[position] = await self._run_tool(call, extras)
-        else:
-
-            async def run_one(position: int, call: ToolCall) -> None:
-                runs[position] = await self._run_tool(call, extras)
-
-            async with anyio.create_task_group() as group:
+        token = self._nesting()
+        try:
+            if len(calls) == 1 or not self._parts.parallel_tool_calls:
                 for position, call in enumerate(calls):
-                    group.start_soon(run_one, position, call)
+                    runs[position] = await self._run_tool(call, extras)
+            else:
+
+                async def run_one(position: int, call: ToolCall) -> None:
+                    runs[position] = await self._run_tool(call, extras)
+
+                async with anyio.create_task_group() as group:
+                    for position, call in enumerate(calls):
+                        group.start_soon(run_one, position, call)
+        finally:
+            _CURRENT.reset(token)
         self._in_flight = None
         done = [run for run in runs if run is not None]
         results = [run.result for run in done]
@@ -502,6 +513,15 @@ class _Run:
             run = await self._parts.toolbox.run(call, extras)
             observed.returned(run.result)
         return run
+
+    def _nesting(self) -> contextvars.Token[tuple[LLM, TracerProvider | None, int] | None]:
+        """Make this run the one an agent started from its tools or validators nests in.
+
+        Set only around the code that may start a run (a tool, a validator), not for the
+        whole run: a run waiting on its model then holds no context of its own.
+        """
+        options = self._options
+        return _CURRENT.set((options.llm, options.tracer_provider, self._depth))
 
     # --- moving on ---
 
@@ -574,10 +594,7 @@ class _Run:
 
     @staticmethod
     def _user(text: str) -> Message:
-        return trusted(Message, _USER_FIELDS, {
-            "role": "user", "content": scrub_surrogates(text), "tool_calls": (),
-            "tool_call_id": None, "name": None,
-        })  # fmt: skip
+        return user_message(text)
 
 
 _TURN_TYPE = {Phase(kind.value): kind for kind in TurnType}
@@ -585,23 +602,39 @@ _TURN_TYPE = {Phase(kind.value): kind for kind in TurnType}
 # never change it).
 _REQUEST_FIELDS = set(LLMRequest.model_fields)
 _TURN_FIELDS = set(Turn.model_fields)
-_USER_FIELDS = {"role", "content"}
 _CACHE_LIMIT = 256
 _NONE_OFFERED: frozenset[str] = frozenset()
 _NO_USAGE = LLMResponse.model_fields["usage"].get_default(call_default_factory=True)
 
 
+_NO_RETRIES: list[TransportRetry] = []  # shared while a turn has none; never appended to
+
+
+class _RetrySink:
+    """Keeps the transport retries of a run's current turn (one object per run)."""
+
+    __slots__ = ("retries",)
+
+    def __init__(self) -> None:
+        self.retries = _NO_RETRIES
+
+    def __call__(self, retry: TransportRetry) -> None:
+        if self.retries is _NO_RETRIES:
+            self.retries = []
+        self.retries.append(retry)
+
+
 class _RetryRecorder:
     """Keeps a turn's transport retries and reports each to the chat scope."""
 
-    __slots__ = ("_chat", "_retries")
+    __slots__ = ("_chat", "_sink")
 
-    def __init__(self, retries: list[TransportRetry], chat: ChatScope):
-        self._retries = retries
+    def __init__(self, sink: _RetrySink, chat: ChatScope):
+        self._sink = sink
         self._chat = chat
 
     def __call__(self, retry: TransportRetry) -> None:
-        self._retries.append(retry)
+        self._sink(retry)
         self._chat.retried(retry)
 
 
