@@ -39,9 +39,11 @@ class Conversation:
         """Messages of earlier failed attempts left out (so far in the run)."""
         return self._collapsed
 
-    def messages(self) -> tuple[Message, ...]:
-        """The messages to send now."""
-        return (*self._history, *self._latest_failure)
+    def messages(self, system: Message | None = None) -> tuple[Message, ...]:
+        """The messages to send now, after ``system`` when given."""
+        if system is None:
+            return (*self._history, *self._latest_failure)
+        return (system, *self._history, *self._latest_failure)
 
     def add_failed_attempt(self, reply: Message, feedback: Message) -> None:
         """Record a failed return attempt and the feedback about it."""

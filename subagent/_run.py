@@ -46,6 +46,7 @@ from subagent.llm import (
     StopReason,
     StreamDelta,
     ToolCall,
+    ToolDefinition,
     TransportRetry,
     TurnInfo,
     call_with_retries,
@@ -295,10 +296,10 @@ class _Run:
         tools = (
             parts.toolbox.definitions
             if native and (offer_tools or self._options.keep_tool_schemas)
-            else []
+            else _NO_TOOLS
         )
         system = parts.system_with_tools if offer_tools or tools else parts.system_without_tools
-        messages = (system, *self._conversation.messages())
+        messages = self._conversation.messages(system)
         collapsed = self._conversation.collapsed
         # Built from values of the right types already: no validation (and no copies).
         request = trusted(LLMRequest, _REQUEST_FIELDS, {
@@ -604,6 +605,7 @@ _REQUEST_FIELDS = set(LLMRequest.model_fields)
 _TURN_FIELDS = set(Turn.model_fields)
 _CACHE_LIMIT = 256
 _NONE_OFFERED: frozenset[str] = frozenset()
+_NO_TOOLS: list[ToolDefinition] = []  # shared by requests offering none; never changed
 _NO_USAGE = LLMResponse.model_fields["usage"].get_default(call_default_factory=True)
 
 
