@@ -677,3 +677,10 @@ async def test_a_turn_cut_short_by_a_mission_timeout_still_ends_in_the_events() 
     assert [e.index for e in started] == [e.index for e in ended] == [1]
     assert ended[0].outcome is TurnOutcome.FAIL
     assert step.turns[0].error_type == "cancelled"
+
+
+async def test_a_fail_object_beside_other_json_is_a_muddled_answer_not_a_fail() -> None:
+    muddled = '{"name": "lookup", "arguments": "{}"}\n{"fail": "the answer is 42"}'
+    step = await agent().run(llm=ScriptedLLM([muddled, GOOD]), max_turns=1, return_retries=1)
+    assert step.turns[0].error_type == "invalid_output"  # corrected, not given up
+    assert step.ok and step.output == Answer(x=42)

@@ -29,7 +29,7 @@ from subagent._errors import ConfigurationError, ParserContractError
 from subagent._templates import TemplateSet
 from subagent._text import first_non_finite
 from subagent.parsers._json import JSONParser
-from subagent.parsers._json_extract import extract_json
+from subagent.parsers._json_extract import iter_json_candidates
 from subagent.parsers._result import ParseResult, coerce_parse_result
 
 __all__ = ["DEFAULT_MAX_REPLY_CHARS", "OutputContract", "build_contract", "detect_explicit_fail"]
@@ -209,13 +209,20 @@ def detect_explicit_fail(
 ) -> str | None:
     """The model's reason if ``text`` is the explicit fail ``{"fail": "<reason>"}``.
 
-    A reply longer than ``max_chars`` is not scanned (``None``).
+    The fail object must be the reply's only JSON (prose around it is allowed): a reply
+    that also holds other JSON (an answer, a tool call) is a muddled answer to correct, not
+    a decision to give up. A reply longer than ``max_chars`` is not scanned (``None``).
     """
     if '"fail"' not in text or (max_chars is not None and len(text) > max_chars):
         return None
-    extraction = extract_json(text)
-    value = extraction.value
-    if extraction.ok and isinstance(value, dict) and len(value) == 1:
+    found: list[Any] = []
+    for candidate in iter_json_candidates(text):
+        if candidate.ok and candidate.value not in found:
+            found.append(candidate.value)
+            if len(found) > 1:
+                return None
+    value = found[0] if found else None
+    if isinstance(value, dict) and len(value) == 1:
         reason = value.get("fail")
         if isinstance(reason, str):
             return reason or "(no reason given)"
