@@ -140,6 +140,9 @@ class SubAgent(Generic[OutputT]):
             invalid. A :class:`Tool` may set its own.
         max_tool_result_chars: Characters of a tool's result the model is shown; the rest
             is cut, with a note saying how much.
+        correct_cut_replies: A reply cut off at the token limit (stop reason ``length``) is
+            an error turn asking for a shorter answer, without being parsed (default).
+            ``False`` parses it like any reply (a cut reply may still hold a valid answer).
         max_reply_chars: Replies longer than this many characters get feedback without
             being parsed (default 1,000,000, see ``docs/reliability.md``); ``None``: no
             limit.
@@ -166,6 +169,7 @@ class SubAgent(Generic[OutputT]):
     parallel_tool_calls: bool = True
     prune_unknown_args: bool = True
     max_tool_result_chars: int = TOOL_RESULT_LIMIT
+    correct_cut_replies: bool = True
     max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS
     _parts: AgentParts = field(init=False, repr=False)
     _task: Template = field(init=False, repr=False)
@@ -206,7 +210,9 @@ class SubAgent(Generic[OutputT]):
             self.output, self.parser_kwargs, max_reply_chars=self.max_reply_chars
         )
         protocol = _check_protocol(self.protocol)
-        for flag in ("keep_tool_schemas", "parallel_tool_calls", "prune_unknown_args"):
+        flags = ("keep_tool_schemas", "parallel_tool_calls", "prune_unknown_args",
+                 "correct_cut_replies")  # fmt: skip
+        for flag in flags:
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigurationError(flag, f"must be a bool, got {getattr(self, flag)!r}")
         check_int("max_tool_result_chars", self.max_tool_result_chars, 1)
@@ -225,6 +231,7 @@ class SubAgent(Generic[OutputT]):
             toolbox=toolbox,
             protocol=protocol,
             parallel_tool_calls=self.parallel_tool_calls,
+            correct_cut_replies=self.correct_cut_replies,
             validators=tuple(self.validators),
             system_with_tools=system(True),
             system_without_tools=system(False),

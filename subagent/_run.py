@@ -78,6 +78,7 @@ class AgentParts:
     toolbox: Toolbox
     protocol: ReplyProtocol
     parallel_tool_calls: bool
+    correct_cut_replies: bool
     validators: Sequence[Any]
     system_with_tools: Message
     system_without_tools: Message
@@ -427,7 +428,7 @@ class _Run:
             error, results = self._parts.toolbox.refuse(calls)
             return _Verdict(TurnOutcome.ERROR, Trigger.MISSED, error, "tools_unavailable",
                             tool_results=results, calls=calls)  # fmt: skip
-        if response.stop_reason is StopReason.LENGTH:
+        if response.stop_reason is StopReason.LENGTH and parts.correct_cut_replies:
             cut = self._parts.templates.render("truncated_reply")
             return _Verdict(TurnOutcome.ERROR, Trigger.MISSED, cut, "truncated")
         if reading.problem is not None:

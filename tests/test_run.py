@@ -684,3 +684,12 @@ async def test_a_fail_object_beside_other_json_is_a_muddled_answer_not_a_fail() 
     step = await agent().run(llm=ScriptedLLM([muddled, GOOD]), max_turns=1, return_retries=1)
     assert step.turns[0].error_type == "invalid_output"  # corrected, not given up
     assert step.ok and step.output == Answer(x=42)
+
+
+async def test_a_cut_reply_can_be_parsed_instead_of_corrected() -> None:
+    cut = LLMResponse(text=GOOD, stop_reason=StopReason.LENGTH)  # complete before the cut
+    corrected = await agent().run(llm=ScriptedLLM([cut, GOOD]), max_turns=1, return_retries=1)
+    assert corrected.turns[0].error_type == "truncated" and len(corrected.turns) == 2
+    parsed = await agent(correct_cut_replies=False).run(llm=ScriptedLLM([cut]), max_turns=1)
+    assert parsed.ok and len(parsed.turns) == 1
+    assert parsed.stop_reasons == {"length": 1}
