@@ -129,6 +129,9 @@ class Turn(BaseModel):
         tool_calls: Tool calls the model requested.
         tool_results: What each call produced (refused calls included).
         error: What was wrong with this turn, when anything was.
+        error_summary: The error without any text from the model or a tool (field names,
+            error types, tool names): what traces show when message content is not
+            captured.
         error_type: A short class of the error (``invalid_output``, ``tool_error``,
             ``tools_unavailable``, ``truncated``, ``validation_failed``, ``explicit_fail``,
             or the LLM error kind).
@@ -154,6 +157,7 @@ class Turn(BaseModel):
     tool_results: list[ToolResult] = Field(default_factory=list)
     error: _Text | None = None
     error_type: _Text | None = None
+    error_summary: _Text | None = None
     feedback: _Text | None = None
     stop_reason: StopReason | None = None
     raw_stop_reason: _Text | None = None

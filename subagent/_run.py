@@ -137,6 +137,7 @@ class _Verdict:
     tool_messages: list[Message] | None = None  # a tool turn's exchange, kept in context
     note: str | None = None  # feedback after a tool turn (an invalid final tool answer)
     calls: list[ToolCall] | None = None  # the calls the reply asked for, with their ids
+    summary: str | None = None  # the error without text of the reply (else from error_type)
 
 
 # The run in progress in this task: its model, tracer provider and nesting depth, so an
@@ -219,7 +220,7 @@ class _Run:
         self._failure: Failure | None = None
         self._observer: Observer = observer_for_run(
             parts.name, options.llm, options.tracer_provider, options.on_event, options.on_text,
-            events,
+            events, parts.toolbox.tools,
         )  # fmt: skip
         self._started = 0.0
         self._depth = current_depth() + 1  # how deep this run is nested (0: top level)
@@ -345,6 +346,7 @@ class _Run:
                     tool_calls=self._interrupted_calls(response),
                     tool_results=self._interrupted_results(),
                     error="cancelled before the turn completed", error_type="cancelled",
+                    error_summary="cancelled before the turn completed",
                     stop_reason=response.stop_reason if response else None,
                     usage=response.usage if response else _NO_USAGE,
                     messages_sent=len(messages), messages_collapsed=collapsed,
@@ -367,6 +369,7 @@ class _Run:
                 "tool_results": list(verdict.tool_results),
                 "error": None if error is None else scrub_surrogates(error),
                 "error_type": verdict.error_type,
+                "error_summary": None if error is None else _summary(verdict),
                 "feedback": None if feedback is None else scrub_surrogates(feedback),
                 "stop_reason": response.stop_reason if response else None,
                 "raw_stop_reason": response.raw_stop_reason if response else None,
@@ -444,7 +447,8 @@ class _Run:
                             error_type="explicit_fail")  # fmt: skip
         parsed: ParseResult = self._parts.contract.parse(text, templates)
         if not parsed.ok:
-            return _Verdict(TurnOutcome.ERROR, Trigger.MISSED, parsed.feedback, "invalid_output")
+            return _Verdict(TurnOutcome.ERROR, Trigger.MISSED, parsed.feedback, "invalid_output",
+                            summary=parsed.summary or None)  # fmt: skip
         value = parsed.value
         if self._parts.validators:
             token = self._nesting()
@@ -454,7 +458,9 @@ class _Run:
                 _CURRENT.reset(token)
             if not validation.valid:
                 error = templates.render("validation_failed", errors=list(validation.errors))
-                return _Verdict(TurnOutcome.ERROR, Trigger.MISSED, error, "validation_failed")
+                count = len(validation.errors)
+                return _Verdict(TurnOutcome.ERROR, Trigger.MISSED, error, "validation_failed",
+                                summary=f"{count} validation error(s)")  # fmt: skip
         return _Verdict(TurnOutcome.SUCCESS, Trigger.RETURNED, output=value)
 
     async def _run_tools(self, response: LLMResponse, calls: list[ToolCall]) -> _Verdict:
@@ -496,7 +502,7 @@ class _Run:
             )
             return _Verdict(TurnOutcome.ERROR, Trigger.USED_TOOLS, answer.error,
                             answer.error_type, tool_results=results, tool_messages=exchange,
-                            note=note, calls=calls)  # fmt: skip
+                            note=note, calls=calls, summary=answer.summary)  # fmt: skip
         failed = [result for result in results if not result.ok]
         if failed:
             error = "\n".join(f"{result.name}: {result.error_type}" for result in failed)
@@ -689,6 +695,22 @@ class _Deltas:
             sent = self._chat.text(piece)
         if sent is not None:
             waiting.append(sent)
+
+
+def _summary(verdict: _Verdict) -> str:
+    """What was wrong with a turn, without text from the model or a tool (for traces)."""
+    if verdict.summary:
+        return f"{verdict.error_type}: {verdict.summary}"
+    kind = verdict.error_type or verdict.outcome.value
+    if kind == "tool_error":
+        failed = [r for r in verdict.tool_results if not r.ok]
+        return "tool_error: " + ", ".join(
+            f"{'(unknown tool)' if r.error_type == 'unknown_tool' else r.name} {r.error_type}"
+            for r in failed
+        )
+    if kind == "tools_unavailable":
+        return f"tools_unavailable: {len(verdict.tool_results)} call(s) refused"
+    return kind
 
 
 def _in_turn(waiting: list[Awaitable[None]]) -> Awaitable[None] | None:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Span as SdkSpan
@@ -19,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic import BaseModel
 
 from subagent import SubAgent
+from subagent.observe import CAPTURE_CONTENT_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -98,3 +100,11 @@ def run_example(name: str, timeout: float = 60) -> str:
                             text=True, timeout=timeout, check=False)  # fmt: skip
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+def set_capture(monkeypatch: pytest.MonkeyPatch, on: bool) -> None:
+    """Turn message-content capture on or off for one test (read when a run starts)."""
+    if on:
+        monkeypatch.setenv(CAPTURE_CONTENT_ENV, "true")
+    else:
+        monkeypatch.delenv(CAPTURE_CONTENT_ENV, raising=False)

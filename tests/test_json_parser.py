@@ -1,7 +1,7 @@
 import json
 
 import pytest
-from pydantic import BaseModel, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, field_validator
 
 from subagent import ConfigurationError, ScriptedLLM, SubAgent
 from subagent._templates import default_templates
@@ -202,3 +202,28 @@ async def test_json_parser_drives_a_subagent_through_a_correction() -> None:
     assert step.turns[0].feedback is not None
     assert "- items.0.qty: Field required" in step.turns[0].feedback
     assert json_parser(Order).instructions in llm.requests[0].messages[0].content
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    items: list[Item]
+    scores: dict[str, int]
+
+
+@pytest.mark.parametrize(
+    ("reply", "summary"),
+    [
+        ("no json at all", "no JSON found"),
+        ('{"items": [}', "invalid JSON at line 1 column 12"),
+        ('{"items": [{"name": "a", "qty": "many"}], "scores": {}}', "items.0.qty: int_parsing"),
+        (
+            '{"items": [{"name": "a", "qty": 1}, {}], "scores": {"zebra": "x"}, "zebra": 1}',
+            "items.1.name: missing; items.1.qty: missing; scores.*: int_parsing;"
+            " *: extra_forbidden",
+        ),
+    ],
+)
+def test_failure_summary_names_schema_fields_and_hides_keys_the_reply_made_up(
+    reply: str, summary: str
+) -> None:
+    assert json_parser(Strict)(reply).summary == summary

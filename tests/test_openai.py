@@ -19,6 +19,7 @@ from openai_server import RecordedRequest, Reply, ScriptedServer, completion, ss
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from support import set_capture
 
 from subagent import RetryPolicy, SubAgent
 from subagent._errors import ConfigurationError, ErrorKind, LLMError
@@ -36,7 +37,6 @@ from subagent.llm import (
     parse_subagent_llm,
     tool_calls_in_text,
 )
-from subagent.observe import CAPTURE_CONTENT_ENV
 
 pytestmark = pytest.mark.anyio
 
@@ -877,10 +877,7 @@ async def test_an_echoed_key_never_reaches_the_error(server: ScriptedServer, cas
 async def test_an_echoed_key_is_in_no_record_and_no_span(
     server: ScriptedServer, monkeypatch: pytest.MonkeyPatch, case: str, capture: bool
 ) -> None:
-    if capture:
-        monkeypatch.setenv(CAPTURE_CONTENT_ENV, "true")
-    else:
-        monkeypatch.delenv(CAPTURE_CONTENT_ENV, raising=False)
+    set_capture(monkeypatch, capture)
     reply, _ = ECHOES[case]
     server.script(reply, reply)  # a 500 is retried once
     exporter = InMemorySpanExporter()

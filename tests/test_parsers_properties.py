@@ -6,9 +6,9 @@ from typing import Any
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
-from subagent.parsers._json import json_parser
+from subagent.parsers._json import json_parser, schema_names
 from subagent.parsers._json_extract import extract_json, repair_json
 from subagent.parsers._result import ParseResult
 from subagent.parsers._sections import multi_section_parser
@@ -42,6 +42,27 @@ class Invoice(BaseModel):
 
 
 PARSER = json_parser(Invoice)
+
+
+class Tally(BaseModel):
+    """Keys the reply chooses (a dict) and keys it must not add (extra forbidden)."""
+
+    model_config = ConfigDict(extra="forbid")
+    counts: dict[str, int]
+    lines: list[Line]
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=12,
+)
+NEAR_MISSES = st.fixed_dictionaries(
+    {"counts": JSON_VALUES, "lines": st.lists(st.dictionaries(st.text(), JSON_VALUES), max_size=2)},
+    optional={"number": JSON_VALUES, "customer": JSON_VALUES},
+).flatmap(lambda known: st.dictionaries(st.text(), JSON_VALUES, max_size=3).map(
+    lambda extra: {**extra, **known}))  # fmt: skip
+FIXED_SUMMARY = re.compile(r"no JSON found|invalid JSON at line \d+ column \d+")
 
 
 # --- never an exception -------------------------------------------------------------------
@@ -90,6 +111,28 @@ def test_json_parser_returns_a_parse_result_for_any_text(text: str) -> None:
     result = PARSER(text)
     assert isinstance(result, ParseResult)
     assert isinstance(result.data, Invoice) if result.ok else result.feedback
+
+
+@SETTINGS
+@given(
+    reply=st.one_of(ANY_TEXT, JSON_VALUES.map(json.dumps), NEAR_MISSES.map(json.dumps)),
+    output=st.sampled_from([Invoice, Tally]),
+)
+def test_a_failure_summary_holds_only_schema_names_and_error_types(
+    reply: str, output: type[BaseModel]
+) -> None:
+    parser = json_parser(output)
+    result = parser(reply)
+    assume(not result.ok)
+    assert result.summary  # what a trace shows when message content is not captured
+    if FIXED_SUMMARY.fullmatch(result.summary):
+        return
+    names = schema_names(parser.schema)
+    for error in result.summary.split("; "):
+        where, _, kind = error.rpartition(": ")
+        assert re.fullmatch("[a-z_]+", kind), error
+        for part in where.split("."):
+            assert part in names or part.isdigit() or part in ("*", "(root)"), error
 
 
 @SETTINGS

@@ -14,7 +14,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, StatusCode
-from support import CALC, Answer, Traced, attrs, parent_id, span_id
+from support import CALC, Answer, Traced, attrs, parent_id, set_capture, span_id
 
 from subagent import (
     ErrorKind,
@@ -28,6 +28,7 @@ from subagent import (
     RunEvent,
     RunStarted,
     ScriptedLLM,
+    Step,
     SubAgent,
     ToolCall,
     Turn,
@@ -39,7 +40,6 @@ from subagent import (
 )
 from subagent.observe import NO_OBSERVER, observer_for_run, span_observer
 from subagent.observe._otel import (
-    CAPTURE_CONTENT_ENV,
     CONTENT_LIMIT,
     ERROR_TEXT_LIMIT,
     _tracer_for,
@@ -112,9 +112,10 @@ async def test_run_that_recovers_through_a_retry_has_an_unset_run_status_and_a_r
 
     assert failed.status.status_code is StatusCode.ERROR
     assert failed.status.description is not None
-    assert "valid integer" in failed.status.description
+    # Without content capture, the error is summarised: field and error type, no reply text.
+    assert failed.status.description == "invalid_output: value: int_parsing"
     failed_attrs = attrs(failed)
-    assert "three" in failed_attrs.pop("subagent.turn.error")
+    assert failed_attrs.pop("subagent.turn.error") == "invalid_output: value: int_parsing"
     assert failed_attrs == {
         "subagent.turn.index": 1,
         "subagent.turn.type": "must_return",
@@ -264,8 +265,7 @@ async def test_transport_retries_are_events_on_the_chat_span(traced: Traced) -> 
         "error.type": "rate_limit",
         "subagent.retry.attempt": 1,
         "subagent.retry.delay_s": 0.0,
-        "exception.message": "slow down",
-    }
+    }  # the server's message only with content capture
 
 
 async def test_span_names_stay_low_cardinality_across_inputs(traced: Traced) -> None:
@@ -291,7 +291,7 @@ def _content_attributes(traced: Traced) -> set[str]:
 async def test_message_content_is_not_recorded_by_default(
     traced: Traced, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(CAPTURE_CONTENT_ENV, raising=False)
+    set_capture(monkeypatch, False)
     llm = ScriptedLLM(
         [LLMResponse(tool_calls=[ToolCall(name="add", arguments={"a": 1, "b": 2})]), '{"value": 3}']
     )
@@ -305,7 +305,7 @@ async def test_message_content_is_not_recorded_by_default(
 async def test_message_content_is_semconv_json_when_opted_in(
     traced: Traced, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(CAPTURE_CONTENT_ENV, "true")
+    set_capture(monkeypatch, True)
     llm = ScriptedLLM(
         [
             LLMResponse(tool_calls=[ToolCall(name="add", arguments={"a": 1, "b": 2}, id="t1")]),
@@ -343,10 +343,110 @@ async def test_message_content_is_semconv_json_when_opted_in(
     assert "3" in attrs(tool)["gen_ai.tool.call.result"]
 
 
+MARK = "zebra"
+"""A word that only the model, the caller and a tool write: never the runtime."""
+
+
+def lookup(key: str) -> int:
+    """Look a key up."""
+    raise LookupError(f"no entry for {key}")  # the exception's text quotes the model
+
+
+LEAKY = SubAgent(name="leaky", prompt="Answer {{question}}", output=Answer, tools=[lookup])
+
+
+async def _run_leaky_runs(traced: Traced) -> list[Step[Any]]:
+    """Runs that put the model's text into every place a span could pick it up."""
+    retry = RetryPolicy(max_attempts=2, initial_delay=0, jitter=0)
+    calls = [
+        ToolCall(name="lookup", arguments={"key": f"{MARK}-1", f"{MARK}_extra": 1}),
+        ToolCall(name=f"{MARK}_tool", arguments={"x": 1}),
+    ]
+    scripts: list[list[Any]] = [
+        [
+            LLMError(ErrorKind.SERVER_ERROR, f"overloaded by {MARK}", status_code=500),
+            LLMResponse(tool_calls=calls),
+            f"the {MARK} says three",
+            f'{{"value": "still {MARK}"}}',
+        ],
+        [f'{{"fail": "the {MARK} is missing"}}'],
+        [LLMError(ErrorKind.BAD_REQUEST, f"no such {MARK}", status_code=400)],
+    ]
+    options: dict[str, Any] = {"max_turns": 2, "return_retries": 1, "retry_policy": retry,
+                               "tracer_provider": traced.provider}  # fmt: skip
+    question = {"question": f"where is the {MARK}?"}
+    return [await LEAKY.run(question, llm=ScriptedLLM(script), **options) for script in scripts]
+
+
+def _places_of(word: str, traced: Traced) -> set[str]:
+    """Where a word appears in the finished spans: names, attributes, statuses, events."""
+    places: set[str] = set()
+    for span in traced.spans:
+        if word in span.name:
+            places.add("span name")
+        for key, value in attrs(span).items():
+            if word in str(value):
+                places.add(key)
+        if word in (span.status.description or ""):
+            places.add(f"status of {span.name.split()[0]}")
+        for event in span.events:
+            for key, value in (event.attributes or {}).items():
+                if word in str(value):
+                    places.add(f"{event.name} {key}")
+    return places
+
+
+async def test_without_capture_no_span_holds_text_of_the_model_a_tool_or_the_caller(
+    traced: Traced, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_capture(monkeypatch, False)
+    budget, fail, error = await _run_leaky_runs(traced)
+    # The runs did what they were scripted to do, and their records keep every word...
+    assert budget.failure is not None and budget.failure.reason is FailReason.BUDGET_EXHAUSTED
+    assert fail.failure is not None and fail.failure.reason is FailReason.EXPLICIT_FAIL
+    assert error.failure is not None and error.failure.reason is FailReason.LLM_ERROR
+    assert MARK in budget.failure.message and MARK in fail.failure.message
+    # ...while the spans keep the runtime's own words only.
+    assert _places_of(MARK, traced) == set()
+    runs = {span.status.description for span in traced.spans if span.name == "invoke_agent leaky"}
+    assert runs == {
+        "explicit_fail",
+        "llm_error: bad_request",
+        "no valid answer within max_turns=2 and return_retries=1;"
+        " last error: invalid_output: value: int_parsing",
+    }
+    assert len(traced.named("execute_tool unknown_tool")) == 1
+    tool = attrs(traced.one("execute_tool lookup"))
+    assert tool["subagent.tool.pruned_count"] == 1
+    assert traced.one("execute_tool lookup").status.description == "LookupError"
+
+
+async def test_with_capture_the_spans_hold_the_text_wherever_it_explains_a_failure(
+    traced: Traced, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_capture(monkeypatch, True)
+    await _run_leaky_runs(traced)
+    assert _places_of(MARK, traced) == {
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+        "gen_ai.tool.name",  # the unknown tool's; its span name stays low-cardinality
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+        "subagent.tool.pruned_arguments",
+        "subagent.turn.error",
+        "status of invoke_agent",
+        "status of agent_turn",
+        "status of chat",
+        "status of execute_tool",
+        "transport_retry exception.message",
+    }
+    assert len(traced.named("execute_tool unknown_tool")) == 1
+
+
 async def test_captured_content_is_size_capped_and_stays_valid_json(
     traced: Traced, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(CAPTURE_CONTENT_ENV, "true")
+    set_capture(monkeypatch, True)
     llm = ScriptedLLM(["x" * 50_000, "y" * 50_000, '{"value": 1}'])
     await CALC.run(
         {"question": "q " * 30_000},
@@ -563,7 +663,8 @@ def test_tracer_is_cached_per_provider_without_keeping_it_alive() -> None:
     assert gone() is None
 
 
-def test_turn_error_text_is_truncated(traced: Traced) -> None:
+def test_turn_error_text_is_truncated(traced: Traced, monkeypatch: pytest.MonkeyPatch) -> None:
+    set_capture(monkeypatch, True)
     observer = span_observer("calc", traced.provider, ScriptedLLM())
     assert observer is not None
     with observer.turn(1, TurnType.NORMAL, 2, 0, None, None, 0, 2, 0) as turn:

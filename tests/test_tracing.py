@@ -258,7 +258,7 @@ async def test_spans_reach_an_otlp_receiver_with_kinds_resource_and_statuses(
 
     assert run.status.code == WireStatus.STATUS_CODE_UNSET
     assert turns["must_return"].status.code == WireStatus.STATUS_CODE_ERROR
-    assert "valid integer" in turns["must_return"].status.message
+    assert turns["must_return"].status.message == "invalid_output: value: int_parsing"
     assert turns["retry"].status.code == WireStatus.STATUS_CODE_UNSET
 
     run_attributes = wire_attributes(run)

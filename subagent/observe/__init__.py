@@ -19,7 +19,7 @@ base modules. The run loop reports into it; it never calls back into the loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 
 from opentelemetry.trace import TracerProvider
 
@@ -50,6 +50,7 @@ from subagent.observe._otel import (
     CAPTURE_CONTENT_ENV,
     CONTENT_LIMIT,
     ERROR_TEXT_LIMIT,
+    UNKNOWN_TOOL,
     SpanObserver,
     capture_enabled,
     span_observer,
@@ -62,6 +63,7 @@ __all__ = [
     "DELTA_ROOM",
     "ERROR_TEXT_LIMIT",
     "NO_OBSERVER",
+    "UNKNOWN_TOOL",
     "ChatScope",
     "EventHandler",
     "EventObserver",
@@ -96,6 +98,7 @@ def observer_for_run(
     on_event: EventHandler | None,
     on_text: Callable[[str], object] | None,
     events: EventQueue | None = None,
+    tool_names: Container[str] = (),
 ) -> Observer:
     """The observer of one run: its spans, its callbacks, its event stream.
 
@@ -104,7 +107,7 @@ def observer_for_run(
     return combine(
         [
             EventObserver(agent, on_event) if on_event is not None else None,
-            span_observer(agent, tracer_provider, llm),
+            span_observer(agent, tracer_provider, llm, tool_names),
             TextObserver(on_text) if on_text is not None else None,
             StreamObserver(agent, events) if events is not None else None,
         ]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 import weakref
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from contextvars import Token
 from types import TracebackType
 from typing import Any
@@ -40,7 +40,7 @@ from opentelemetry.util.types import AttributeValue
 
 from subagent.__about__ import __version__
 from subagent._errors import LLMError
-from subagent._records import Step, ToolResult, Turn, TurnOutcome, TurnType
+from subagent._records import FailReason, Step, ToolResult, Turn, TurnOutcome, TurnType
 from subagent._text import shorten
 from subagent.llm import LLMRequest, LLMResponse, Message, ToolCall, TransportRetry
 from subagent.observe._observer import ChatScope, Observer, RunScope, ToolScope, TurnScope
@@ -49,6 +49,7 @@ __all__ = [
     "CAPTURE_CONTENT_ENV",
     "CONTENT_LIMIT",
     "ERROR_TEXT_LIMIT",
+    "UNKNOWN_TOOL",
     "SpanObserver",
     "capture_enabled",
     "span_observer",
@@ -56,6 +57,8 @@ __all__ = [
 
 CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 """Set to ``true`` to record prompts, replies, tool arguments and results on spans."""
+UNKNOWN_TOOL = "unknown_tool"
+"""The tool name traced for a call naming a tool the agent does not have (capture off)."""
 ERROR_TEXT_LIMIT = 1_000
 """Characters kept of an error text (``subagent.turn.error``, status descriptions)."""
 CONTENT_LIMIT = 16_384
@@ -120,11 +123,35 @@ def _fail(
     span.set_status(Status(StatusCode.ERROR, shorten(description, ERROR_TEXT_LIMIT)))
 
 
-def _exception_error(exc: BaseException) -> tuple[str, str]:
-    """``(error.type, description)`` of an exception that ended a span early."""
+def _exception_error(exc: BaseException, capture: bool) -> tuple[str, str]:
+    """``(error.type, description)`` of an exception that ended a span early.
+
+    Without content capture, the description is the exception's class only: its message
+    may quote a reply or a tool.
+    """
     if _is_cancellation(exc):
         return "cancelled", "cancelled before it completed"
-    return type(exc).__qualname__, f"{type(exc).__name__}: {exc}"
+    name = type(exc).__qualname__
+    return name, f"{type(exc).__name__}: {exc}" if capture else name
+
+
+def _failure_description(step: Step[Any], capture: bool) -> str:
+    """Why a run failed, for its span: without content capture, no text of a reply."""
+    failure = step.failure
+    assert failure is not None
+    if capture:
+        return failure.message
+    reason = failure.reason
+    if reason is FailReason.BUDGET_EXHAUSTED:
+        # The message is the runtime's "no valid answer within ...; last error: <text>".
+        within = failure.message.partition("; last error: ")[0]
+        last = step.turns[-1].error_summary if step.turns else None
+        return f"{within}; last error: {last}" if last else within
+    if reason is FailReason.LLM_ERROR and failure.error_kind is not None:
+        return f"llm_error: {failure.error_kind.value}"
+    if reason in (FailReason.TIMEOUT, FailReason.CANCELLED):
+        return failure.message  # the runtime's own words (a limit, a stop)
+    return reason.value  # an explicit fail's reason is the model's text
 
 
 # --- message content (only when capture is on) ---
@@ -184,11 +211,12 @@ class _SpanScope:
     a block left by an exception before that is described by :meth:`_interrupted`.
     """
 
-    __slots__ = ("_described", "_span", "_token")
+    __slots__ = ("_capture", "_described", "_span", "_token")
     _token: Token[Context]
 
-    def __init__(self, span: Span):
+    def __init__(self, span: Span, capture: bool):
         self._span = span
+        self._capture = capture
         self._described = False
 
     def __enter__(self) -> Any:
@@ -211,7 +239,7 @@ class _SpanScope:
 
     def _interrupted(self, span: Span, exc: BaseException) -> None:
         attributes: dict[str, AttributeValue] = {}
-        _fail(span, attributes, *_exception_error(exc))
+        _fail(span, attributes, *_exception_error(exc, self._capture))
         span.set_attributes(attributes)
 
 
@@ -236,11 +264,11 @@ class _RunSpan(_SpanScope):
         if failure is not None:
             reason = failure.reason.value
             attributes["subagent.failure.reason"] = reason
-            _fail(span, attributes, reason, failure.message)
+            _fail(span, attributes, reason, _failure_description(step, self._capture))
         span.set_attributes(attributes)
 
     def _interrupted(self, span: Span, exc: BaseException) -> None:
-        error_type, description = _exception_error(exc)
+        error_type, description = _exception_error(exc, self._capture)
         attributes: dict[str, AttributeValue] = {
             "subagent.outcome": "failed",
             "subagent.failure.reason": "cancelled" if _is_cancellation(exc) else "error",
@@ -252,8 +280,8 @@ class _RunSpan(_SpanScope):
 class _TurnSpan(_SpanScope):
     __slots__ = ("_budget",)
 
-    def __init__(self, span: Span, budget: tuple[int, int]):
-        super().__init__(span)
+    def __init__(self, span: Span, capture: bool, budget: tuple[int, int]):
+        super().__init__(span, capture)
         self._budget = budget  # (work, retries) at the start: what is left if cut short
 
     def ended(self, turn: Turn) -> None:
@@ -267,7 +295,7 @@ class _TurnSpan(_SpanScope):
         }
         if turn.stop_reason is not None:
             attributes["gen_ai.response.finish_reasons"] = (turn.stop_reason.value,)
-        error = turn.error
+        error = turn.error if self._capture else turn.error_summary
         if error is not None:
             attributes["subagent.turn.error"] = shorten(error, ERROR_TEXT_LIMIT)
         span = self._span
@@ -276,7 +304,7 @@ class _TurnSpan(_SpanScope):
         span.set_attributes(attributes)
 
     def _interrupted(self, span: Span, exc: BaseException) -> None:
-        error, description = _exception_error(exc)
+        error, description = _exception_error(exc, self._capture)
         work, retries = self._budget
         attributes: dict[str, AttributeValue] = {
             "subagent.turn.error": description,
@@ -288,22 +316,17 @@ class _TurnSpan(_SpanScope):
 
 
 class _ChatSpan(_SpanScope):
-    __slots__ = ("_capture",)
-
-    def __init__(self, span: Span, capture: bool):
-        super().__init__(span)
-        self._capture = capture
+    __slots__ = ()
 
     def retried(self, retry: TransportRetry) -> None:
-        self._span.add_event(
-            "transport_retry",
-            {
-                "error.type": retry.kind.value,
-                "subagent.retry.attempt": retry.attempt,
-                "subagent.retry.delay_s": retry.delay_s,
-                "exception.message": shorten(retry.message, ERROR_TEXT_LIMIT),
-            },
-        )
+        event: dict[str, AttributeValue] = {
+            "error.type": retry.kind.value,
+            "subagent.retry.attempt": retry.attempt,
+            "subagent.retry.delay_s": retry.delay_s,
+        }
+        if self._capture:  # a server's message may quote the request
+            event["exception.message"] = shorten(retry.message, ERROR_TEXT_LIMIT)
+        self._span.add_event("transport_retry", event)
 
     def text(self, piece: str) -> None:
         return None
@@ -328,26 +351,28 @@ class _ChatSpan(_SpanScope):
     def _interrupted(self, span: Span, exc: BaseException) -> None:
         attributes: dict[str, AttributeValue] = {}
         if isinstance(exc, LLMError):
-            _fail(span, attributes, exc.kind.value, str(exc))
+            status = f" (HTTP {exc.status_code})" if exc.status_code is not None else ""
+            description = str(exc) if self._capture else f"{exc.kind.value}{status}"
+            _fail(span, attributes, exc.kind.value, description)
         else:
-            _fail(span, attributes, *_exception_error(exc))
+            _fail(span, attributes, *_exception_error(exc, self._capture))
         span.set_attributes(attributes)
 
 
 class _ToolSpan(_SpanScope):
-    __slots__ = ("_capture",)
-
-    def __init__(self, span: Span, capture: bool):
-        super().__init__(span)
-        self._capture = capture
+    __slots__ = ()
 
     def returned(self, result: ToolResult) -> None:
         self._described = True
         attributes: dict[str, AttributeValue] = {}
         if result.pruned_arguments:
-            attributes["subagent.tool.pruned_arguments"] = tuple(result.pruned_arguments)
+            attributes["subagent.tool.pruned_count"] = len(result.pruned_arguments)
+            if self._capture:  # names the model made up
+                attributes["subagent.tool.pruned_arguments"] = tuple(result.pruned_arguments)
         if not result.ok:
-            _fail(self._span, attributes, result.error_type or "tool_error", result.content)
+            error_type = result.error_type or "tool_error"
+            description = result.content if self._capture else error_type
+            _fail(self._span, attributes, error_type, description)
         if self._capture:
             attributes["gen_ai.tool.call.result"] = shorten(result.content, CONTENT_LIMIT)
         if attributes:
@@ -360,12 +385,15 @@ class SpanObserver(Observer):
     Build it with :func:`span_observer`, which returns ``None`` when there is no tracer.
     """
 
-    __slots__ = ("_agent", "_capture", "_chat_attributes", "_chat_name", "_llm", "_tracer")
+    __slots__ = (
+        "_agent", "_capture", "_chat_attributes", "_chat_name", "_llm", "_tool_names", "_tracer",
+    )  # fmt: skip
 
-    def __init__(self, agent: str, tracer: Tracer, llm: object):
+    def __init__(self, agent: str, tracer: Tracer, llm: object, tool_names: Container[str] = ()):
         self._agent = agent
         self._tracer = tracer
         self._llm = llm
+        self._tool_names = tool_names
         self._capture = capture_enabled()
         self._chat_attributes: dict[str, AttributeValue] | None = None
         self._chat_name = "chat"
@@ -383,7 +411,7 @@ class SpanObserver(Observer):
         span = self._tracer.start_span(
             f"invoke_agent {self._agent}", kind=SpanKind.INTERNAL, attributes=attributes
         )
-        return _RunSpan(span)
+        return _RunSpan(span, self._capture)
 
     def turn(
         self,
@@ -412,7 +440,7 @@ class SpanObserver(Observer):
         span = self._tracer.start_span(
             f"agent_turn {type_name}", kind=SpanKind.INTERNAL, attributes=attributes
         )
-        return _TurnSpan(span, (work_remaining, retries_remaining))
+        return _TurnSpan(span, self._capture, (work_remaining, retries_remaining))
 
     def _chat_base(self, request: LLMRequest) -> dict[str, AttributeValue]:
         """The chat attributes that stay the same for the whole run (computed once)."""
@@ -450,9 +478,13 @@ class SpanObserver(Observer):
         return _ChatSpan(span, self._capture)
 
     def tool(self, call: ToolCall) -> ToolScope:
+        # A name the agent does not offer is the model's text: it goes on the span only
+        # with content capture, and never into the span's name (kept low-cardinality).
+        known = call.name in self._tool_names
+        name = call.name if known else UNKNOWN_TOOL
         attributes: dict[str, AttributeValue] = {
             "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": call.name,
+            "gen_ai.tool.name": call.name if known or self._capture else name,
             "gen_ai.tool.call.id": call.id,
             "gen_ai.tool.type": "function",
         }
@@ -464,14 +496,25 @@ class SpanObserver(Observer):
             )
             attributes["gen_ai.tool.call.arguments"] = shorten(arguments, CONTENT_LIMIT)
         span = self._tracer.start_span(
-            f"execute_tool {call.name}", kind=SpanKind.INTERNAL, attributes=attributes
+            f"execute_tool {name}", kind=SpanKind.INTERNAL, attributes=attributes
         )
         return _ToolSpan(span, self._capture)
 
 
 def span_observer(
-    agent: str, tracer_provider: trace.TracerProvider | None, llm: object
+    agent: str,
+    tracer_provider: trace.TracerProvider | None,
+    llm: object,
+    tool_names: Container[str] = (),
 ) -> SpanObserver | None:
-    """The run's span observer, or ``None`` when no tracer provider is configured."""
+    """The run's span observer, or ``None`` when no tracer provider is configured.
+
+    Args:
+        agent: The agent's name (``invoke_agent {agent}``).
+        tracer_provider: The provider to trace to; ``None`` for the global one.
+        llm: The model client, read for its model, provider and server attributes.
+        tool_names: The agent's tools. A call naming any other tool traces as
+            :data:`UNKNOWN_TOOL` unless content capture is on.
+    """
     tracer = _tracer_for(tracer_provider)
-    return None if tracer is None else SpanObserver(agent, tracer, llm)
+    return None if tracer is None else SpanObserver(agent, tracer, llm, tool_names)

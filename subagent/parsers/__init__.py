@@ -21,7 +21,13 @@ from subagent.parsers._contract import (
     build_contract,
     detect_explicit_fail,
 )
-from subagent.parsers._json import JSONParser, format_validation_errors, json_parser
+from subagent.parsers._json import (
+    JSONParser,
+    format_validation_errors,
+    json_parser,
+    schema_names,
+    validation_summary,
+)
 from subagent.parsers._json_extract import JSONExtraction, extract_json, iter_json_candidates
 from subagent.parsers._result import OutputParser, ParseResult, coerce_parse_result
 from subagent.parsers._sections import (
@@ -60,5 +66,7 @@ __all__ = [
     "json_parser",
     "multi_section_parser",
     "run_validators",
+    "schema_names",
     "sections_parser",
+    "validation_summary",
 ]

@@ -74,13 +74,17 @@ class OutputContract:
         limit = self.max_reply_chars
         if limit is not None and len(text) > limit:
             return ParseResult.error(
-                templates.render("reply_too_long", length=f"{len(text):,}", limit=f"{limit:,}")
+                templates.render("reply_too_long", length=f"{len(text):,}", limit=f"{limit:,}"),
+                summary=f"reply too long ({len(text):,} characters)",
             )
         result = self._parse(text, templates)
         if result.ok and self.may_hold_floats:
             location = first_non_finite(result.value)
             if location is not None:
-                return ParseResult.error(templates.render("non_finite_output", location=location))
+                return ParseResult.error(
+                    templates.render("non_finite_output", location=location),
+                    summary=f"non-finite number at {location}",
+                )
         return result
 
     def _parse(self, text: str, templates: TemplateSet) -> ParseResult:

@@ -11,7 +11,7 @@ field with its location, message and the received value (``invalid_output``).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from typing import Any, Generic, TypeVar, overload
 
 from pydantic import TypeAdapter, ValidationError
@@ -22,7 +22,7 @@ from subagent._text import fence, shorten
 from subagent.parsers._json_extract import JSONExtraction, iter_json_candidates
 from subagent.parsers._result import ParseResult
 
-__all__ = ["JSONParser", "format_validation_errors", "json_parser"]
+__all__ = ["JSONParser", "format_validation_errors", "json_parser", "validation_summary"]
 
 T = TypeVar("T")
 _RECEIVED_LIMIT = 80
@@ -41,6 +41,48 @@ def format_validation_errors(exc: ValidationError) -> list[dict[str, str]]:
         received = "" if error["type"] == "missing" else _short_repr(error.get("input"))
         items.append({"location": location, "message": error["msg"], "received": received})
     return items
+
+
+def validation_summary(exc: ValidationError, field_names: Container[str] = ()) -> str:
+    """The fields that failed and pydantic's error types, without the values received.
+
+    ``value: int_parsing; items.0.name: missing``: what a trace may show of an invalid
+    output when message content is not captured. A location may hold a key the reply made
+    up (an extra field, a key of a ``dict``), so a name not in ``field_names`` (the
+    schema's, see :func:`schema_names`) is written ``*``.
+    """
+
+    def where(loc: tuple[int | str, ...]) -> str:
+        named = (str(part) if isinstance(part, int) or part in field_names else "*" for part in loc)
+        return ".".join(named) or "(root)"
+
+    return "; ".join(
+        f"{where(error['loc'])}: {error['type']}" for error in exc.errors(include_url=False)
+    )
+
+
+def schema_names(schema: Any) -> frozenset[str]:
+    """Every name a JSON schema defines: properties, titles, ``$defs`` and constants.
+
+    These are the schema author's words, safe to show in :func:`validation_summary`.
+    """
+    names: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            for key in ("properties", "$defs"):
+                if isinstance(node.get(key), dict):
+                    names.update(node[key])
+            for key in ("title", "const"):
+                if isinstance(node.get(key), str):
+                    names.add(node[key])
+            if isinstance(node.get("enum"), list):
+                names.update(value for value in node["enum"] if isinstance(value, str))
+            stack.extend(node.values())
+    return frozenset(names)
 
 
 def _short_repr(value: Any) -> str:
@@ -74,6 +116,7 @@ class JSONParser(Generic[T]):
         self.output_type = output_type
         self.schema_text = json.dumps(self.schema, separators=(",", ":"))
         self._shape = {"object": "{", "array": "["}.get(str(self.schema.get("type")))
+        self._names = schema_names(self.schema)  # what an error summary may name
         if instructions is None:
             instructions = default_templates().render("output_json", schema=self.schema_text)
         self.instructions = instructions.strip()
@@ -100,7 +143,8 @@ class JSONParser(Generic[T]):
                     errors = format_validation_errors(exc)
                     templates = templates or default_templates()
                     return ParseResult.error(
-                        templates.render("invalid_output", errors=errors).strip()
+                        templates.render("invalid_output", errors=errors).strip(),
+                        summary=validation_summary(exc, self._names),
                     )
         templates = templates or default_templates()
         other_shapes: list[JSONExtraction] = []
@@ -119,10 +163,14 @@ class JSONParser(Generic[T]):
         if outcome is not None:
             return outcome
         if first_failure is None:
-            return ParseResult.error(templates.render("json_not_found").strip())
+            return ParseResult.error(templates.render("json_not_found").strip(),
+                                     summary="no JSON found")  # fmt: skip
         if isinstance(first_failure, ValidationError):
             errors = format_validation_errors(first_failure)
-            return ParseResult.error(templates.render("invalid_output", errors=errors).strip())
+            return ParseResult.error(
+                templates.render("invalid_output", errors=errors).strip(),
+                summary=validation_summary(first_failure, self._names),
+            )
         return ParseResult.error(
             templates.render(
                 "json_syntax_error",
@@ -131,7 +179,8 @@ class JSONParser(Generic[T]):
                 column=first_failure.column,
                 excerpt=first_failure.excerpt,
                 fence=fence(first_failure.excerpt),
-            ).strip()
+            ).strip(),
+            summary=f"invalid JSON at line {first_failure.line} column {first_failure.column}",
         )
 
     def _first_valid(

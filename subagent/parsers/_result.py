@@ -22,12 +22,16 @@ class ParseResult:
         data: The parsed value (single-value parsers).
         sections: The parsed sections (multi-section parsers).
         feedback: On error: what is missing or malformed, and how to fix it.
+        summary: On error: what was wrong without any text of the reply (field names,
+            error types, positions), safe for traces and logs; empty when the parser gives
+            none.
     """
 
     ok: bool
     data: Any = None
     sections: Mapping[str, str] | None = None
     feedback: str = ""
+    summary: str = ""
 
     @classmethod
     def success(cls, data: Any = None, *, sections: Mapping[str, str] | None = None) -> ParseResult:
@@ -35,11 +39,14 @@ class ParseResult:
         return cls(True, data, sections)
 
     @classmethod
-    def error(cls, feedback: str) -> ParseResult:
-        """A failed parse; ``feedback`` is shown to the model on the next turn."""
+    def error(cls, feedback: str, *, summary: str = "") -> ParseResult:
+        """A failed parse; ``feedback`` is shown to the model on the next turn.
+
+        ``summary``: the same without any text of the reply (see :attr:`summary`).
+        """
         if not feedback:
             raise ValueError("ParseResult.error needs non-empty feedback for the model")
-        return cls(False, feedback=feedback)
+        return cls(False, feedback=feedback, summary=summary)
 
     @property
     def value(self) -> Any:

@@ -297,10 +297,14 @@ class _HeaderSpec:
         if self.match_any:
             if sections:
                 return ParseResult.success(sections=sections)
-            return ParseResult.error(self._none_found(templates))
+            return ParseResult.error(self._none_found(templates), summary="no section found")
         if len(sections) == len(self.headers):
             return ParseResult.success(sections=sections)
-        return ParseResult.error(self._missing(text, sections, templates))
+        missing = len(self.headers) - len(sections)
+        # Headers are the agent's own text, not the reply's: safe to name in a summary.
+        names = ", ".join(h for h in self.headers if h not in sections)
+        return ParseResult.error(self._missing(text, sections, templates),
+                                 summary=f"{missing} missing section(s): {names}")  # fmt: skip
 
     def _missing(self, text: str, found: dict[str, str], templates: TemplateSet) -> str:
         missing = [header for header in self.headers if header not in found]
@@ -341,8 +345,10 @@ def _parse_divided(text: str, templates: TemplateSet) -> ParseResult:
         if "=====" in line and _is_divider(line):
             previous, last = last, index
     if previous < 0:
-        return ParseResult.error(templates.render("divider_missing", found_one=last >= 0).strip())
+        return ParseResult.error(templates.render("divider_missing", found_one=last >= 0).strip(),
+                                 summary="divider missing")  # fmt: skip
     content = "\n".join(lines[previous + 1 : last]).strip()
     if not content:
-        return ParseResult.error(templates.render("divider_empty").strip())
+        return ParseResult.error(templates.render("divider_empty").strip(),
+                                 summary="empty between the dividers")  # fmt: skip
     return ParseResult.success(content)

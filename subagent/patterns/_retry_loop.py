@@ -21,6 +21,8 @@ from opentelemetry.trace import Span, Status, StatusCode, TracerProvider
 from subagent.__about__ import __version__
 from subagent._checks import check_int, check_seconds
 from subagent._errors import ConfigurationError
+from subagent._text import shorten
+from subagent.observe import ERROR_TEXT_LIMIT, capture_enabled
 from subagent.parsers import Validation, Validator, callable_name, run_validators
 
 __all__ = ["CorrectionError", "RetryLoop", "RetryLoopResult", "retry_loop"]
@@ -130,7 +132,8 @@ class RetryLoop(Generic[T]):
             ParserContractError: A validator raised or broke its contract (a bug, not a
                 correctable failure).
         """
-        verdict = await self._validate(value, 0)
+        capture = capture_enabled()  # validators' and correctors' words reach spans only so
+        verdict = await self._validate(value, 0, capture)
         count = 0
         while not verdict.valid and count < self.max_retries:
             if self.retry_delay:
@@ -147,24 +150,33 @@ class RetryLoop(Generic[T]):
                     if inspect.isawaitable(corrected):
                         corrected = await corrected
                 except Exception as exc:
-                    _mark_error(span, exc)
+                    _mark_error(span, exc, capture)
                     error = CorrectionError(type(exc).__qualname__, str(exc), attempt, exc)
                     return RetryLoopResult(False, value, count, verdict.errors, False, error)
             value, count = corrected, attempt
-            verdict = await self._validate(value, attempt)
+            verdict = await self._validate(value, attempt, capture)
         return RetryLoopResult(
             verdict.valid, value, count, verdict.errors, exhausted=not verdict.valid
         )
 
-    async def _validate(self, value: T, attempt: int) -> Validation:
+    async def _validate(self, value: T, attempt: int, capture: bool) -> Validation:
         with self._tracer.start_as_current_span(
-            "retry_loop.validate", attributes={_ATTEMPT: attempt}
+            "retry_loop.validate",
+            attributes={_ATTEMPT: attempt},
+            record_exception=False,
+            set_status_on_exception=False,
         ) as span:
-            verdict = await run_validators(self.validators, value)
+            try:
+                verdict = await run_validators(self.validators, value)
+            except Exception as exc:
+                _mark_error(span, exc, capture)
+                raise
             span.set_attribute(_VALID, verdict.valid)
             span.set_attribute(_ERROR_COUNT, len(verdict.errors))
             if not verdict.valid:
-                span.set_status(Status(StatusCode.ERROR, "; ".join(verdict.errors)[:1000]))
+                errors = verdict.errors
+                text = "; ".join(errors) if capture else f"{len(errors)} validation error(s)"
+                span.set_status(Status(StatusCode.ERROR, shorten(text, ERROR_TEXT_LIMIT)))
             return verdict
 
     def __repr__(self) -> str:
@@ -175,10 +187,16 @@ class RetryLoop(Generic[T]):
         )
 
 
-def _mark_error(span: Span, exc: BaseException) -> None:
-    span.record_exception(exc)
-    span.set_attribute("error.type", type(exc).__qualname__)
-    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:1000]))
+def _mark_error(span: Span, exc: BaseException, capture: bool) -> None:
+    """An exception on a span: its class always, its message only with content capture."""
+    name = type(exc).__qualname__
+    span.set_attribute("error.type", name)
+    if capture:
+        span.record_exception(exc)
+        text = f"{type(exc).__name__}: {exc}"
+    else:
+        text = name
+    span.set_status(Status(StatusCode.ERROR, shorten(text, ERROR_TEXT_LIMIT)))
 
 
 async def retry_loop(
