@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 from dataclasses import dataclass
@@ -693,3 +694,33 @@ async def test_a_cut_reply_can_be_parsed_instead_of_corrected() -> None:
     parsed = await agent(correct_cut_replies=False).run(llm=ScriptedLLM([cut]), max_turns=1)
     assert parsed.ok and len(parsed.turns) == 1
     assert parsed.stop_reasons == {"length": 1}
+
+
+# --- memory ---
+
+
+async def test_a_finished_run_leaves_no_cyclic_garbage(wire: Wire) -> None:
+    # With thousands of runs in flight every collection walks every live run's objects; a
+    # run that also left reference cycles behind would add to that work after it ended.
+    # Reference counting alone must free a finished run, under both protocols.
+    tools = wire.agent(max_turns=2)
+
+    async def runs() -> None:
+        s1 = await tools.run(llm=ScriptedLLM([wire.answer(BAD), wire.answer(GOOD)]),
+                             max_turns=1, return_retries=2)  # fmt: skip
+        s2 = await tools.run(llm=ScriptedLLM([wire.tool(), wire.answer(GOOD)]))
+        assert s1.ok and s2.ok and len(s1.turns) == len(s2.turns) == 2
+
+    await runs()  # first-use caches (templates, schemas) are not garbage
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        await runs()
+        found = gc.collect()
+        kinds = sorted({type(obj).__qualname__ for obj in gc.garbage})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert found == 0, f"{found} objects in reference cycles: {kinds}"
