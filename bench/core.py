@@ -1,7 +1,8 @@
 """Core benchmark: S1 and S2 on ScriptedLLM, tracing off (issue #2).
 
 S1: one invalid then one valid return, max_turns=1, return_retries=2.
-S2: one tool call then a valid return, max_turns=2.
+S2: one tool call then a valid return, max_turns=2 (the tool runs inline).
+S2 threaded: S2 with the tool in a worker thread, the default for sync tools.
 Prints the median microseconds per run and per LLM call over repeated batches, after a
 warm-up, in one process, plus peak RSS.
 """
@@ -32,6 +33,7 @@ S1_AGENT = SubAgent(name="s1", prompt="Compute {{question}}", output=Answer)
 S2_AGENT = SubAgent(
     name="s2", prompt="Compute {{question}}", output=Answer, tools=[Tool(add, run_in_thread=False)]
 )
+S2_THREADED_AGENT = SubAgent(name="s2", prompt="Compute {{question}}", output=Answer, tools=[add])
 S1_SCRIPT = ['{"value": "three"}', '{"value": 3}']
 S2_SCRIPT = [LLMResponse(tool_calls=[ToolCall(name="add", arguments={"a": 1, "b": 2})]),
              '{"value": 3}']  # fmt: skip
@@ -48,10 +50,12 @@ def s1(**options: object) -> Callable[[], object]:
     return run
 
 
-def s2(**options: object) -> Callable[[], object]:
+def s2(*, threaded: bool = False, **options: object) -> Callable[[], object]:
+    agent = S2_THREADED_AGENT if threaded else S2_AGENT
+
     async def run() -> object:
         llm = ScriptedLLM(S2_SCRIPT)
-        step = await S2_AGENT.run(CONTEXT, llm=llm, max_turns=2, **options)  # type: ignore[arg-type]
+        step = await agent.run(CONTEXT, llm=llm, max_turns=2, **options)  # type: ignore[arg-type]
         assert step.ok and len(step.turns) == 2
         return step
 
@@ -80,10 +84,14 @@ def peak_rss_mib() -> float:
 
 
 async def main() -> dict[str, float]:
-    results = {"S1": await measure(s1()), "S2": await measure(s2())}
+    results = {
+        "S1": await measure(s1()),
+        "S2": await measure(s2()),
+        "S2 threaded": await measure(s2(threaded=True)),
+    }
     print("core (tracing off, ScriptedLLM, asyncio; CPU time)")
     for name, micros in results.items():
-        print(f"  {name}: {micros:8.1f} us/run   {micros / 2:8.1f} us/LLM call")
+        print(f"  {name:<11}: {micros:8.1f} us/run   {micros / 2:8.1f} us/LLM call")
     print(f"  peak RSS: {peak_rss_mib():.1f} MiB")
     return results
 
