@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import venv
 import zipfile
 from pathlib import Path
@@ -63,3 +64,24 @@ def test_installed_wheel_finds_its_templates(wheel: Path, tmp_path: Path) -> Non
                             cwd=tmp_path, timeout=120, check=False)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["ok", str(len(list((ROOT / "prompts").glob("*.mustache"))))]
+
+
+def test_the_architecture_page_maps_every_room_and_layer() -> None:
+    # docs/architecture.md is the living map of the code: a room added or moved without
+    # updating it fails here.
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rooms_block = page.split("## The rooms", 1)[1].split("```", 2)[1]
+    package = ROOT / "subagent"
+    rooms = sorted(
+        f"{path.name}/" if path.is_dir() else path.name
+        for path in package.iterdir()
+        if (path.is_dir() and (path / "__init__.py").exists())
+        or (path.suffix == ".py" and path.name not in ("__init__.py", "__about__.py"))
+    )
+    assert [room for room in rooms if room not in rooms_block] == []
+    layers_table = page.split("## Layers", 1)[1].split("\n\n```", 1)[0]
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    (layered,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    names = [name.strip() for layer in layered["layers"] for name in layer.split("|")]
+    shown = {name: f"`{name}/`" in layers_table or f"`{name}.py`" in layers_table for name in names}
+    assert [name for name, found in shown.items() if not found] == []
