@@ -22,7 +22,9 @@ def _block(text: str, language: str, after_heading: str) -> str:
     return match.group(1)
 
 
-def test_readme_quickstart_runs_as_written() -> None:
+def test_readme_quickstart_runs_alone_in_a_fresh_interpreter() -> None:
+    # The docs harness runs the README's blocks in one namespace; a reader copies the
+    # quickstart alone, so it must need nothing from the page around it.
     code = _block(README, "python", "## Quickstart")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             cwd=ROOT, timeout=60, check=False)  # fmt: skip
