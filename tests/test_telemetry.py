@@ -366,7 +366,7 @@ async def _run_leaky_runs(traced: Traced) -> list[Step[Any]]:
         [
             LLMError(ErrorKind.SERVER_ERROR, f"overloaded by {MARK}", status_code=500),
             LLMResponse(tool_calls=calls),
-            f"the {MARK} says three",
+            LLMResponse(text="three", reasoning=f"the {MARK} says three"),
             f'{{"value": "still {MARK}"}}',
         ],
         [f'{{"fail": "the {MARK} is missing"}}'],
@@ -441,6 +441,19 @@ async def test_with_capture_the_spans_hold_the_text_wherever_it_explains_a_failu
         "transport_retry exception.message",
     }
     assert len(traced.named("execute_tool unknown_tool")) == 1
+
+
+async def test_reasoning_sent_apart_is_a_reasoning_part_of_the_captured_reply(
+    traced: Traced, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_capture(monkeypatch, True)
+    llm = ScriptedLLM([LLMResponse(text='{"value": 3}', reasoning="1+2 is 3")])
+    await CALC.run({"question": "1+2"}, llm=llm, tracer_provider=traced.provider)
+    (reply,) = json.loads(attrs(traced.one("chat scripted"))["gen_ai.output.messages"])
+    assert reply["parts"] == [
+        {"type": "reasoning", "content": "1+2 is 3"},
+        {"type": "text", "content": '{"value": 3}'},
+    ]
 
 
 async def test_captured_content_is_size_capped_and_stays_valid_json(

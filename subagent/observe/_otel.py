@@ -197,7 +197,10 @@ def output_messages_json(response: LLMResponse) -> str:
     """The reply in the GenAI semconv shape, with its finish reason."""
     message = Message.model_construct(role="assistant", content=response.text,
                                       tool_calls=tuple(response.tool_calls))  # fmt: skip
-    return _content_json([{"role": "assistant", "parts": _parts(message),
+    parts = _parts(message)
+    if response.reasoning:  # sent apart from the text (reasoning_content)
+        parts.insert(0, {"type": "reasoning", "content": shorten(response.reasoning, _PART_LIMIT)})
+    return _content_json([{"role": "assistant", "parts": parts,
                            "finish_reason": response.stop_reason.value}])  # fmt: skip
 
 
