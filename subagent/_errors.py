@@ -38,6 +38,18 @@ class SubAgentError(Exception):
 
     turns: tuple[Turn, ...] = ()
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Errors cross process boundaries with a batch's results (multiprocessing, Ray).
+        # Their constructors take other arguments than the message ``args`` holds, so
+        # they are rebuilt without calling ``__init__``: the message, then the attributes.
+        return (_rebuild_error, (type(self), self.args), self.__dict__)
+
+
+def _rebuild_error(cls: type[SubAgentError], args: tuple[Any, ...]) -> SubAgentError:
+    error = cls.__new__(cls)
+    error.args = args
+    return error
+
 
 class ConfigurationError(SubAgentError, ValueError):
     """A definition or run option is invalid. The message names the field and the value.

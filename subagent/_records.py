@@ -328,6 +328,13 @@ class Step(BaseModel, Generic[OutputT]):
         """Number of turns, i.e. LLM calls that got a reply or ended the run."""
         return len(self.turns)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle finds a class by module and name, and a parametrized Step (Step[Answer],
+        # the Step[Any] of a run) has no such name: rebuild it from its output type, so
+        # Steps cross process boundaries (multiprocessing, Ray tasks) as they are.
+        args = self.__pydantic_generic_metadata__["args"]
+        return (_unpickle_step, (args[0] if args else None, self.__getstate__()))
+
     def raise_for_failure(self) -> Self:
         """Return the step if it succeeded.
 
@@ -352,6 +359,14 @@ class Step(BaseModel, Generic[OutputT]):
             extra = f"; {cut} repl{'y' if cut == 1 else 'ies'} hit max_tokens"
         count = len(self.turns)
         return f"{head} in {count} turn{'' if count == 1 else 's'} ({types}){extra}"
+
+
+def _unpickle_step(output_type: Any, state: dict[Any, Any]) -> Step[Any]:
+    """A pickled :class:`Step`, back as the class it was (``Step[output_type]``)."""
+    cls: type[Step[Any]] = Step if output_type is None else Step[output_type]
+    step = cls.__new__(cls)
+    step.__setstate__(state)
+    return step
 
 
 def count_stop_reasons(turns: Iterable[Turn]) -> dict[str, int]:

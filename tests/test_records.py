@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 from typing import Any
 
 import pytest
@@ -12,23 +13,30 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 from support import ROOT
 
+import subagent
 from subagent import (
+    ConfigurationError,
     ErrorKind,
     FailReason,
     Failure,
     LLMError,
     LLMResponse,
+    MissingVariableError,
+    ParserContractError,
     ParseResult,
     RetryPolicy,
     RunFailedError,
     ScriptedLLM,
+    ScriptExhaustedError,
     Step,
     StopReason,
     SubAgent,
+    TemplateError,
     ToolCall,
     TurnType,
 )
 from subagent.testing import ScriptedReply
+from subagent.tools import NestedRunError
 
 
 class Answer(BaseModel):
@@ -48,6 +56,72 @@ def a_run() -> Step[Answer]:
         '{"value": 3}',
     ])  # fmt: skip
     return agent.run_sync(llm=llm, max_turns=2, return_retries=1)
+
+
+def a_nested_run() -> Step[Answer]:
+    child = SubAgent(name="adder", prompt="Add {{a}} and {{b}}", output=Answer, max_turns=1,
+                     llm=ScriptedLLM(['{"value": 3}']))  # fmt: skip
+    parent = SubAgent(name="boss", prompt="Solve", output=Answer, tools=[child.as_tool()])
+    llm = ScriptedLLM([
+        LLMResponse(tool_calls=[ToolCall(name="adder", arguments={"a": "1", "b": "2"})]),
+        '{"value": 3}',
+    ])  # fmt: skip
+    return parent.run_sync(llm=llm, max_turns=2)
+
+
+def a_failed_run() -> Step[Answer]:
+    agent = SubAgent(name="calc", prompt="p", output=Answer)
+    return agent.run_sync(llm=ScriptedLLM(['{"value": "three"}']), max_turns=1)
+
+
+@pytest.mark.parametrize("make", [a_run, a_nested_run, a_failed_run])
+def test_the_steps_of_runs_pickle_as_they_are(make: Any) -> None:
+    # Steps cross process boundaries (multiprocessing, Ray tasks); a run's Step is a
+    # Step[Any], a parametrized class pickle cannot find by name.
+    step = make()
+    restored = pickle.loads(pickle.dumps(step))
+    assert restored == step and type(restored) is type(step)
+    assert restored.usage == step.usage and restored.ok == step.ok
+
+
+def test_a_typed_step_and_the_error_carrying_it_pickle_with_their_output_type() -> None:
+    typed = Step[Answer].model_validate_json(a_failed_run().model_dump_json())
+    restored = pickle.loads(pickle.dumps(typed))
+    assert type(restored) is Step[Answer] and restored == typed
+    error = pickle.loads(pickle.dumps(RunFailedError(typed)))
+    assert isinstance(error, RunFailedError) and error.step == typed
+
+
+def errors_to_pickle() -> list[Exception]:
+    failed = a_failed_run()
+    nested = NestedRunError("the inner agent failed", failed)
+    nested.turns = tuple(failed.turns)  # as on every error raised out of a run
+    return [
+        ConfigurationError("max_turns", "must be an int >= 1, got 0"),
+        TemplateError("unclosed tag", "prompt"),
+        MissingVariableError("question", "prompt"),
+        LLMError(
+            ErrorKind.RATE_LIMIT,
+            "slow down",
+            status_code=429,
+            retry_after=2.0,
+            body="{}",
+            usage=(3, 4),
+        ),
+        RunFailedError(failed),
+        subagent.ThinkError(failed),
+        nested,
+        ScriptExhaustedError("the script has 1 reply"),
+        ParserContractError("the parser raised ValueError"),
+    ]
+
+
+@pytest.mark.parametrize("error", errors_to_pickle(), ids=lambda e: type(e).__name__)
+def test_every_error_pickles_with_its_message_and_attributes(error: Exception) -> None:
+    restored = pickle.loads(pickle.dumps(error))
+    assert type(restored) is type(error)
+    assert str(restored) == str(error) and restored.args == error.args
+    assert vars(restored) == vars(error)
 
 
 def test_step_round_trips_through_json_typed() -> None:
