@@ -9,6 +9,7 @@ model says, and only the adapter's mechanics (stop reasons, tool-call plumbing, 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import aclosing
@@ -249,7 +250,8 @@ def test_the_demo_runs_its_agents_on_the_model_from_the_environment(
     assert f"at {qwen.base_url} (from the environment)" in out
     assert "== calc" in out and "== extract" in out
     # each agent's table ends with its Step summary: done or failed, never an llm_error
-    summaries = [line for line in out.splitlines() if " in " in line and " turns (" in line]
+    summary = re.compile(r"^(done|failed \(.*\)) in \d+ turns? \(")
+    summaries = [line for line in out.splitlines() if summary.match(line)]
     assert len(summaries) == 2, out
     assert all(line.startswith(("done", "failed (budget_exhausted")) for line in summaries), out
 

@@ -132,7 +132,8 @@ async def test_a_corrected_run_arrives_in_phoenix_as_one_trace(
     # statuses: the run recovered, so it looks fine; the failed turn is red
     assert run["status_code"] == "UNSET"
     assert must_return["status_code"] == "ERROR"
-    assert "valid integer" in must_return["status_message"]
+    # content capture is off: the status names the error, not the model's words
+    assert must_return["status_message"] == "invalid_output: value: int_parsing"
     assert {normal["status_code"], retry["status_code"], tool["status_code"]} == {"UNSET"}
     assert {chat["status_code"] for chat in named("chat scripted")} == {"UNSET"}
 
@@ -150,7 +151,7 @@ async def test_a_corrected_run_arrives_in_phoenix_as_one_trace(
     assert (a["subagent.turn.outcome"], a["error.type"]) == ("error", "invalid_output")
     assert (a["subagent.budget.work_remaining"], a["subagent.budget.retries_remaining"]) == (0, 1)
     assert a["subagent.turn.tools_offered"] == 0
-    assert "three" in a["subagent.turn.error"]
+    assert a["subagent.turn.error"] == "invalid_output: value: int_parsing"
     assert a["gen_ai.response.finish_reasons"] == ["stop"]
     a = retry["attributes"]
     assert (a["subagent.retry.attempt"], a["subagent.retry.total"]) == (1, 1)
