@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-peers venv clean docs-screenshot
+.PHONY: demo test lint bench bench-ray bench-peers venv clean docs-screenshot
 
 venv: $(STAMP)
 
@@ -36,6 +36,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+# A batch on Ray's local workers versus run_many in one process (starts a Ray runtime; the
+# figures are in docs/performance.md). Options: make bench-ray ARGS="--runs 2000".
+bench-ray: $(STAMP)
+	$(BIN)/python bench/ray_scale.py $(ARGS)
 
 # Framework overhead side by side with pydantic-ai, instructor and the OpenAI Agents SDK, in
 # their own venv (pinned in bench/peers/requirements.txt; never a dependency of the library).

@@ -1,0 +1,91 @@
+"""Agents and scripted models that Ray workers import by reference (``tests/test_ray.py``).
+
+Workers find this module because Ray gives them the driver's ``sys.path`` (pytest puts
+``tests/`` on it).
+"""
+
+from __future__ import annotations
+
+import json
+from types import TracebackType
+
+import anyio
+from pydantic import BaseModel
+
+from subagent import LLMRequest, LLMResponse, SubAgent
+
+CRASH = 666
+"""An input that ends its whole shard: the model raises past the batch's isolation."""
+
+
+class Doubled(BaseModel):
+    value: int
+
+
+class ShardCrash(BaseException):
+    """Not an ``Exception``: no run catches it, so the shard's task fails."""
+
+
+def _number(request: LLMRequest) -> int:
+    return int(str(request.messages[1].content).split()[-1])
+
+
+class Doubler:
+    """Doubles the number at the end of the task after ``delay`` seconds.
+
+    A negative number gets a reply that is not JSON (the run fails, budget exhausted);
+    :data:`CRASH` raises :class:`ShardCrash`.
+    """
+
+    model_name = "doubler"
+    provider_name = "scripted"
+
+    def __init__(self, delay: float = 0.0):
+        self.delay = delay
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        n = _number(request)
+        if self.delay:
+            await anyio.sleep(self.delay)
+        if n == CRASH:
+            raise ShardCrash(f"input {n}")
+        if n < 0:
+            return LLMResponse(text="no idea")
+        return LLMResponse(text=json.dumps({"value": 2 * n}))
+
+
+class OpenedDoubler(Doubler):
+    """A Doubler that answers only between ``async with`` enter and exit (like OpenAIChat)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open = False
+
+    async def __aenter__(self) -> OpenedDoubler:
+        self.open = True
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.open = False
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        if not self.open:
+            raise RuntimeError("the model was not opened")
+        return await super().complete(request)
+
+
+double = SubAgent(name="double", prompt="Double {{n}}", output=Doubled, max_turns=1,
+                  llm=Doubler())  # fmt: skip
+"""Answers at once."""
+
+slow_double = SubAgent(name="slow_double", prompt="Double {{n}}", output=Doubled, max_turns=1,
+                       llm=Doubler(delay=0.2))  # fmt: skip
+"""Answers after 0.2 s: a shard of a few runs outlasts the scheduling of the next one."""
+
+no_model = SubAgent(name="no_model", prompt="Double {{n}}", output=Doubled, max_turns=1)
+"""Needs ``llm=`` from the caller."""
