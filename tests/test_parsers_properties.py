@@ -7,6 +7,7 @@ from typing import Any
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
+from strategies import json_values
 
 from subagent.parsers._json import json_parser, schema_names
 from subagent.parsers._json_extract import extract_json, repair_json
@@ -52,11 +53,7 @@ class Tally(BaseModel):
     lines: list[Line]
 
 
-JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
-    max_leaves=12,
-)
+JSON_VALUES = json_values(allow_infinity=True)
 NEAR_MISSES = st.fixed_dictionaries(
     {"counts": JSON_VALUES, "lines": st.lists(st.dictionaries(st.text(), JSON_VALUES), max_size=2)},
     optional={"number": JSON_VALUES, "customer": JSON_VALUES},
@@ -247,21 +244,11 @@ def test_a_dumped_model_wrapped_in_prose_or_fences_parses_back(
     assert result.data == invoice
 
 
-JSON_VALUES = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-    ),
-    max_leaves=20,
-)
+FINITE_JSON_VALUES = json_values(max_leaves=20)
 
 
 @SETTINGS
-@given(value=JSON_VALUES, trailing=st.booleans())
+@given(value=FINITE_JSON_VALUES, trailing=st.booleans())
 def test_any_json_value_is_extracted_from_its_dump(value: Any, trailing: bool) -> None:
     text = json.dumps(value, indent=2 if trailing else None)
     if trailing and isinstance(value, dict | list) and value:
@@ -273,7 +260,7 @@ def test_any_json_value_is_extracted_from_its_dump(value: Any, trailing: bool) -
 
 @SETTINGS
 @given(value=st.dictionaries(st.sampled_from(["number", "customer", "lines", "paid", "x"]),
-                             JSON_VALUES, max_size=5))  # fmt: skip
+                             FINITE_JSON_VALUES, max_size=5))  # fmt: skip
 def test_a_bare_json_reply_gets_the_same_verdict_as_the_same_json_in_prose(
     value: dict[str, Any],
 ) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import json_values
 
 from subagent.protocols import MAX_REACT_REPLY_CHARS, ReactReply, format_action, read_react_reply
 
@@ -592,17 +593,7 @@ def test_format_action_refuses_arguments_that_are_not_json() -> None:
 # --- properties ---------------------------------------------------------------------------
 
 TOOL_NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_-]{0,63}", fullmatch=True)
-JSON_VALUES = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-    ),
-    max_leaves=12,
-)
+JSON_VALUES = json_values()
 ARGUMENTS = st.dictionaries(st.text(max_size=10), JSON_VALUES, max_size=5)
 
 
