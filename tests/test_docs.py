@@ -19,7 +19,7 @@ PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 #: The languages a fenced block may name. Python is `python`, and every such block runs
 #: (or is marked not runnable); the others are never run, so a Python snippet must not hide
 #: behind one of them. Add a language here only if it is not Python.
-OTHER_LANGUAGES = {"bash", "console", "mermaid", "text"}
+OTHER_LANGUAGES = {"bash", "console", "json", "mermaid", "text"}
 
 
 def _name(page: Path) -> str:
