@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-ray bench-peers venv clean docs-screenshot
+.PHONY: demo test lint bench bench-ray bench-peers eval eval-report venv clean docs-screenshot
 
 venv: $(STAMP)
 
@@ -15,10 +15,16 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # The main job: the quickstart on a scripted model, then the agents on a real one (a local
-# model, set up on first use, unless SUBAGENT_LLM / OPENAI_BASE_URL point elsewhere).
+# model, set up on first use, unless SUBAGENT_LLM / OPENAI_BASE_URL point elsewhere), then
+# one run through the command line. A small model may fail the run: exit status 1 is shown,
+# not an error of the demo; bad usage (2) is.
 demo: $(STAMP)
 	$(BIN)/python examples/quickstart.py
 	$(BIN)/python examples/demo.py
+	@echo "== the quickstart agent through the command line (docs/cli.md)"
+	@status=0; $(BIN)/subagent run examples/quickstart.py:agent --max-turns 3 \
+		--return-retries 1 --context '{"question": "17 + 25, using the add tool"}' \
+		|| status=$$?; echo "exit status: $$status (0 done, 1 failed)"; test $$status -le 1
 
 # The end-to-end tests need a local model server and an OTLP receiver (Phoenix, in its own
 # venv). Both are set up before pytest so their progress (a ~5 minute build and a 570 MB
@@ -29,8 +35,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check subagent tests examples bench scripts conftest.py
-	$(BIN)/ruff format --check subagent tests examples bench scripts conftest.py
+	$(BIN)/ruff check subagent tests examples bench scripts eval conftest.py
+	$(BIN)/ruff format --check subagent tests examples bench scripts eval conftest.py
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
@@ -41,6 +47,23 @@ bench: $(STAMP)
 # figures are in docs/performance.md). Options: make bench-ray ARGS="--runs 2000".
 bench-ray: $(STAMP)
 	$(BIN)/python bench/ray_scale.py $(ARGS)
+
+# What correction budgets buy on the local models (docs/evaluation.md): every task in every
+# configuration, resumable (finished runs are skipped), then the table and the plot.
+# eval-report regenerates both from the committed records alone, without the models.
+EVAL_STAMP := $(VENV)/.installed-eval
+
+$(EVAL_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[dev,eval]"
+	@touch $@
+
+eval: $(EVAL_STAMP)
+	$(BIN)/python scripts/local_llm.py setup
+	$(BIN)/python eval/run.py $(ARGS)
+	$(BIN)/python eval/report.py
+
+eval-report: $(EVAL_STAMP)
+	$(BIN)/python eval/report.py
 
 # Framework overhead side by side with pydantic-ai, instructor and the OpenAI Agents SDK, in
 # their own venv (pinned in bench/peers/requirements.txt; never a dependency of the library).
