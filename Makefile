@@ -59,11 +59,11 @@ $(EVAL_STAMP): $(STAMP)
 
 eval: $(EVAL_STAMP)
 	$(BIN)/python scripts/local_llm.py setup
-	$(BIN)/python eval/run.py $(ARGS)
-	$(BIN)/python eval/report.py
+	$(BIN)/python eval/run_eval.py $(ARGS)
+	$(BIN)/python eval/eval_report.py
 
 eval-report: $(EVAL_STAMP)
-	$(BIN)/python eval/report.py
+	$(BIN)/python eval/eval_report.py
 
 # Framework overhead side by side with pydantic-ai, instructor and the OpenAI Agents SDK, in
 # their own venv (pinned in bench/peers/requirements.txt; never a dependency of the library).

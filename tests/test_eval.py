@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from configs import CONFIGS, config_named
-from report import PAGE, render_section, render_table, rows_of, update_page
+from eval_report import PAGE, render_section, render_table, rows_of, update_page
 from results_file import Record, append_record, read_records
-from run import pending_runs, run_pending
+from run_eval import pending_runs, run_pending
 from tasks import CATEGORIES, Task, judge, load_tasks
 
 from subagent import LLMRequest, LLMResponse, ScriptedLLM, SubAgent

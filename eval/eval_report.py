@@ -1,6 +1,6 @@
 """`make eval-report`: the evaluation's table and plot, from the stored records alone.
 
-    python eval/report.py [--check]
+    python eval/eval_report.py [--check]
 
 Reads ``eval/results/*.jsonl`` (one record per run, see ``results_file.py``) and the
 provenance next to them, judges every run's output against its task's known answer, and

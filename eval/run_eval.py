@@ -1,6 +1,6 @@
 """`make eval`: every task in every configuration on the local models; resumable.
 
-    python eval/run.py [--models smollm2,qwen] [--configs retries-0,...] [--tasks N]
+    python eval/run_eval.py [--models smollm2,qwen] [--configs retries-0,...] [--tasks N]
 
 For each model, the runs not yet in ``eval/results/<model>.jsonl`` run on the local model
 server of ``make demo`` (``scripts/local_llm.py``, started here and stopped after), one
