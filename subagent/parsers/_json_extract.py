@@ -39,7 +39,10 @@ _REPAIRABLE = re.compile(
     r'(?P<string>"(?:[^"\\\n]|\\.)*")'
     r"|(?P<comment>//[^\n]*)"
     r"|(?P<comma>,)(?=(?:\s|//[^\n]*)*[}\]])"
+    r"|(?P<single>'[^'\"\\\n]*')"
+    r"|(?P<literal>(?<![\w.])(?:True|False|None)(?![\w.]))"
 )
+_PYTHON_LITERALS = {"True": "true", "False": "false", "None": "null"}
 _CLOSERS = {"}": "{", "]": "["}
 _EXCERPT_RADIUS = 40
 
@@ -169,17 +172,23 @@ def _too_deep(candidate: str) -> JSONExtraction:
 
 
 def repair_json(candidate: str) -> str:
-    """Blank out ``//`` comments and trailing commas outside strings.
+    """Blank out ``//`` comments and trailing commas outside strings; read Python literals.
 
-    Each removed character becomes a space, so the result has the same length and every
-    remaining character keeps its line and column.
+    Small models often write a Python literal where JSON is asked for: ``'single-quoted'``
+    strings (without a double quote or backslash inside) become double-quoted, and
+    ``True``/``False``/``None`` outside strings become ``true``/``false``/``null``. Every
+    repair keeps the length (a removed character becomes a space), so every remaining
+    character keeps its line and column.
     """
-    if "//" not in candidate and "," not in candidate:
-        return candidate
 
     def blank(match: re.Match[str]) -> str:
-        if match.lastgroup == "string":
+        kind = match.lastgroup
+        if kind == "string":
             return match.group()
+        if kind == "single":
+            return f'"{match.group()[1:-1]}"'
+        if kind == "literal":
+            return _PYTHON_LITERALS[match.group()]
         return " " * (match.end() - match.start())
 
     return _REPAIRABLE.sub(blank, candidate)
