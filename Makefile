@@ -4,7 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-ray bench-peers eval eval-report venv clean docs-screenshot
+.PHONY: demo test lint bench bench-ray bench-peers eval eval-bfcl eval-report venv clean docs-screenshot
+
+# BFCL's data and checker (docs/evaluation.md), without its declared dependencies (torch,
+# vendor SDKs...): grading needs none of them. The harness's tests use it too.
+BFCL_EVAL := bfcl-eval==2026.3.23
 
 venv: $(STAMP)
 
@@ -12,6 +16,7 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet --no-deps $(BFCL_EVAL)
 	@touch $(STAMP)
 
 # The main job: the quickstart on a scripted model, then the agents on a real one (a local
@@ -64,6 +69,16 @@ eval: $(EVAL_STAMP)
 
 eval-report: $(EVAL_STAMP)
 	$(BIN)/python eval/eval_report.py
+	$(BIN)/python eval/bfcl_report.py
+
+# BFCL's single-turn categories (a fixed sample of 50 cases each) through a raw call,
+# subagent's configurations and the peers, on the local model; resumable (recorded cases are
+# skipped). Options: make eval-bfcl ARGS="--categories simple_python --systems raw".
+eval-bfcl: $(EVAL_STAMP) $(PEERS_STAMP)
+	$(BIN)/python scripts/local_llm.py setup --model qwen
+	$(BIN)/python eval/run_bfcl.py $(ARGS)
+	$(PEERS_VENV)/bin/python eval/run_bfcl.py --systems pydantic-ai,openai-agents $(ARGS)
+	$(BIN)/python eval/bfcl_report.py
 
 # Framework overhead side by side with pydantic-ai, instructor and the OpenAI Agents SDK, in
 # their own venv (pinned in bench/peers/requirements.txt; never a dependency of the library).
@@ -75,6 +90,7 @@ $(PEERS_STAMP): bench/peers/requirements.txt pyproject.toml
 	@test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(PEERS_VENV)/bin/python -m pip install --quiet -r bench/peers/requirements.txt -e .
+	$(PEERS_VENV)/bin/python -m pip install --quiet --no-deps $(BFCL_EVAL)
 	@touch $@
 
 bench-peers: $(PEERS_STAMP)

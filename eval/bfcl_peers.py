@@ -1,0 +1,135 @@
+"""The peers on BFCL: pydantic-ai and the OpenAI Agents SDK, with their defaults.
+
+Runs in the peers' venv (``make bench-peers`` builds ``.venv-peers``). Each declares the
+case's functions from their JSON schemas (pydantic-ai's ``Tool.from_schema``, the Agents
+SDK's ``FunctionTool``; the SDK's strict-schema mode is turned off, as BFCL's schemas are
+not strict), sends the question, and answers with the tool calls of the model's first
+response, which is what BFCL grades (a call, not its result): the tools are never run.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bfcl_data import Case, openai_tools
+from bfcl_systems import MAX_TOKENS, SEED, TEMPERATURE, Outcome, Server
+
+__all__ = ["run_peer"]
+
+
+def _split(case: Case) -> tuple[str | None, str]:
+    system = "\n\n".join(m["content"] for m in case.messages if m["role"] == "system") or None
+    user = "\n\n".join(m["content"] for m in case.messages if m["role"] != "system")
+    return system, user
+
+
+def _arguments(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            return raw
+    return raw
+
+
+async def _pydantic_ai(case: Case, server: Server) -> Outcome:
+    from pydantic_ai import Agent, Tool
+    from pydantic_ai.messages import TextPart, ToolCallPart
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    def never_run(**_: Any) -> str:
+        return ""
+
+    tools = [
+        Tool.from_schema(never_run, name=t["function"]["name"],
+                         description=t["function"].get("description"),
+                         json_schema=t["function"]["parameters"])  # fmt: skip
+        for t in openai_tools(case.functions)
+    ]
+    model = OpenAIChatModel(
+        server.model, provider=OpenAIProvider(base_url=server.base_url, api_key="local")
+    )
+    system, user = _split(case)
+    agent = Agent(model, tools=tools, system_prompt=system or ())
+    settings = {"temperature": TEMPERATURE, "max_tokens": MAX_TOKENS, "seed": SEED}
+    calls: list[dict[str, Any]] = []
+    text = ""
+    async with agent.iter(user, model_settings=settings) as run:  # type: ignore[arg-type]
+        async for node in run:
+            if Agent.is_call_tools_node(node):
+                for part in node.model_response.parts:
+                    if isinstance(part, ToolCallPart):
+                        calls.append({"name": part.tool_name,
+                                      "arguments": _arguments(part.args)})  # fmt: skip
+                    elif isinstance(part, TextPart):
+                        text += part.content
+                break
+        usage = run.usage()
+    return Outcome(calls=calls, text=text, llm_calls=usage.requests,
+                   prompt_tokens=usage.input_tokens, completion_tokens=usage.output_tokens,
+                   turns=[{"text": text, "calls": calls}])  # fmt: skip
+
+
+async def _openai_agents(case: Case, server: Server) -> Outcome:
+    from agents import (
+        Agent,
+        FunctionTool,
+        ModelSettings,
+        OpenAIChatCompletionsModel,
+        Runner,
+        set_tracing_disabled,
+    )
+    from agents.items import MessageOutputItem, ToolCallItem
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+
+    async def never_run(_context: Any, _arguments: str) -> str:
+        return ""
+
+    tools = [
+        FunctionTool(name=t["function"]["name"],
+                     description=t["function"].get("description", ""),
+                     params_json_schema=t["function"]["parameters"],
+                     on_invoke_tool=never_run, strict_json_schema=False)  # fmt: skip
+        for t in openai_tools(case.functions)
+    ]
+    client = AsyncOpenAI(base_url=server.base_url, api_key="local")
+    system, user = _split(case)
+    agent = Agent(
+        name="function_caller",
+        instructions=system,
+        model=OpenAIChatCompletionsModel(server.model, client),
+        tools=tools,
+        tool_use_behavior="stop_on_first_tool",
+        model_settings=ModelSettings(temperature=TEMPERATURE, max_tokens=MAX_TOKENS,
+                                     extra_args={"seed": SEED}),  # fmt: skip
+    )
+    try:
+        result = await Runner.run(agent, user, max_turns=2)
+    finally:
+        await client.close()
+    calls: list[dict[str, Any]] = []
+    text = ""
+    for item in result.new_items:
+        if isinstance(item, ToolCallItem):
+            raw = item.raw_item
+            calls.append({"name": getattr(raw, "name", ""),
+                          "arguments": _arguments(getattr(raw, "arguments", "{}"))})  # fmt: skip
+        elif isinstance(item, MessageOutputItem):
+            text += "".join(getattr(c, "text", "") for c in item.raw_item.content)
+    usage = result.context_wrapper.usage
+    return Outcome(calls=calls, text=text, llm_calls=usage.requests,
+                   prompt_tokens=usage.input_tokens, completion_tokens=usage.output_tokens,
+                   turns=[{"text": text, "calls": calls}])  # fmt: skip
+
+
+async def run_peer(name: str, case: Case, server: Server) -> Outcome:
+    """Run ``case`` through the peer called ``name``."""
+    if name == "pydantic-ai":
+        return await _pydantic_ai(case, server)
+    if name == "openai-agents":
+        return await _openai_agents(case, server)
+    raise KeyError(f"no peer {name!r}")

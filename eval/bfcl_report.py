@@ -1,0 +1,213 @@
+"""`make eval-report` (BFCL part): the records of ``eval/results/bfcl/`` graded and tabled.
+
+Every recorded outcome is graded again with BFCL's checker (``bfcl_data.grade``), so the
+report needs no model. Per category and system: accuracy with a 95% Wilson interval, mean
+LLM calls and prompt tokens per case, tokens (prompt and completion) per correct case, and
+the salvage rate: of the cases whose first attempt was wrong, the share that ended correct.
+``raw-lenient`` is graded from the ``raw`` records: the same replies, their text read as a
+JSON call when the server returned no native call.
+
+Writes the part of ``docs/evaluation.md`` between the ``bfcl-report`` markers, and
+``docs/images/bfcl.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bfcl_data import Case, grade, load_cases, openai_tools  # noqa: E402
+from bfcl_systems import calls_in_text  # noqa: E402
+from run_bfcl import RESULTS, read_lines  # noqa: E402
+
+__all__ = ["Row", "render", "rows_from", "wilson", "write_report"]
+
+PAGE = ROOT / "docs" / "evaluation.md"
+PLOT = ROOT / "docs" / "images" / "bfcl.png"
+START, END = "<!-- bfcl-report:start (make eval-report writes this part) -->", "<!-- bfcl-report:end -->"
+
+
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% Wilson score interval of a proportion, as (low, high)."""
+    if n == 0:
+        return (0.0, 0.0)
+    p = successes / n
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+@dataclass
+class Row:
+    """One (system, category) cell of the report."""
+
+    system: str
+    category: str
+    n: int = 0
+    correct: int = 0
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    tokens: int = 0
+    first_wrong: int = 0
+    salvaged: int = 0
+    repeats: int = 0
+    corrections: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def accuracy(self) -> float:
+        """Correct cases over cases."""
+        return self.correct / self.n if self.n else 0.0
+
+
+def _cases_by_key(categories: Iterable[str]) -> dict[tuple[str, str], Case]:
+    cases: dict[tuple[str, str], Case] = {}
+    for category in categories:
+        for case in load_cases(category, None):
+            cases[(category, case.id)] = case
+    return cases
+
+
+def _lenient(outcome: Mapping[str, Any], case: Case) -> list[dict[str, Any]]:
+    if outcome["calls"]:
+        return list(outcome["calls"])
+    names = [tool["function"]["name"] for tool in openai_tools(case.functions)]
+    return calls_in_text(outcome.get("text") or "", names)
+
+
+def _verbatim_repeats(turns: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+    """(correction turns that repeat the previous reply verbatim, correction turns)."""
+    later = list(zip(turns, turns[1:], strict=False))
+    return sum(1 for a, b in later if a.get("text") and a.get("text") == b.get("text")), len(later)
+
+
+def rows_from(records: Iterable[Mapping[str, Any]]) -> list[Row]:
+    """Grade ``records`` into one row per (system@setup, category), raw-lenient included."""
+    records = list(records)
+    cases = _cases_by_key({r["category"] for r in records})
+    rows: dict[tuple[str, str], Row] = {}
+    for record in records:
+        case = cases.get((record["category"], record["id"]))
+        if case is None or case.digest != record["digest"]:
+            continue  # an edited or removed case: its old record is left out
+        outcome = record["outcome"]
+        label = f"{record['system']}@{record['setup']}"
+        variants = [(label, outcome["calls"])]
+        if record["system"] == "raw":
+            variants.append((f"raw-lenient@{record['setup']}", _lenient(outcome, case)))
+        for name, calls in variants:
+            row = rows.setdefault((name, case.category), Row(name, case.category))
+            ok, _ = grade(case, calls)
+            row.n += 1
+            row.correct += ok
+            row.llm_calls += outcome["llm_calls"]
+            row.prompt_tokens += outcome["prompt_tokens"]
+            row.tokens += outcome["prompt_tokens"] + outcome["completion_tokens"]
+            if outcome.get("error"):
+                kind = outcome["error"].split(":", 1)[0]
+                row.errors[kind] = row.errors.get(kind, 0) + 1
+            first = outcome.get("first_calls")
+            if first is not None:  # a system that may correct itself
+                first_ok, _ = grade(case, first)
+                if not first_ok:
+                    row.first_wrong += 1
+                    row.salvaged += ok
+            repeats, corrections = _verbatim_repeats(outcome.get("turns") or [])
+            row.repeats += repeats
+            row.corrections += corrections
+    return sorted(rows.values(), key=lambda r: (r.category, r.system))
+
+
+def _fmt(row: Row) -> str:
+    low, high = wilson(row.correct, row.n)
+    per_correct = f"{row.tokens / row.correct:,.0f}" if row.correct else "n/a"
+    salvage = f"{row.salvaged}/{row.first_wrong}" if row.first_wrong else "n/a"
+    repeats = f"{row.repeats}/{row.corrections}" if row.corrections else "-"
+    return (f"| {row.category} | `{row.system}` | {row.correct}/{row.n} | "
+            f"{row.accuracy:.0%} ({low:.0%}-{high:.0%}) | {row.llm_calls / row.n:.2f} | "
+            f"{row.prompt_tokens / row.n:,.0f} | {per_correct} | {salvage} | {repeats} |")  # fmt: skip
+
+
+def render(rows: Sequence[Row], meta: Mapping[str, Any] | None) -> str:
+    """The report's Markdown."""
+    lines = []
+    if meta:
+        lines.append(
+            f"- Model: `{meta['file']}`, SHA-256 `{meta['sha256']}`; llama-cpp-python "
+            f"{meta['llama_cpp_python']}; bfcl-eval {meta['bfcl_eval']} (checker: "
+            f"`bfcl_eval.eval_checker.ast_eval.ast_checker.ast_checker`); subagent "
+            f"{meta['subagent']}; {meta['date']}; {meta['cases']} cases run in "
+            f"{meta['seconds'] / 60:.0f} min."
+        )
+        lines.append("")
+    lines.append("| category | system@set-up | correct | accuracy (95% CI) | LLM calls / case | "
+                 "prompt tokens / case | tokens / correct | salvaged | verbatim repeats |")  # fmt: skip
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    lines += [_fmt(row) for row in rows]
+    return "\n".join(lines)
+
+
+def _plot(rows: Sequence[Row], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    categories = sorted({r.category for r in rows})
+    systems = sorted({r.system for r in rows})
+    by = {(r.system, r.category): r for r in rows}
+    width = 0.8 / max(1, len(systems))
+    figure, axes = plt.subplots(figsize=(11, 4.5))
+    for index, system in enumerate(systems):
+        values = [by[(system, c)].accuracy if (system, c) in by else 0 for c in categories]
+        positions = [i + index * width for i in range(len(categories))]
+        axes.bar(positions, values, width, label=system)
+    axes.set_xticks([i + 0.4 - width / 2 for i in range(len(categories))], categories)
+    axes.set_ylabel("accuracy (BFCL checker)")
+    axes.set_ylim(0, 1)
+    axes.legend(fontsize=7, ncol=3)
+    axes.set_title("BFCL single-turn sample, Qwen2.5-Coder 0.5B on the local server")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+
+
+def write_report(results: Path = RESULTS, page: Path = PAGE, plot: Path | None = PLOT) -> str:
+    """Grade every record under ``results`` and write the page's BFCL part (and the plot)."""
+    records = [r for path in sorted(results.glob("*.jsonl")) for r in read_lines(path)]
+    rows = rows_from(records)
+    meta_path = results / "meta.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
+    text = render(rows, meta)
+    content = page.read_text(encoding="utf-8")
+    if START in content:
+        head, rest = content.split(START, 1)
+        tail = rest.split(END, 1)[1]
+        page.write_text(f"{head}{START}\n{text}\n{END}{tail}", encoding="utf-8")
+    if plot is not None and rows:
+        _plot(rows, plot)
+    return text
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--no-plot", action="store_true")
+    args = parser.parse_args(argv)
+    print(write_report(args.results, plot=None if args.no_plot else PLOT))
+
+
+if __name__ == "__main__":
+    main()

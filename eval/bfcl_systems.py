@@ -1,0 +1,422 @@
+"""The systems `make eval-bfcl` compares, each a short adapter from a BFCL case to its calls.
+
+Every system gets the same case (the question's messages, the function docs as OpenAI tools
+or as JSON in the prompt), the same server, model, temperature, seed and ``max_tokens``, and
+answers with :class:`Outcome`: the calls it ends with (what BFCL grades), the calls of its
+first attempt (for the salvage rate), and what it cost.
+
+- ``raw``: one chat completion with the functions as native ``tools``; the answer is the
+  reply's native tool calls. The report also grades the same reply's *text* read leniently
+  as a JSON call (``raw-lenient``: the floor a user writes in a few lines).
+- ``subagent-rN``: a ``SubAgent`` whose output *is* the call: ``max_turns=1`` (one work
+  turn: the answer), ``return_retries=N``, the functions in the system prompt, the answer a
+  JSON list of calls validated against the functions' JSON schemas (an unknown function, a
+  missing or mistyped argument, a value outside an enum is named in the feedback of a
+  correction turn).
+- ``subagent-tools-rN`` / ``subagent-react-rN``: the functions as tools (from their JSON
+  schemas) under the native or the ReAct protocol; a call ends the run with the call(s) as
+  the output (``ToolOutput(final=True)``), as BFCL wants a call, not its result.
+- ``pydantic-ai`` and ``openai-agents``: the peers with their defaults, the functions
+  declared from their JSON schemas; the answer is the tool calls of the first model
+  response (run in the peers' venv: see ``bfcl_peers.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+from bfcl_data import Case, openai_tools
+from pydantic import BaseModel, Field, RootModel, model_validator
+
+__all__ = [
+    "MAX_TOKENS",
+    "SEED",
+    "SYSTEMS",
+    "Outcome",
+    "Server",
+    "System",
+    "calls_in_text",
+    "system_named",
+]
+
+MAX_TOKENS = 256
+"""Room for three or four calls with their arguments (parallel cases), not for rambling."""
+SEED = 7
+TEMPERATURE = 0.0
+CALL_TIMEOUT = 300.0
+
+
+@dataclass(frozen=True)
+class Server:
+    """Where the model is: an OpenAI-compatible base URL and the model's name there."""
+
+    base_url: str
+    model: str = "local"
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The sampling settings every system sends."""
+        return {"temperature": TEMPERATURE, "seed": SEED, "max_tokens": MAX_TOKENS}
+
+
+@dataclass
+class Outcome:
+    """What one system did with one case.
+
+    Attributes:
+        calls: The calls it ended with, ``{"name": ..., "arguments": {...}}`` each.
+        first_calls: The calls of its first attempt (``None``: a single attempt).
+        text: The last reply's text.
+        llm_calls: Requests sent to the model.
+        prompt_tokens: Prompt tokens over all requests.
+        completion_tokens: Completion tokens over all requests.
+        turns: One compact record per model reply: its text, its calls, the feedback.
+        error: Why the system failed, if it did (a failed run is graded as no call).
+        seconds: Wall time of the case.
+    """
+
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    first_calls: list[dict[str, Any]] | None = None
+    text: str = ""
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The outcome as a JSON object."""
+        return asdict(self)
+
+
+def _arguments(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            return raw
+    return raw
+
+
+def calls_in_text(text: str, names: Sequence[str]) -> list[dict[str, Any]]:
+    """Calls written as JSON anywhere in ``text``, read leniently (``raw-lenient``).
+
+    Every JSON object in the text (inside a fence, ``<tool_call>`` tags or prose) whose
+    ``name`` is one of ``names`` counts, with its ``arguments`` (or ``parameters``); a JSON
+    list of such objects too. A few lines, as any user of a raw call could write them.
+    """
+    decoder = json.JSONDecoder()
+    calls: list[dict[str, Any]] = []
+    position = 0
+    while (start := min((i for i in (text.find("{", position), text.find("[", position))
+                         if i >= 0), default=-1)) >= 0:  # fmt: skip
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except ValueError:
+            position = start + 1
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, dict) and item.get("name") in names:
+                arguments = _arguments(item.get("arguments", item.get("parameters", {})))
+                calls.append({"name": item["name"], "arguments": arguments})
+        position = end
+    return calls
+
+
+# --- raw ------------------------------------------------------------------------------------
+
+
+async def run_raw(case: Case, server: Server, client: httpx.AsyncClient) -> Outcome:
+    """One chat completion with the functions as native tools."""
+    body = {
+        "model": server.model,
+        "messages": list(case.messages),
+        "tools": openai_tools(case.functions),
+        **server.settings,
+    }
+    response = await client.post(f"{server.base_url}/chat/completions", json=body)
+    response.raise_for_status()
+    data = response.json()
+    message = data["choices"][0]["message"]
+    calls = [
+        {"name": call["function"]["name"], "arguments": _arguments(call["function"]["arguments"])}
+        for call in message.get("tool_calls") or []
+    ]
+    usage = data.get("usage") or {}
+    text = message.get("content") or ""
+    return Outcome(
+        calls=calls,
+        text=text,
+        llm_calls=1,
+        prompt_tokens=usage.get("prompt_tokens", 0),
+        completion_tokens=usage.get("completion_tokens", 0),
+        turns=[{"text": text, "calls": calls}],
+    )
+
+
+# --- subagent ---------------------------------------------------------------------------------
+
+
+class Call(BaseModel):
+    """One function call: the function's name and its arguments."""
+
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class Calls(RootModel[list[Call]]):
+    """The calls that do what the user asks (``[]`` when no function fits)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_call_is_a_list(cls, value: Any) -> Any:
+        # A single call object is the commonest reply of a small model: take it as a list
+        # of one rather than spend a correction turn on the brackets.
+        return [value] if isinstance(value, dict) else value
+
+
+def _schema_problems(call: Call, schemas: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """What is wrong with ``call`` against the functions' JSON schemas, in words."""
+    import jsonschema
+
+    if call.name not in schemas:
+        return [f"there is no function named {call.name!r}; the functions are: "
+                f"{', '.join(schemas)}"]  # fmt: skip
+    validator = jsonschema.Draft202012Validator(schemas[call.name])
+    problems = []
+    for error in sorted(validator.iter_errors(call.arguments), key=lambda e: list(e.path)):
+        where = "/".join(str(part) for part in error.absolute_path)
+        argument = f"argument {where!r}" if where else "the arguments"
+        if error.validator == "enum":
+            allowed = ", ".join(json.dumps(v) for v in error.validator_value)
+            problems.append(f"{call.name}: {argument} is {json.dumps(error.instance)}; "
+                            f"allowed values: {allowed}")  # fmt: skip
+        elif error.validator == "type":
+            problems.append(f"{call.name}: {argument} must be of type {error.validator_value}, "
+                            f"got {json.dumps(error.instance)}")  # fmt: skip
+        elif error.validator == "required":
+            problems.append(f"{call.name}: {error.message} (a required argument)")
+        else:
+            problems.append(f"{call.name}: {argument}: {error.message}")
+    return problems
+
+
+def _validator(case: Case) -> Callable[[Any], Any]:
+    schemas = {tool["function"]["name"]: tool["function"]["parameters"]
+               for tool in openai_tools(case.functions)}  # fmt: skip
+
+    def check_calls(calls: Calls) -> Any:
+        from subagent import Validation
+
+        problems = [problem for call in calls.root for problem in _schema_problems(call, schemas)]
+        return Validation.fail(*problems) if problems else Validation.ok()
+
+    return check_calls
+
+
+CONTRACT_PROMPT = (
+    "You can call these functions (JSON schemas of their arguments):\n{{functions}}\n\n"
+    "Answer the user's request with the function call(s) that do it, as a JSON list of "
+    '{"name": <function name>, "arguments": {<argument>: <value>}} objects, one per call '
+    "(several when the request needs several). If none of the functions can do it, "
+    "answer with an empty list []."
+)
+
+
+def _compact_functions(case: Case) -> str:
+    return "\n".join(json.dumps(tool["function"]) for tool in openai_tools(case.functions))
+
+
+def _step_outcome(step: Any, first_calls: list[dict[str, Any]] | None) -> Outcome:
+    turns = []
+    prompt = completion = 0
+    for turn in step.turns:
+        prompt += turn.usage.input_tokens
+        completion += turn.usage.output_tokens
+        turns.append({
+            "phase_after": turn.phase_after,
+            "text": turn.reply,
+            "calls": [{"name": c.name, "arguments": _arguments(c.arguments)}
+                      for c in turn.tool_calls],
+            "feedback": turn.feedback or turn.error,
+        })  # fmt: skip
+    output = step.output
+    calls = [c.model_dump() for c in output.root] if output is not None else []
+    return Outcome(
+        calls=calls,
+        first_calls=first_calls,
+        text=step.turns[-1].reply if step.turns else "",
+        llm_calls=len(step.turns),
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        turns=turns,
+        error=None if step.failure is None else f"{step.failure.reason}: {step.failure.message}",
+    )
+
+
+def _first_attempt(step: Any, names: Sequence[str]) -> list[dict[str, Any]]:
+    """The calls the first turn's reply made (or wrote), whether or not they were valid."""
+    if not step.turns:
+        return []
+    first = step.turns[0]
+    if first.tool_calls:
+        return [{"name": c.name, "arguments": _arguments(c.arguments)} for c in first.tool_calls]
+    from subagent.parsers import extract_json
+
+    found = extract_json(first.reply)
+    if found.ok:
+        try:
+            return [c.model_dump() for c in Calls.model_validate(found.value).root]
+        except ValueError:
+            pass
+    return calls_in_text(first.reply, names)
+
+
+async def run_subagent_contract(
+    case: Case, server: Server, llm: Any, *, return_retries: int
+) -> Outcome:
+    """The call as the agent's output: one work turn, ``return_retries`` corrections."""
+    from subagent import SubAgent
+
+    agent: SubAgent[Calls] = SubAgent(
+        name="function_caller",
+        output=Calls,
+        validators=[_validator(case)],
+        max_turns=1,
+        return_retries=return_retries,
+        settings=server.settings,
+        timeout=CALL_TIMEOUT,
+    )
+    functions = _compact_functions(case)
+    system = CONTRACT_PROMPT.replace("{{functions}}", functions)
+    messages = [{"role": "system", "content": system}, *case.messages]
+    step = await agent.run(llm=llm, messages=messages)
+    names = [tool["function"]["name"] for tool in openai_tools(case.functions)]
+    first = _first_attempt(step, names) if return_retries else None
+    return _step_outcome(step, first)
+
+
+async def run_subagent_tools(
+    case: Case, server: Server, llm: Any, *, protocol: str, return_retries: int
+) -> Outcome:
+    """The functions as tools; the first valid call(s) end the run as its output."""
+    from subagent import SubAgent, Tool, ToolOutput
+
+    made: list[dict[str, Any]] = []
+
+    def recorder(name: str) -> Callable[..., Any]:
+        def record(**arguments: Any) -> ToolOutput:
+            made.append({"name": name, "arguments": arguments})
+            return ToolOutput(list(made), final=True)
+
+        return record
+
+    tools = [
+        Tool.from_schema(
+            name=tool["function"]["name"],
+            description=tool["function"].get("description", ""),
+            parameters=tool["function"]["parameters"],
+            function=recorder(tool["function"]["name"]),
+            run_in_thread=False,
+        )
+        for tool in openai_tools(case.functions)
+    ]
+    agent: SubAgent[Calls] = SubAgent(
+        name="function_caller",
+        output=Calls,
+        tools=tools,
+        validators=[_validator(case)],
+        max_turns=2,
+        return_retries=return_retries,
+        settings=server.settings,
+        timeout=CALL_TIMEOUT,
+        protocol=protocol,  # type: ignore[arg-type]
+    )
+    step = await agent.run(llm=llm, messages=list(case.messages))
+    names = [tool["function"]["name"] for tool in openai_tools(case.functions)]
+    return _step_outcome(step, _first_attempt(step, names))
+
+
+# --- the registry ----------------------------------------------------------------------------
+
+Runner = Callable[[Case, Server, Any], Awaitable[Outcome]]
+
+
+@dataclass(frozen=True)
+class System:
+    """One system of the comparison.
+
+    Attributes:
+        name: Its stable name (it keys the records).
+        title: What the report calls it.
+        kind: ``raw``, ``subagent`` or ``peer`` (which client it needs).
+        run: The adapter.
+        venv: ``main`` (the project's venv) or ``peers`` (``make bench-peers``'s).
+    """
+
+    name: str
+    title: str
+    kind: str
+    run: Runner
+    venv: str = "main"
+
+
+def _subagent_contract(n: int) -> System:
+    async def run(case: Case, server: Server, llm: Any) -> Outcome:
+        return await run_subagent_contract(case, server, llm, return_retries=n)
+
+    return System(f"subagent-r{n}", f"subagent, the call as output, return_retries={n}",
+                  "subagent", run)  # fmt: skip
+
+
+def _subagent_tools(protocol: str, n: int) -> System:
+    async def run(case: Case, server: Server, llm: Any) -> Outcome:
+        return await run_subagent_tools(case, server, llm, protocol=protocol, return_retries=n)
+
+    label = "native tool calls" if protocol == "native" else "ReAct"
+    prefix = "subagent-tools" if protocol == "native" else "subagent-react"
+    return System(f"{prefix}-r{n}", f"subagent, {label}, max_turns=2, return_retries={n}",
+                  "subagent", run)  # fmt: skip
+
+
+async def _raw(case: Case, server: Server, client: Any) -> Outcome:
+    return await run_raw(case, server, client)
+
+
+async def _peer(case: Case, server: Server, name: Any) -> Outcome:
+    import bfcl_peers
+
+    return await bfcl_peers.run_peer(name, case, server)
+
+
+SYSTEMS: tuple[System, ...] = (
+    System("raw", "raw chat completion, native tools", "raw", _raw),
+    *(_subagent_contract(n) for n in (0, 1, 2)),
+    _subagent_tools("native", 1),
+    _subagent_tools("react", 1),
+    System("pydantic-ai", "pydantic-ai, defaults", "peer", _peer, venv="peers"),
+    System("openai-agents", "OpenAI Agents SDK, defaults", "peer", _peer, venv="peers"),
+)
+
+
+def system_named(name: str) -> System:
+    """The system called ``name``.
+
+    Raises:
+        KeyError: No system has that name (the message lists them).
+    """
+    for system in SYSTEMS:
+        if system.name == name:
+            return system
+    raise KeyError(f"no system {name!r}; there are: {', '.join(s.name for s in SYSTEMS)}")
+
+
+def elapsed(started: float) -> float:
+    """Seconds since ``started`` (``time.perf_counter``), rounded for the records."""
+    return round(time.perf_counter() - started, 3)

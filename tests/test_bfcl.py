@@ -1,0 +1,231 @@
+"""The BFCL harness (eval/bfcl_*.py, eval/run_bfcl.py): sampling, grading, systems, resume.
+
+No model runs here: the systems talk to a scripted OpenAI-compatible server on 127.0.0.1,
+and grading is BFCL's own checker from the installed ``bfcl-eval`` package.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bfcl_data import DEFAULT_CATEGORIES, SAMPLE_SIZE, grade, load_cases, openai_tools, tool_name
+from bfcl_report import rows_from, wilson
+from bfcl_systems import Server, calls_in_text, run_raw, run_subagent_contract, system_named
+from openai_server import Reply, completion, running_server
+from run_bfcl import pending, read_lines, record_path, run_cases
+
+from subagent import OpenAIChat
+
+pytestmark = pytest.mark.anyio
+
+
+def right_calls(case: Any) -> list[dict[str, Any]]:
+    """The first allowed value of every argument of the ground truth, as calls."""
+    calls = []
+    for answer in case.answer:
+        ((name, arguments),) = answer.items()
+        chosen = {key: values[0] for key, values in arguments.items() if values[0] != ""}
+        calls.append({"name": tool_name(name), "arguments": chosen})
+    return calls
+
+
+def test_every_default_category_has_a_fixed_sample_of_fifty_cases() -> None:
+    for category in DEFAULT_CATEGORIES:
+        sample = load_cases(category)
+        assert len(sample) == SAMPLE_SIZE
+        assert len({case.id for case in sample}) == SAMPLE_SIZE
+        assert [case.id for case in load_cases(category)] == [case.id for case in sample]
+        whole = load_cases(category, None)
+        assert len(whole) > SAMPLE_SIZE
+        # the sample is spread over the category, not its first lines
+        numbers = [int(case.id.rsplit("_", 1)[1]) for case in sample]
+        assert max(numbers) > len(whole) // 2 and min(numbers) < len(whole) // 2
+
+
+def test_a_small_category_is_taken_whole() -> None:
+    cases = load_cases("live_relevance")
+    assert len(cases) == len(load_cases("live_relevance", None)) < SAMPLE_SIZE
+
+
+def test_an_unknown_or_multi_turn_category_is_refused_with_the_choices() -> None:
+    with pytest.raises(ValueError, match="no single-turn BFCL category 'multi_turn_base'"):
+        load_cases("multi_turn_base")
+    with pytest.raises(ValueError, match="simple_python"):
+        load_cases("simpel_python")
+
+
+def test_the_ground_truth_grades_correct_and_a_wrong_value_does_not() -> None:
+    case = load_cases("simple_python")[0]
+    calls = right_calls(case)
+    assert grade(case, calls) == (True, "")
+    ((key, value),) = list(calls[0]["arguments"].items())[:1]
+    wrong = [{"name": calls[0]["name"], "arguments": {**calls[0]["arguments"], key: "nonsense"}}]
+    ok, why = grade(case, wrong)
+    assert not ok
+    assert why
+
+
+def test_parallel_calls_are_graded_in_any_order() -> None:
+    case = load_cases("parallel")[0]
+    calls = right_calls(case)
+    assert len(calls) > 1
+    assert grade(case, list(reversed(calls)))[0]
+    assert not grade(case, calls[:1])[0]
+
+
+def test_an_irrelevance_case_is_correct_exactly_when_no_function_is_called() -> None:
+    case = load_cases("irrelevance")[0]
+    assert case.expects_no_call
+    assert grade(case, []) == (True, "")
+    name = openai_tools(case.functions)[0]["function"]["name"]
+    assert grade(case, [{"name": name, "arguments": {}}])[0] is False
+
+
+def test_function_docs_become_openai_tools_with_json_schema_types() -> None:
+    case = next(c for c in load_cases("simple_python", None) if "." in c.functions[0]["name"])
+    (tool,) = openai_tools(case.functions)
+    assert tool["function"]["name"] == tool_name(case.functions[0]["name"])
+    assert "." not in tool["function"]["name"]
+    assert tool["function"]["parameters"]["type"] == "object"
+    types = {p["type"] for p in tool["function"]["parameters"]["properties"].values()}
+    assert types <= {"string", "integer", "number", "boolean", "array", "object"}
+    assert case.functions[0]["parameters"]["type"] == "dict"  # the case itself is untouched
+
+
+def test_calls_are_read_leniently_from_fences_tags_and_prose() -> None:
+    names = ["get_weather", "add"]
+    text = ('Sure!\n```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```\n'
+            'and <tool_call>{"name": "add", "parameters": {"a": 1}}</tool_call> '
+            '{"name": "unknown", "arguments": {}}')  # fmt: skip
+    assert calls_in_text(text, names) == [
+        {"name": "get_weather", "arguments": {"city": "Paris"}},
+        {"name": "add", "arguments": {"a": 1}},
+    ]
+    assert calls_in_text("no call {broken", names) == []
+
+
+async def test_raw_takes_the_native_tool_calls_of_one_completion() -> None:
+    case = load_cases("simple_python")[0]
+    call = right_calls(case)[0]
+    with running_server() as server:
+        server.script(Reply(body=completion(None, tool_calls=[{
+            "id": "c1", "type": "function",
+            "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])},
+        }], prompt_tokens=120, completion_tokens=30)))  # fmt: skip
+        import httpx
+
+        async with httpx.AsyncClient() as client:
+            outcome = await run_raw(case, Server(server.base_url), client)
+        body = server.requests[0].json
+    assert outcome.calls == [call]
+    assert (outcome.llm_calls, outcome.prompt_tokens, outcome.completion_tokens) == (1, 120, 30)
+    assert body["tools"] == openai_tools(case.functions)
+    assert (body["temperature"], body["seed"]) == (0.0, 7)
+
+
+async def test_subagent_corrects_a_call_with_feedback_naming_the_argument_and_type() -> None:
+    case, call, key = next(
+        (case, call, key)
+        for case in load_cases("simple_python")
+        for call in right_calls(case)[:1]
+        for key, value in call["arguments"].items()
+        if type(value) is int
+    )
+    wrong = {**call, "arguments": {**call["arguments"], key: "a string"}}
+    with running_server() as server:
+        server.script(Reply(body=completion(json.dumps(wrong))),
+                      Reply(body=completion(json.dumps([call]))))  # fmt: skip
+        async with OpenAIChat(model="local", base_url=server.base_url, _environ={}) as llm:
+            outcome = await run_subagent_contract(
+                case, Server(server.base_url), llm, return_retries=1
+            )
+        correction = server.requests[1].json["messages"][-1]["content"]
+    assert outcome.calls == [call]
+    assert outcome.first_calls == [wrong]
+    assert grade(case, outcome.calls)[0] and not grade(case, outcome.first_calls)[0]
+    assert outcome.llm_calls == 2
+    assert f"argument '{key}' must be of type" in correction
+
+
+async def test_subagent_answers_no_call_on_an_irrelevance_case_with_an_empty_list() -> None:
+    case = load_cases("irrelevance")[0]
+    with running_server() as server:
+        server.script(Reply(body=completion("[]")))
+        async with OpenAIChat(model="local", base_url=server.base_url, _environ={}) as llm:
+            outcome = await run_subagent_contract(
+                case, Server(server.base_url), llm, return_retries=0
+            )
+    assert outcome.calls == [] and outcome.error is None
+    assert grade(case, outcome.calls)[0]
+
+
+async def test_the_runner_records_each_case_and_resumes_without_repeating_one(
+    tmp_path: Path,
+) -> None:
+    cases = load_cases("irrelevance")[:3]
+    path = record_path(tmp_path, "raw", "template")
+    raw = system_named("raw")
+    with running_server() as server:
+        server.script(Reply(body=completion("I cannot help with that.")))
+        assert await run_cases(raw, cases[:1], Server(server.base_url), path, "template") == 1
+        with path.open("a") as file:  # a kill in the middle of the next line
+            file.write('{"system": "raw", "cat')
+        todo = pending(cases, path)
+        assert [c.id for c in todo] == [c.id for c in cases[1:]]
+        server.script(*(Reply(body=completion("No.")) for _ in todo))
+        assert await run_cases(raw, todo, Server(server.base_url), path, "template") == 2
+        assert len(server.requests) == 3
+    records = read_lines(path)
+    assert [r["id"] for r in records] == [c.id for c in cases]
+    assert pending(cases, path) == []
+
+
+async def test_a_system_that_raises_is_recorded_as_an_error_and_the_run_goes_on(
+    tmp_path: Path,
+) -> None:
+    cases = load_cases("simple_python")[:2]
+    path = record_path(tmp_path, "raw", "template")
+    with running_server() as server:
+        server.script(Reply.error(400, "bad request"), Reply(body=completion("text")))
+        await run_cases(system_named("raw"), cases, Server(server.base_url), path, "template")
+    first, second = read_lines(path)
+    assert "HTTPStatusError" in first["outcome"]["error"]
+    assert second["outcome"]["error"] is None
+
+
+def test_the_report_grades_records_and_derives_raw_lenient_from_raw_text() -> None:
+    case = load_cases("simple_python")[0]
+    call = right_calls(case)[0]
+    record = {"system": "raw", "setup": "template", "category": case.category, "id": case.id,
+              "digest": case.digest,
+              "outcome": {"calls": [], "first_calls": None, "text": json.dumps(call),
+                          "llm_calls": 1, "prompt_tokens": 100, "completion_tokens": 20,
+                          "turns": [], "error": None}}  # fmt: skip
+    edited = {**record, "digest": "stale"}
+    rows = {row.system: row for row in rows_from([record, edited])}
+    assert rows["raw@template"].correct == 0 and rows["raw@template"].n == 1
+    assert rows["raw-lenient@template"].correct == 1
+    assert rows["raw-lenient@template"].tokens == 120
+
+
+def test_the_salvage_rate_counts_wrong_first_attempts_that_ended_correct() -> None:
+    case = load_cases("simple_python")[0]
+    call = right_calls(case)[0]
+    outcome = {"calls": [call], "first_calls": [], "text": "", "llm_calls": 2,
+               "prompt_tokens": 10, "completion_tokens": 1,
+               "turns": [{"text": "x"}, {"text": "x"}], "error": None}  # fmt: skip
+    record = {"system": "subagent-r1", "setup": "template", "category": case.category,
+              "id": case.id, "digest": case.digest, "outcome": outcome}  # fmt: skip
+    (row,) = rows_from([record])
+    assert (row.first_wrong, row.salvaged) == (1, 1)
+    assert (row.repeats, row.corrections) == (1, 1)
+
+
+def test_the_wilson_interval_brackets_the_proportion() -> None:
+    low, high = wilson(45, 50)
+    assert 0.78 < low < 0.9 < high < 0.97
+    assert wilson(0, 0) == (0.0, 0.0)
+    assert wilson(0, 10)[0] == 0.0
