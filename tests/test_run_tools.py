@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Annotated, Any
 
@@ -24,6 +25,7 @@ from subagent import (
     TurnType,
     tool,
 )
+from subagent.protocols import format_action
 from subagent.tools import TOOL_RECORD_LIMIT, TOOL_RESULT_LIMIT
 
 pytestmark = pytest.mark.anyio
@@ -162,6 +164,47 @@ async def test_the_result_limit_is_configurable_on_the_agent() -> None:
     result = step.turns[0].tool_results[0]
     assert result.cut_chars == 1 and result.full_output == "23"
     assert "\n```\n2\n```\n" in result.content
+
+
+# --- tools from a JSON schema ---
+
+_PICK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"colour": {"enum": ["red", "blue"]}, "x": {"type": "integer"}},
+    "required": ["colour", "x"],
+    "additionalProperties": False,
+}
+
+
+def _pick(colour: str, x: int) -> ToolOutput:
+    return ToolOutput(Answer(x=x), final=True)
+
+
+@pytest.mark.parametrize("protocol", ["native", "react"])
+async def test_a_schema_tool_is_offered_as_given_checked_and_can_end_the_run(
+    protocol: str,
+) -> None:
+    picker = Tool.from_schema("pick", "Pick a colour.", _PICK_SCHEMA, _pick, run_in_thread=False)
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[picker], max_turns=3,
+                     protocol=protocol)  # fmt: skip
+
+    def reply(**arguments: Any) -> LLMResponse | str:
+        if protocol == "native":
+            return call("pick", **arguments)
+        return format_action("pick", arguments)
+
+    llm = ScriptedLLM([reply(colour="green", x=1), reply(colour="red", x=5)])
+    step = await agent.run(llm=llm)
+    assert step.ok and step.output == Answer(x=5)
+    first = step.turns[0].tool_results[0]
+    assert first.error_type == "invalid_arguments"
+    assert '- colour: should be one of: "red", "blue" (received "green")' in first.content
+    request = llm.requests[0]
+    if protocol == "native":
+        assert request.tools[0].parameters == _PICK_SCHEMA
+    else:
+        system = request.messages[0].content
+        assert json.dumps(_PICK_SCHEMA, separators=(",", ":")) in system
 
 
 # --- ToolOutput: final answers and extras ---

@@ -103,11 +103,12 @@ class Toolbox:
         try:
             returned = await tool.call(arguments, extras)
         except ToolArgumentsError as exc:
-            errors = (
-                format_validation_errors(exc.validation)
-                if exc.validation is not None
-                else [{"location": "(arguments)", "message": str(exc), "received": ""}]
-            )
+            if exc.items:
+                errors = exc.items
+            elif exc.validation is not None:
+                errors = format_validation_errors(exc.validation)
+            else:
+                errors = [{"location": "(arguments)", "message": str(exc), "received": ""}]
             content = self._templates.render(
                 "tool_arguments_invalid", name=call.name, errors=errors
             )
