@@ -314,6 +314,37 @@ async def test_a_tool_over_its_own_timeout_is_a_tool_error() -> None:
     assert "did not finish within 0.01 s" in result.content
 
 
+@pytest.mark.parametrize("timeout", [None, 30.0])
+@pytest.mark.parametrize("in_thread", [True, False])
+async def test_a_timeout_error_raised_by_the_tool_itself_is_fed_back_not_raised(
+    timeout: float | None, in_thread: bool
+) -> None:
+    def fetch(url: str) -> str:
+        raise TimeoutError("timed out")  # socket.timeout, what urlopen(timeout=...) raises
+
+    tools = [Tool(fetch, timeout=timeout, run_in_thread=in_thread)]
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=tools, max_turns=2)
+    step = await run(agent, [call("fetch", url="http://x"), '{"x": 1}'])
+    assert step.ok
+    result = step.turns[0].tool_results[0]
+    assert (result.ok, result.error_type) == (False, "TimeoutError")
+    assert "TimeoutError: timed out (an operation inside the tool timed out)" in result.content
+    assert "did not finish within" not in result.content  # not the tool's own time limit
+
+
+async def test_a_bare_timeout_error_from_wait_for_inside_an_async_tool_is_fed_back() -> None:
+    async def slow() -> str:
+        with anyio.fail_after(0):  # wait_for / fail_after inside the tool
+            await anyio.sleep_forever()
+        return "never"
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[slow], max_turns=2)
+    step = await run(agent, [call("slow"), '{"x": 1}'])
+    result = step.turns[0].tool_results[0]
+    assert (result.ok, result.error_type) == (False, "TimeoutError")
+    assert "an operation inside the tool timed out" in result.content
+
+
 async def test_a_blocking_sync_tool_does_not_hold_the_run_past_its_mission_timeout() -> None:
     release = threading.Event()
     entered = threading.Event()

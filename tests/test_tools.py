@@ -13,7 +13,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from subagent import ConfigurationError, FromExtras, SubAgent, Tool, tool
-from subagent.tools import ToolArgumentsError, render_result
+from subagent.tools import ToolArgumentsError, ToolTimeoutError, render_result
 
 pytestmark = pytest.mark.anyio
 
@@ -217,6 +217,21 @@ async def test_a_tool_over_its_timeout_raises_timeout_error() -> None:
         await anyio.sleep_forever()
 
     with pytest.raises(TimeoutError):
+        await Tool(stuck, timeout=0.01).call({})
+
+
+async def test_a_timeout_error_of_the_tool_itself_is_not_taken_for_its_time_limit() -> None:
+    def own() -> None:
+        raise TimeoutError("socket")
+
+    with pytest.raises(TimeoutError) as caught:
+        await Tool(own, timeout=30).call({})
+    assert not isinstance(caught.value, ToolTimeoutError)
+
+    async def stuck() -> None:
+        await anyio.sleep_forever()
+
+    with pytest.raises(ToolTimeoutError, match=r"did not finish within 0\.01 s"):
         await Tool(stuck, timeout=0.01).call({})
 
 

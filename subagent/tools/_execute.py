@@ -24,6 +24,7 @@ from subagent.tools._tool import (
     Tool,
     ToolArgumentsError,
     ToolOutput,
+    ToolTimeoutError,
     render_result,
 )
 
@@ -113,9 +114,14 @@ class Toolbox:
                 "tool_arguments_invalid", name=call.name, errors=errors
             )
             return ToolRun(self._failed(call, content, "invalid_arguments", started, pruned))
-        except TimeoutError:
-            text = f"the tool did not finish within {tool.timeout:g} s"
-            return ToolRun(self._error(call, text, "timeout", started, pruned))
+        except ToolTimeoutError as exc:
+            return ToolRun(self._error(call, str(exc), "timeout", started, pruned))
+        except TimeoutError as exc:
+            # Raised by the tool itself (a socket, urlopen, wait_for inside it): its own
+            # error, not the tool's time limit, and never out of the run.
+            detail = f": {exc}" if str(exc) else ""
+            text = f"TimeoutError{detail} (an operation inside the tool timed out)"
+            return ToolRun(self._error(call, text, "TimeoutError", started, pruned))
         except NestedRunError as exc:
             result = self._error(call, str(exc), "agent_failed", started, pruned)
             return ToolRun(result.model_copy(update={"step": exc.step}))

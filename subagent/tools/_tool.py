@@ -46,6 +46,7 @@ __all__ = [
     "Tool",
     "ToolArgumentsError",
     "ToolOutput",
+    "ToolTimeoutError",
     "build_tools",
     "inline_definitions",
     "render_result",
@@ -128,6 +129,18 @@ class ToolArgumentsError(Exception):
         self.validation = errors if isinstance(errors, ValidationError) else None
         self.items = items
         super().__init__(str(errors))
+
+
+class ToolTimeoutError(TimeoutError):
+    """A tool call ran past its :attr:`Tool.timeout` (not a timeout raised by the tool).
+
+    Attributes:
+        timeout: The tool's timeout, in seconds.
+    """
+
+    def __init__(self, timeout: float):
+        super().__init__(f"the tool did not finish within {timeout:g} s")
+        self.timeout = timeout
 
 
 @dataclass(frozen=True, eq=False)
@@ -322,16 +335,19 @@ class Tool:
 
         Raises:
             ToolArgumentsError: The arguments do not fit the signature.
-            TimeoutError: The call took longer than :attr:`timeout`.
-            Exception: Whatever the function raises.
+            ToolTimeoutError: The call took longer than :attr:`timeout` (a
+                :class:`TimeoutError`).
+            Exception: Whatever the function raises, a ``TimeoutError`` of its own
+                included.
         """
         kwargs = self.validate_arguments(arguments)
         if extras and self._extras:
             kwargs.update({key: value for key, value in extras.items() if key in self._extras})
         if self.timeout is None:
             return await self._invoke(kwargs)
-        with anyio.fail_after(self.timeout):
+        with anyio.move_on_after(self.timeout):
             return await self._invoke(kwargs)
+        raise ToolTimeoutError(self.timeout)
 
     async def _invoke(self, kwargs: dict[str, Any]) -> Any:
         if self._is_async:
