@@ -465,13 +465,18 @@ class _Run:
 
     async def _run_tools(self, response: LLMResponse, calls: list[ToolCall]) -> _Verdict:
         """Run a tool turn's calls (concurrently unless told not to); results keep call order."""
+        toolbox = self._parts.toolbox
         runs: list[ToolRun | None] = [None] * len(calls)
+        # The calls past the per-reply limit are refused, never run.
+        running = calls[: toolbox.call_limit]
+        refused = toolbox.over_limit(calls)
+        runs[len(running) :] = [ToolRun(result) for result in refused]
         self._in_flight = (calls, runs)
         extras, self._extras = self._extras, None  # handed to this turn's calls, then cleared
         token = self._nesting()
         try:
-            if len(calls) == 1 or not self._parts.parallel_tool_calls:
-                for position, call in enumerate(calls):
+            if len(running) == 1 or not self._parts.parallel_tool_calls:
+                for position, call in enumerate(running):
                     runs[position] = await self._run_tool(call, extras)
             else:
 
@@ -479,7 +484,7 @@ class _Run:
                     runs[position] = await self._run_tool(call, extras)
 
                 async with anyio.create_task_group() as group:
-                    for position, call in enumerate(calls):
+                    for position, call in enumerate(running):
                         group.start_soon(run_one, position, call)
         finally:
             _CURRENT.reset(token)
@@ -503,9 +508,13 @@ class _Run:
             return _Verdict(TurnOutcome.ERROR, Trigger.USED_TOOLS, answer.error,
                             answer.error_type, tool_results=results, tool_messages=exchange,
                             note=note, calls=calls, summary=answer.summary)  # fmt: skip
-        failed = [result for result in results if not result.ok]
-        if failed:
-            error = "\n".join(f"{result.name}: {result.error_type}" for result in failed)
+        failed = [result for result in results[: len(running)] if not result.ok]
+        if failed or refused:
+            lines = [f"{result.name}: {result.error_type}" for result in failed]
+            if refused:
+                lines.append(f"{len(refused)} call(s) past the limit of {len(running)} per "
+                             f"reply: too_many_calls")  # fmt: skip
+            error = "\n".join(lines)
             return _Verdict(TurnOutcome.ERROR, Trigger.USED_TOOLS, error, "tool_error",
                             tool_results=results, tool_messages=exchange, calls=calls)  # fmt: skip
         return _Verdict(TurnOutcome.CONTINUE, Trigger.USED_TOOLS, tool_results=results,
@@ -704,10 +713,15 @@ def _summary(verdict: _Verdict) -> str:
     kind = verdict.error_type or verdict.outcome.value
     if kind == "tool_error":
         failed = [r for r in verdict.tool_results if not r.ok]
-        return "tool_error: " + ", ".join(
+        over = sum(r.error_type == "too_many_calls" for r in failed)
+        parts = [
             f"{'(unknown tool)' if r.error_type == 'unknown_tool' else r.name} {r.error_type}"
             for r in failed
-        )
+            if r.error_type != "too_many_calls"
+        ]
+        if over:
+            parts.append(f"{over} call(s) too_many_calls")
+        return "tool_error: " + ", ".join(parts)
     if kind == "tools_unavailable":
         return f"tools_unavailable: {len(verdict.tool_results)} call(s) refused"
     return kind

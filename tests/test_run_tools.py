@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from support import Traced, attrs
 
 from subagent import (
+    ConfigurationError,
     FailReason,
     FromExtras,
     LLMResponse,
@@ -296,6 +297,57 @@ async def test_calls_run_one_after_another_when_parallel_tool_calls_is_off() -> 
                      max_turns=2, parallel_tool_calls=False)  # fmt: skip
     await run(agent, [calls(("work", {"name": "a"}), ("work", {"name": "b"})), '{"x": 1}'])
     assert log == ["a starts", "a ends", "b starts", "b ends"]
+
+
+# --- the calls of one reply ---
+
+
+async def test_calls_past_the_per_turn_limit_are_refused_never_run() -> None:
+    ran: list[int] = []
+
+    @tool(run_in_thread=False)
+    def send(n: int) -> str:
+        ran.append(n)
+        return "sent"
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[send], max_turns=2)
+    llm = ScriptedLLM([calls(*[("send", {"n": n}) for n in range(40)]), '{"x": 1}'])
+    step = await agent.run(llm=llm)
+    assert step.ok
+    assert sorted(ran) == list(range(32))  # the default limit: the first 32 ran, no others
+    turn = step.turns[0]
+    assert len(turn.tool_calls) == len(turn.tool_results) == 40
+    refused = turn.tool_results[32:]
+    assert {r.error_type for r in refused} == {"too_many_calls"}
+    assert all(r.ok for r in turn.tool_results[:32])
+    assert "made 40 tool calls and only the first 32 of a reply are run" in refused[0].content
+    assert turn.error_type == "tool_error"
+    assert turn.error_summary == "tool_error: 8 call(s) too_many_calls"
+    # The model reads an answer to each of its calls (a native tool message per call id).
+    answered = [m.tool_call_id for m in llm.requests[1].messages if m.role == "tool"]
+    assert answered == [c.id for c in turn.tool_calls]
+
+
+async def test_the_per_turn_call_limit_is_an_agent_option() -> None:
+    ran: list[int] = []
+
+    @tool(run_in_thread=False)
+    def send(n: int) -> str:
+        ran.append(n)
+        return "sent"
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[send], max_turns=2,
+                     max_tool_calls_per_turn=2, parallel_tool_calls=False)  # fmt: skip
+    step = await run(agent, [calls(*[("send", {"n": n}) for n in range(3)]), '{"x": 1}'])
+    assert ran == [0, 1]
+    assert [r.error_type for r in step.turns[0].tool_results] == [None, None, "too_many_calls"]
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 2.0, "32", None])
+def test_the_per_turn_call_limit_must_be_a_positive_integer(value: object) -> None:
+    with pytest.raises(ConfigurationError, match="max_tool_calls_per_turn") as caught:
+        SubAgent(name="a", prompt="p", tools=[add], max_tool_calls_per_turn=value)  # type: ignore[arg-type]
+    assert caught.value.field == "max_tool_calls_per_turn"
 
 
 # --- timeouts and cancellation reach tools ---

@@ -28,11 +28,13 @@ from subagent.tools._tool import (
     render_result,
 )
 
-__all__ = ["TOOL_RECORD_LIMIT", "TOOL_RESULT_LIMIT", "ToolRun", "Toolbox"]
+__all__ = ["TOOL_CALLS_PER_TURN", "TOOL_RECORD_LIMIT", "TOOL_RESULT_LIMIT", "ToolRun", "Toolbox"]
 
 TOOL_RESULT_LIMIT = 32_000
 """Characters of a tool's result the model is shown, its fences included (about 8,000
 tokens); the rest is cut, with a note saying how much."""
+TOOL_CALLS_PER_TURN = 32
+"""Tool calls of one reply that are run; the calls past it are refused, never run."""
 TOOL_RECORD_LIMIT = 1_000_000
 """Characters of a cut result kept whole on the :class:`~subagent.ToolResult` record
 (``full_output``); a longer one keeps only what the model saw."""
@@ -64,9 +66,12 @@ class Toolbox:
         prune_unknown_args: The default for tools that do not set their own.
         result_limit: Characters of a result the model is shown.
         record_limit: Characters of a cut result kept whole on its record.
+        call_limit: Tool calls of one reply that are run (:meth:`over_limit` refuses the
+            rest).
     """
 
-    __slots__ = ("_prune", "_record_limit", "_result_limit", "_templates", "definitions", "tools")
+    __slots__ = ("_prune", "_record_limit", "_result_limit", "_templates", "call_limit",
+                 "definitions", "tools")  # fmt: skip
 
     def __init__(
         self,
@@ -76,6 +81,7 @@ class Toolbox:
         prune_unknown_args: bool = True,
         result_limit: int = TOOL_RESULT_LIMIT,
         record_limit: int = TOOL_RECORD_LIMIT,
+        call_limit: int = TOOL_CALLS_PER_TURN,
     ):
         self.tools = tools
         self.definitions: list[ToolDefinition] = [tool.definition for tool in tools.values()]
@@ -83,6 +89,7 @@ class Toolbox:
         self._prune = prune_unknown_args
         self._result_limit = result_limit
         self._record_limit = record_limit
+        self.call_limit = call_limit
 
     def __bool__(self) -> bool:
         return bool(self.tools)
@@ -150,6 +157,22 @@ class Toolbox:
         names = ", ".join(sorted({call.name for call in calls}))
         error = self._templates.render("tools_unavailable", tool_names=names)
         return error, [self._failed(call, error, "tools_unavailable", 0.0) for call in calls]
+
+    def over_limit(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
+        """The refused results of the calls of one reply past :attr:`call_limit` (in order).
+
+        ``calls`` are all the reply's calls; the first :attr:`call_limit` get no result here
+        (they run), each later one a failed ``too_many_calls`` result telling the model that
+        only the first ones ran.
+        """
+        limit, count = self.call_limit, len(calls)
+        refused: list[ToolResult] = []
+        for call in calls[limit:]:
+            content = self._templates.render(
+                "tool_calls_over_limit", name=call.name, count=count, limit=limit
+            )
+            refused.append(self._failed(call, content, "too_many_calls", 0.0))
+        return refused
 
     # --- records ---
 
