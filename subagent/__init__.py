@@ -13,6 +13,7 @@ from subagent._agent import RunArguments, SubAgent
 from subagent._errors import (
     ConfigurationError,
     ErrorKind,
+    LLMContractError,
     LLMError,
     MissingVariableError,
     ParserContractError,
@@ -95,6 +96,7 @@ __all__ = [
     "Failure",
     "FromExtras",
     "JSONParser",
+    "LLMContractError",
     "LLMError",
     "LLMRequest",
     "LLMResponse",

@@ -135,7 +135,8 @@ class Turn(BaseModel):
             captured.
         error_type: A short class of the error (``invalid_output``, ``tool_error``,
             ``tools_unavailable``, ``truncated``, ``validation_failed``, ``explicit_fail``,
-            or the LLM error kind).
+            the LLM error kind, ``cancelled``, or, on the last turn of an error raised out
+            of a run, the exception's name such as ``ParserContractError``).
         feedback: The message sent to the model about this turn, if any.
         stop_reason: The reply's normalised stop reason.
         raw_stop_reason: The provider's own stop reason.
