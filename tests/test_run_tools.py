@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import anyio
 import pytest
+from openai_server import Reply, ScriptedServer, completion
 from pydantic import BaseModel
 from support import Traced, attrs
 
@@ -26,6 +27,7 @@ from subagent import (
     TurnType,
     tool,
 )
+from subagent.llm import OpenAIChat
 from subagent.protocols import format_action
 from subagent.tools import TOOL_RECORD_LIMIT, TOOL_RESULT_LIMIT
 
@@ -297,6 +299,64 @@ async def test_calls_run_one_after_another_when_parallel_tool_calls_is_off() -> 
                      max_turns=2, parallel_tool_calls=False)  # fmt: skip
     await run(agent, [calls(("work", {"name": "a"}), ("work", {"name": "b"})), '{"x": 1}'])
     assert log == ["a starts", "a ends", "b starts", "b ends"]
+
+
+# --- deeply nested arguments ---
+
+
+def _deep_arguments(depth: int) -> str:
+    return '{"data": ' + "[" * depth + "]" * depth + "}"
+
+
+@pytest.mark.parametrize("depth", [150, 900, 100_000])
+async def test_deeply_nested_arguments_from_a_server_are_fed_back_as_invalid(
+    server: ScriptedServer, depth: int
+) -> None:
+    @tool(run_in_thread=False)
+    def look(data: object = None) -> str:
+        return "seen"
+
+    call_body = {"id": "c1", "type": "function",
+                 "function": {"name": "look", "arguments": _deep_arguments(depth)}}  # fmt: skip
+    server.script(Reply.json(completion(None, tool_calls=[call_body], finish_reason="tool_calls")),
+                  Reply.json(completion('{"x": 1}')))  # fmt: skip
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[look], max_turns=2)
+    async with OpenAIChat(model="m", base_url=server.base_url, api_key="sk-test") as llm:
+        step = await agent.run(llm=llm)
+    assert step.ok  # the run went on to its answer
+    result = step.turns[0].tool_results[0]
+    assert result.error_type == "invalid_arguments"
+    assert "must be a JSON object nested at most 100 levels deep" in result.content
+    assert Step[Answer].model_validate_json(step.model_dump_json()) == step  # storable
+
+
+@pytest.mark.parametrize("depth", [150, 900, 100_000])
+async def test_deeply_nested_arguments_in_a_react_action_are_fed_back(depth: int) -> None:
+    schema_tool = Tool.from_schema("look", "Look.", {"type": "object"}, lambda **_: "seen")
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[schema_tool], max_turns=2,
+                     protocol="react")  # fmt: skip
+    action = 'Thought: look.\nAction: {"tool": "look", "input": ' + _deep_arguments(depth) + "}"
+    step = await run(agent, [action, 'Final Answer: {"x": 1}'])
+    assert step.ok
+    first = step.turns[0]
+    assert first.feedback is not None
+    if first.tool_results:  # read as an action: its arguments are invalid
+        assert first.tool_results[0].error_type == "invalid_arguments"
+        assert "nested at most 100 levels deep" in first.tool_results[0].content
+    else:  # too deep for the action itself to be read: an invalid action, named
+        assert (first.error_type, depth) == ("invalid_action", 100_000)
+        assert "Nesting too deep" in first.feedback
+
+
+async def test_deeply_nested_arguments_from_any_model_are_never_walked() -> None:
+    deep: Any = []
+    for _ in range(5_000):
+        deep = [deep]
+    call_made = ToolCall(name="add", arguments={"a": deep})
+    assert call_made.arguments == "(arguments nested more than 100 levels deep)"
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[add], max_turns=2)
+    step = await run(agent, [LLMResponse(tool_calls=[call_made]), '{"x": 1}'])
+    assert step.turns[0].tool_results[0].error_type == "invalid_arguments"
 
 
 # --- the calls of one reply ---

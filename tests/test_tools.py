@@ -396,3 +396,16 @@ def test_a_schema_tool_does_not_read_the_functions_signature() -> None:
     made = Tool(anything, name="anything", parameters={"type": "object"})
     assert made.definition.description == "Docstring summary."
     assert made.definition.parameters == {"type": "object"}
+
+
+async def test_arguments_nested_past_the_limit_are_refused_without_recursion() -> None:
+    deep: Any = {}
+    for _ in range(10_000):
+        deep = {"a": deep}
+    for made in (Tool(search), Tool.from_schema("s", "S.", {"type": "object"}, _order)):
+        with pytest.raises(ToolArgumentsError, match="nested at most 100 levels deep"):
+            await made.call({"query": deep})
+    shallow: Any = {}
+    for _ in range(98):
+        shallow = {"a": shallow}
+    assert await Tool.from_schema("s", "S.", {"type": "object"}, _order).call(shallow) == shallow

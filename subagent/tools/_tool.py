@@ -37,7 +37,7 @@ from pydantic_core import to_json
 from subagent._checks import check_seconds
 from subagent._errors import ConfigurationError, SubAgentError
 from subagent._records import Step
-from subagent._text import shorten
+from subagent._text import MAX_ARGUMENT_DEPTH, nested_deeper_than, shorten
 from subagent.llm import ToolDefinition
 
 __all__ = [
@@ -308,11 +308,18 @@ class Tool:
         """Check the model's arguments against the signature.
 
         Raises:
-            ToolArgumentsError: They are not a JSON object, or do not fit.
+            ToolArgumentsError: They are not a JSON object (or one nested more than 100
+                levels deep), or do not fit.
         """
-        if isinstance(arguments, str) or not isinstance(arguments, Mapping):
+        if (
+            isinstance(arguments, str)
+            or not isinstance(arguments, Mapping)
+            or nested_deeper_than(arguments, MAX_ARGUMENT_DEPTH)
+        ):
+            shown = arguments if isinstance(arguments, str) else "(a deeper object)"
             raise ToolArgumentsError(
-                f"arguments must be a JSON object, got {str(arguments)[:200]!r}"
+                f"arguments must be a JSON object nested at most {MAX_ARGUMENT_DEPTH} levels "
+                f"deep, got {shown[:200]!r}"
             )
         if self._params is None:
             return _validate_with_schema(self._validator, arguments)
