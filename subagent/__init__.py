@@ -80,7 +80,7 @@ from subagent.patterns import (
     think_with_retry,
 )
 from subagent.testing import ScriptedLLM
-from subagent.tools import FromExtras, Tool, ToolOutput, tool
+from subagent.tools import FromExtras, Tool, ToolOutput, ToolTimeoutError, tool
 
 __all__ = [
     "LLM",
@@ -134,6 +134,7 @@ __all__ = [
     "ToolDefinition",
     "ToolOutput",
     "ToolResult",
+    "ToolTimeoutError",
     "TransportRetry",
     "Turn",
     "TurnEnded",

@@ -381,12 +381,26 @@ async def test_a_closed_schema_refuses_unknown_arguments_when_pruning_is_off() -
         ({"type": "object", "default": float("nan")}, r"JSON schema of tool 'bad' is not JSON"),
         ({"type": "object", "default": object()}, r"JSON schema of tool 'bad' is not JSON"),
         ([{"type": "object"}], r"parameters of tool 'bad' must be a JSON schema object"),
+        ({"$schema": "https://example.com/mine"}, r"tool 'bad' names an unknown JSON schema"),
+        ({"$schema": 7}, r"tool 'bad' names an unknown JSON schema dialect \(\$schema 7\)"),
     ],
 )
 def test_a_bad_schema_is_a_configuration_error_naming_the_tool(schema: Any, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message) as caught:
         Tool.from_schema("bad", "Bad.", schema, _order)
     assert caught.value.field == "tools"
+
+
+def test_a_schema_tool_validates_in_the_dialect_its_schema_names() -> None:
+    draft4 = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 1, "exclusiveMinimum": True}},
+    }
+    made = Tool.from_schema("d4", "Draft 4.", draft4, _order)
+    assert made.validate_arguments({"n": 2}) == {"n": 2}
+    with pytest.raises(ToolArgumentsError, match="n: "):  # draft 4's boolean exclusiveMinimum
+        made.validate_arguments({"n": 1})
 
 
 def test_a_schema_tool_does_not_read_the_functions_signature() -> None:

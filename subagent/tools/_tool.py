@@ -542,7 +542,7 @@ def _checked_schema(parameters: Any, name: str) -> tuple[dict[str, Any], Any]:
         raise ConfigurationError(
             "tools", f"the JSON schema of tool {name!r} is not JSON: {exc}"
         ) from exc
-    validator_class = jsonschema.validators.validator_for(schema)
+    validator_class = _dialect(schema, name)
     try:
         validator_class.check_schema(schema)
     except jsonschema.exceptions.SchemaError as exc:
@@ -552,6 +552,32 @@ def _checked_schema(parameters: Any, name: str) -> tuple[dict[str, Any], Any]:
             f"tool {name!r} has an invalid JSON schema at {where}: {shorten(exc.message, 300)}",
         ) from exc
     return schema, validator_class(schema)
+
+
+def _dialect(schema: dict[str, Any], name: str) -> Any:
+    """The validator class of the dialect ``$schema`` names (the latest draft without one).
+
+    Raises:
+        ConfigurationError: ``$schema`` names a dialect ``jsonschema`` does not know
+            (rather than its warning and a silent fallback to the latest draft).
+    """
+    latest = jsonschema.validators.Draft202012Validator
+    if "$schema" not in schema:
+        return latest
+    dialect = schema["$schema"]
+    try:
+        found = jsonschema.validators.validator_for(schema, default=latest)
+        known = found is jsonschema.validators.validator_for(
+            schema, default=jsonschema.validators.Draft7Validator
+        )
+    except Exception:  # a $schema that is not a URI string
+        known = False
+    if not isinstance(dialect, str) or not known:
+        raise ConfigurationError(
+            "tools",
+            f"tool {name!r} names an unknown JSON schema dialect ($schema {dialect!r:.120})",
+        )
+    return found
 
 
 def _closes_properties(schema: Mapping[str, Any]) -> bool:
