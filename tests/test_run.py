@@ -11,6 +11,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 from pydantic import BaseModel
+from support import Traced, attrs
 
 from subagent import (
     ErrorKind,
@@ -28,6 +29,7 @@ from subagent import (
     StopReason,
     SubAgent,
     ToolCall,
+    TurnEnded,
     TurnOutcome,
     TurnType,
     Usage,
@@ -554,6 +556,23 @@ async def test_a_raising_parser_is_reported_as_a_parser_bug_with_the_reply_kept(
     assert (turn.reply, turn.outcome, turn.error_type) == ("x", TurnOutcome.FAIL,
                                                            "ParserContractError")  # fmt: skip
     assert turn.error is not None and "parser 'broken' raised KeyError" in turn.error
+
+
+async def test_the_turn_a_bug_ended_is_reported_and_every_span_closed(traced: Traced) -> None:
+    def broken(text: str) -> ParseResult:
+        raise KeyError("oops")
+
+    events: list[object] = []
+    with pytest.raises(ParserContractError):
+        await SubAgent(name="p", prompt="p", output=broken).run(
+            llm=ScriptedLLM(["x"]), on_event=events.append, tracer_provider=traced.provider
+        )
+    ended = [event for event in events if isinstance(event, TurnEnded)]
+    assert [event.turn.error_type for event in ended] == ["ParserContractError"]
+    assert traced.open_spans.open == {}
+    turn_span = traced.one("agent_turn normal")
+    assert attrs(turn_span)["error.type"] == "ParserContractError"
+    assert attrs(turn_span)["subagent.turn.outcome"] == "fail"
 
 
 async def test_a_template_failing_after_the_first_call_raises_with_the_turns_kept() -> None:
