@@ -207,6 +207,13 @@ def test_tool_flags_must_be_bools(value: object) -> None:
         Tool(search, run_in_thread=value)  # type: ignore[arg-type]
 
 
+def test_a_tool_description_must_be_text() -> None:
+    with pytest.raises(ConfigurationError, match=r"^description: must be a str, got 3"):
+        Tool(search, description=3)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"^description: .*tool 'find'"):
+        Tool.from_schema("find", b"Find.", {"type": "object"}, _order)  # type: ignore[arg-type]
+
+
 def test_a_tool_timeout_must_be_positive_seconds() -> None:
     with pytest.raises(ConfigurationError, match="timeout"):
         Tool(search, timeout=0)
