@@ -3,7 +3,8 @@
 What lives here:
 
 - ``_tool``: :class:`Tool` and the :func:`tool` decorator, built from a function's signature
-  and docstring; its JSON schema, argument validation and pruning; :class:`ToolOutput`
+  and docstring (or from a JSON schema as given, :meth:`Tool.from_schema`, validated by
+  ``jsonschema``); its JSON schema, argument validation and pruning; :class:`ToolOutput`
   (final answers, extras) and :data:`FromExtras`.
 - ``_execute``: :class:`Toolbox`, an agent's tools ready to run the model's calls: every
   failure becomes a result the model reads, never an exception; the calls of one reply past
