@@ -13,6 +13,7 @@ from subagent._agent import RunArguments, SubAgent
 from subagent._errors import (
     ConfigurationError,
     ErrorKind,
+    LLMContractError,
     LLMError,
     MissingVariableError,
     ParserContractError,
@@ -79,7 +80,7 @@ from subagent.patterns import (
     think_with_retry,
 )
 from subagent.testing import ScriptedLLM
-from subagent.tools import FromExtras, Tool, ToolOutput, tool
+from subagent.tools import FromExtras, Tool, ToolOutput, ToolTimeoutError, tool
 
 __all__ = [
     "LLM",
@@ -95,6 +96,7 @@ __all__ = [
     "Failure",
     "FromExtras",
     "JSONParser",
+    "LLMContractError",
     "LLMError",
     "LLMRequest",
     "LLMResponse",
@@ -132,6 +134,7 @@ __all__ = [
     "ToolDefinition",
     "ToolOutput",
     "ToolResult",
+    "ToolTimeoutError",
     "TransportRetry",
     "Turn",
     "TurnEnded",

@@ -27,6 +27,7 @@ from subagent.observe import EventHandler
 from subagent.parsers import DEFAULT_MAX_REPLY_CHARS, OutputParser, build_contract
 from subagent.protocols import PROTOCOLS, ProtocolName, ReplyProtocol
 from subagent.tools import (
+    TOOL_CALLS_PER_TURN,
     TOOL_RESULT_LIMIT,
     NestedRunError,
     Tool,
@@ -140,6 +141,9 @@ class SubAgent(Generic[OutputT]):
             invalid. A :class:`Tool` may set its own.
         max_tool_result_chars: Characters of a tool's result the model is shown; the rest
             is cut, with a note saying how much.
+        max_tool_calls_per_turn: Tool calls of one reply that are run (default 32); the
+            calls past them are refused, never run, and the model is told only the first
+            ones ran (``error_type="too_many_calls"``).
         correct_cut_replies: A reply cut off at the token limit (stop reason ``length``) is
             an error turn asking for a shorter answer, without being parsed (default).
             ``False`` parses it like any reply (a cut reply may still hold a valid answer).
@@ -169,6 +173,7 @@ class SubAgent(Generic[OutputT]):
     parallel_tool_calls: bool = True
     prune_unknown_args: bool = True
     max_tool_result_chars: int = TOOL_RESULT_LIMIT
+    max_tool_calls_per_turn: int = TOOL_CALLS_PER_TURN
     correct_cut_replies: bool = True
     max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS
     _parts: AgentParts = field(init=False, repr=False)
@@ -216,8 +221,10 @@ class SubAgent(Generic[OutputT]):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigurationError(flag, f"must be a bool, got {getattr(self, flag)!r}")
         check_int("max_tool_result_chars", self.max_tool_result_chars, 1)
+        check_int("max_tool_calls_per_turn", self.max_tool_calls_per_turn, 1)
         toolbox = Toolbox(tools, templates, prune_unknown_args=self.prune_unknown_args,
-                          result_limit=self.max_tool_result_chars)  # fmt: skip
+                          result_limit=self.max_tool_result_chars,
+                          call_limit=self.max_tool_calls_per_turn)  # fmt: skip
 
         def system(with_tools: bool) -> Message:
             listed = toolbox.definitions if with_tools else []

@@ -3,7 +3,9 @@
 A model's misbehaviour never raises out of a run: it becomes feedback, or a failed
 :class:`~subagent.Step`. Exceptions are for programming errors (bad configuration, a parser
 that breaks its contract, a script that ran out) and for :meth:`Step.raise_for_failure`.
-Exceptions raised out of a run carry the turns made before them in ``.turns``.
+Exceptions raised out of a run carry the turns made so far in ``.turns``, the turn in
+progress included (a failed turn whose ``error_type`` names the exception, with the reply
+when one came).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ConfigurationError",
     "ErrorKind",
+    "LLMContractError",
     "LLMError",
     "MissingVariableError",
     "ParserContractError",
@@ -33,7 +36,8 @@ class SubAgentError(Exception):
     """Base class of every exception raised by subagent.
 
     Attributes:
-        turns: The turns a run made before this error ended it (empty otherwise).
+        turns: The turns a run made until this error ended it, the turn in progress
+            included (empty when it was raised outside a run).
     """
 
     turns: tuple[Turn, ...] = ()
@@ -205,4 +209,14 @@ class ParserContractError(SubAgentError):
 
     This is a bug in the parser, not a model error: it is raised out of the run (with the
     turns made so far in ``.turns``) instead of being fed back to the model.
+    """
+
+
+class LLMContractError(SubAgentError, TypeError):
+    """A model broke the LLM protocol: ``complete()`` returned no ``LLMResponse``.
+
+    It returned something else (a ``str``, say): a bug in the model's adapter, not a model
+    error. It is raised out of the run, with the turns made so far in ``.turns`` (the last
+    one names the error), instead of ending it as a failed step. The message names what
+    ``complete()`` returned.
     """

@@ -86,8 +86,9 @@ class ToolResult(BaseModel):
         ok: Whether the tool ran and returned.
         content: What the model was shown (the result, or the error).
         error_type: Why the call failed: ``unknown_tool``, ``invalid_arguments``,
-            ``timeout``, ``unserializable_result``, ``tools_unavailable``, ``cancelled``, or
-            the exception's type name.
+            ``timeout``, ``unserializable_result``, ``tools_unavailable``,
+            ``too_many_calls`` (past ``max_tool_calls_per_turn``, not run), ``cancelled``,
+            or the exception's type name.
         duration_s: Wall-clock seconds spent in the tool.
         pruned_arguments: Arguments the model sent that the tool does not take, dropped
             before the call.
@@ -134,7 +135,8 @@ class Turn(BaseModel):
             captured.
         error_type: A short class of the error (``invalid_output``, ``tool_error``,
             ``tools_unavailable``, ``truncated``, ``validation_failed``, ``explicit_fail``,
-            or the LLM error kind).
+            the LLM error kind, ``cancelled``, or, on the last turn of an error raised out
+            of a run, the exception's name such as ``ParserContractError``).
         feedback: The message sent to the model about this turn, if any.
         stop_reason: The reply's normalised stop reason.
         raw_stop_reason: The provider's own stop reason.

@@ -21,7 +21,7 @@ import anyio
 from opentelemetry.trace import TracerProvider
 
 from subagent._conversation import ContextPolicy, Conversation
-from subagent._errors import ErrorKind, LLMError, SubAgentError
+from subagent._errors import ErrorKind, LLMContractError, LLMError, SubAgentError
 from subagent._phases import Budget, Phase, Trigger, advance
 from subagent._records import (
     Failure,
@@ -325,11 +325,14 @@ class _Run:
                 try:
                     with observer.chat(request) as chat:
                         deltas = _Deltas(chat) if observer.wants_text else None
-                        response = await call_with_retries(
+                        reply = await call_with_retries(
                             options.llm, request, options.retry_policy, options.timeout,
                             sink if observer is NO_OBSERVER else _RetryRecorder(sink, chat),
                             deltas,
                         )  # fmt: skip
+                        if type(reply) is not LLMResponse and not isinstance(reply, LLMResponse):
+                            raise LLMContractError(_wrong_reply(options.llm, reply))
+                        response = reply
                         if deltas is not None:
                             await deltas.flush()
                         chat.replied(response)
@@ -356,7 +359,29 @@ class _Run:
                     duration_s=time.perf_counter() - started,
                 ))  # fmt: skip
                 raise
-            feedback = self._apply(verdict, response)
+            except SubAgentError as exc:  # a bug in user code: raised, its turn kept
+                self._record(observed, self._broken_turn(
+                    index, turn_type, phase, response, None, exc, len(messages), collapsed,
+                    started,
+                ))  # fmt: skip
+                raise
+            except BaseExceptionGroup as group:  # the same, from one of parallel tool calls
+                bug = _bug_in(group)
+                if bug is None:
+                    raise
+                self._record(observed, self._broken_turn(
+                    index, turn_type, phase, response, None, bug, len(messages), collapsed,
+                    started,
+                ))  # fmt: skip
+                raise bug from group
+            try:
+                feedback = self._apply(verdict, response)
+            except SubAgentError as exc:  # a template of the agent's that cannot render
+                self._record(observed, self._broken_turn(
+                    index, turn_type, phase, response, verdict, exc, len(messages), collapsed,
+                    started,
+                ))  # fmt: skip
+                raise
             error = verdict.error
             # Every value is of its type already; only text quoting the model or a tool may
             # hold a lone surrogate (the reply's text was scrubbed when it was received).
@@ -383,6 +408,43 @@ class _Run:
     def _record(self, observed: TurnScope, turn: Turn) -> None:
         self._turns.append(turn)
         observed.ended(turn)
+
+    def _broken_turn(
+        self,
+        index: int,
+        turn_type: TurnType,
+        phase: Phase,
+        response: LLMResponse | None,
+        verdict: _Verdict | None,
+        error: SubAgentError,
+        messages_sent: int,
+        collapsed: int,
+        started: float,
+    ) -> Turn:
+        """The record of a turn a bug in user code ended (a parser, a template, a model).
+
+        It keeps the reply (when one came) and the calls and results of a tool turn, so the
+        error raised out of the run carries the turn that caused it.
+        """
+        kind = type(error).__name__
+        if verdict is not None and verdict.calls is not None:
+            calls, results = verdict.calls, list(verdict.tool_results)
+        else:
+            calls, results = self._interrupted_calls(response), self._interrupted_results()
+        budget = self._budget
+        return Turn(
+            index=index, type=turn_type, outcome=TurnOutcome.FAIL, phase_after=phase.value,
+            reply=response.text if response else "",
+            reasoning=response.reasoning if response else "",
+            tool_calls=calls, tool_results=results,
+            error=scrub_surrogates(f"{kind}: {error}"), error_type=kind, error_summary=kind,
+            stop_reason=response.stop_reason if response else None,
+            raw_stop_reason=response.raw_stop_reason if response else None,
+            usage=response.usage if response else _NO_USAGE,
+            messages_sent=messages_sent, messages_collapsed=collapsed,
+            work_remaining=budget.work_remaining, retries_remaining=budget.retries_remaining,
+            transport_retries=self._retries.retries, duration_s=time.perf_counter() - started,
+        )  # fmt: skip
 
     def _interrupted_calls(self, response: LLMResponse | None) -> list[ToolCall]:
         if self._in_flight is not None:
@@ -465,13 +527,18 @@ class _Run:
 
     async def _run_tools(self, response: LLMResponse, calls: list[ToolCall]) -> _Verdict:
         """Run a tool turn's calls (concurrently unless told not to); results keep call order."""
+        toolbox = self._parts.toolbox
         runs: list[ToolRun | None] = [None] * len(calls)
+        # The calls past the per-reply limit are refused, never run.
+        running = calls[: toolbox.call_limit]
+        refused = toolbox.over_limit(calls)
+        runs[len(running) :] = [ToolRun(result) for result in refused]
         self._in_flight = (calls, runs)
         extras, self._extras = self._extras, None  # handed to this turn's calls, then cleared
         token = self._nesting()
         try:
-            if len(calls) == 1 or not self._parts.parallel_tool_calls:
-                for position, call in enumerate(calls):
+            if len(running) == 1 or not self._parts.parallel_tool_calls:
+                for position, call in enumerate(running):
                     runs[position] = await self._run_tool(call, extras)
             else:
 
@@ -479,7 +546,7 @@ class _Run:
                     runs[position] = await self._run_tool(call, extras)
 
                 async with anyio.create_task_group() as group:
-                    for position, call in enumerate(calls):
+                    for position, call in enumerate(running):
                         group.start_soon(run_one, position, call)
         finally:
             _CURRENT.reset(token)
@@ -503,9 +570,13 @@ class _Run:
             return _Verdict(TurnOutcome.ERROR, Trigger.USED_TOOLS, answer.error,
                             answer.error_type, tool_results=results, tool_messages=exchange,
                             note=note, calls=calls, summary=answer.summary)  # fmt: skip
-        failed = [result for result in results if not result.ok]
-        if failed:
-            error = "\n".join(f"{result.name}: {result.error_type}" for result in failed)
+        failed = [result for result in results[: len(running)] if not result.ok]
+        if failed or refused:
+            lines = [f"{result.name}: {result.error_type}" for result in failed]
+            if refused:
+                lines.append(f"{len(refused)} call(s) past the limit of {len(running)} per "
+                             f"reply: too_many_calls")  # fmt: skip
+            error = "\n".join(lines)
             return _Verdict(TurnOutcome.ERROR, Trigger.USED_TOOLS, error, "tool_error",
                             tool_results=results, tool_messages=exchange, calls=calls)  # fmt: skip
         return _Verdict(TurnOutcome.CONTINUE, Trigger.USED_TOOLS, tool_results=results,
@@ -704,13 +775,38 @@ def _summary(verdict: _Verdict) -> str:
     kind = verdict.error_type or verdict.outcome.value
     if kind == "tool_error":
         failed = [r for r in verdict.tool_results if not r.ok]
-        return "tool_error: " + ", ".join(
+        over = sum(r.error_type == "too_many_calls" for r in failed)
+        parts = [
             f"{'(unknown tool)' if r.error_type == 'unknown_tool' else r.name} {r.error_type}"
             for r in failed
-        )
+            if r.error_type != "too_many_calls"
+        ]
+        if over:
+            parts.append(f"{over} call(s) too_many_calls")
+        return "tool_error: " + ", ".join(parts)
     if kind == "tools_unavailable":
         return f"tools_unavailable: {len(verdict.tool_results)} call(s) refused"
     return kind
+
+
+def _wrong_reply(llm: LLM, value: object) -> str:
+    """What a model that broke the :class:`~subagent.llm.LLM` protocol returned."""
+    shown = repr(value)
+    shown = shown if len(shown) <= 80 else f"{shown[:79]}…"
+    return (
+        f"{type(llm).__name__}.complete() must return an LLMResponse, got "
+        f"{type(value).__name__}: {shown}"
+    )
+
+
+def _bug_in(group: BaseExceptionGroup[Any]) -> SubAgentError | None:
+    """The error of a bug in user code that ended a task group, when that is all it holds."""
+    errors = group.exceptions
+    if errors and all(isinstance(error, SubAgentError) for error in errors):
+        first = errors[0]
+        assert isinstance(first, SubAgentError)
+        return first
+    return None
 
 
 def _in_turn(waiting: list[Awaitable[None]]) -> Awaitable[None] | None:

@@ -7,7 +7,20 @@ import math
 import re
 from typing import Any
 
-__all__ = ["fence", "first_non_finite", "scrub_surrogates", "scrub_surrogates_in", "shorten"]
+__all__ = [
+    "MAX_ARGUMENT_DEPTH",
+    "fence",
+    "first_non_finite",
+    "nested_deeper_than",
+    "scrub_surrogates",
+    "scrub_surrogates_in",
+    "shorten",
+]
+
+MAX_ARGUMENT_DEPTH = 100
+"""Levels of objects and arrays a tool call's arguments may nest (the arguments object is
+level 1). Deeper arguments are never walked by recursive code (scrubbing, validation,
+records, spans): they are kept as text and fed back to the model as invalid arguments."""
 
 _BACKTICK_RUNS = re.compile(r"`+")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -88,3 +101,26 @@ def first_non_finite(value: Any, location: str = "", *, allowed: bool = False) -
         if found is not None:
             return found
     return None
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether dicts, lists and tuples in ``value`` nest more than ``limit`` levels.
+
+    Iterative (no recursion, whatever the depth) and it stops at the first level past
+    ``limit``; a container at the top is level 1.
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend(
+            (child, depth + 1) for child in children if isinstance(child, dict | list | tuple)
+        )
+    return False

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeAlias
 
-from subagent._errors import ScriptExhaustedError
+from subagent._errors import ConfigurationError, ScriptExhaustedError
 from subagent.llm import LLMRequest, LLMResponse, StreamDelta
 
 __all__ = ["ScriptedLLM", "ScriptedReply"]
@@ -31,7 +31,9 @@ class ScriptedLLM:
     :class:`LLMResponse`, an exception instance (raised from ``complete``), or a callable
     taking the :class:`LLMRequest` and returning one of the first two (sync or async).
 
-    Every request is recorded in :attr:`requests`. Running past the end of the script raises
+    The items are checked when the script is built (and by :meth:`extend`): anything else is
+    a :class:`~subagent.ConfigurationError` naming its position. Every request is recorded in
+    :attr:`requests`. Running past the end of the script raises
     :class:`~subagent.ScriptExhaustedError` naming the call that had no reply. It is a bug in
     the test, not a model failure: it is never retried and propagates out of ``run`` (with
     the turns made so far in ``.turns``) instead of ending the run as a failed step.
@@ -44,7 +46,7 @@ class ScriptedLLM:
     provider_name = "scripted"
 
     def __init__(self, script: Sequence[ScriptedReply] = (), *, model_name: str = "scripted"):
-        self._script: list[ScriptedReply] = list(script)
+        self._script: list[ScriptedReply] = _checked(script, 0)
         self._position = 0
         self.model_name = model_name
         self.requests: list[LLMRequest] = []
@@ -55,8 +57,8 @@ class ScriptedLLM:
         return len(self._script) - self._position
 
     def extend(self, replies: Sequence[ScriptedReply]) -> None:
-        """Append more replies to the script."""
-        self._script.extend(replies)
+        """Append more replies to the script (checked like the script's own)."""
+        self._script.extend(_checked(replies, len(self._script)))
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """Record the request and return the next scripted reply."""
@@ -85,6 +87,29 @@ class ScriptedLLM:
         for piece in _split_keeping_spaces(response.text):
             yield StreamDelta(text=piece)
         yield StreamDelta(response=response)
+
+
+def _checked(script: Sequence[ScriptedReply], start: int) -> list[ScriptedReply]:
+    """The script's items as a list, once each is a reply a script may hold.
+
+    Raises:
+        ConfigurationError: An item is none of them (naming its position and type), or the
+            script is a single string or reply rather than a sequence of them.
+    """
+    if isinstance(script, str | bytes | LLMResponse) or not isinstance(script, Sequence):
+        raise ConfigurationError(
+            "script", f"must be a list of replies, got {type(script).__name__}: {script!r:.80}"
+        )
+    items = list(script)
+    for position, item in enumerate(items, start=start):
+        if not isinstance(item, str | LLMResponse | BaseException) and not callable(item):
+            raise ConfigurationError(
+                "script",
+                f"item {position} is a {type(item).__name__} ({item!r:.80}); a scripted reply "
+                f"must be a str, an LLMResponse, an exception instance or a callable "
+                f"returning str/LLMResponse",
+            )
+    return items
 
 
 def _as_response(item: object) -> LLMResponse:

@@ -241,7 +241,7 @@ async def test_an_abnormal_end_is_raised_by_result_and_by_the_block() -> None:
     with pytest.raises(ScriptExhaustedError) as caught:
         async with AGENT.start(llm=ScriptedLLM([])) as run:
             await run.result()
-    assert caught.value.turns == ()
+    assert [turn.error_type for turn in caught.value.turns] == ["ScriptExhaustedError"]
     with pytest.raises(ScriptExhaustedError):
         async with AGENT.start(llm=ScriptedLLM([])):
             pass

@@ -6,6 +6,7 @@ import pytest
 
 from subagent import (
     LLM,
+    ConfigurationError,
     LLMRequest,
     LLMResponse,
     Message,
@@ -48,8 +49,19 @@ async def test_scripted_llm_fails_loudly_when_the_script_runs_out() -> None:
         await llm.complete(REQUEST)
 
 
-async def test_scripted_llm_rejects_a_bad_script_item() -> None:
-    llm = ScriptedLLM([42])  # type: ignore[list-item]
+def test_scripted_llm_checks_its_script_when_it_is_built() -> None:
+    with pytest.raises(ConfigurationError, match=r"^script: item 1 is a int \(42\)"):
+        ScriptedLLM(["fine", 42])  # type: ignore[list-item]
+    with pytest.raises(ConfigurationError, match="must be a list of replies, got str"):
+        ScriptedLLM("one reply")  # type: ignore[arg-type]
+    llm = ScriptedLLM(["fine"])
+    with pytest.raises(ConfigurationError, match=r"item 2 is a dict"):
+        llm.extend([LLMResponse(text="ok"), {"text": "no"}])  # type: ignore[list-item]
+    assert llm.remaining == 1  # a rejected extension adds nothing
+
+
+async def test_a_scripted_callable_returning_the_wrong_type_fails_when_called() -> None:
+    llm = ScriptedLLM([lambda request: 42])  # type: ignore[list-item,return-value]
     with pytest.raises(TypeError, match="got int"):
         await llm.complete(REQUEST)
 

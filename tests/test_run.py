@@ -11,13 +11,16 @@ import anyio
 import anyio.lowlevel
 import pytest
 from pydantic import BaseModel
+from support import Traced, attrs
 
 from subagent import (
     ErrorKind,
     FailReason,
+    LLMContractError,
     LLMError,
     LLMRequest,
     LLMResponse,
+    MissingVariableError,
     ParserContractError,
     ParseResult,
     RetryPolicy,
@@ -26,6 +29,7 @@ from subagent import (
     StopReason,
     SubAgent,
     ToolCall,
+    TurnEnded,
     TurnOutcome,
     TurnType,
     Usage,
@@ -536,16 +540,88 @@ async def test_outer_cancellation_propagates_out_of_run() -> None:
 async def test_script_running_out_raises_with_the_turns_made() -> None:
     with pytest.raises(ScriptExhaustedError, match="no reply for call 2") as caught:
         await agent().run(llm=ScriptedLLM([BAD]), max_turns=3)
-    assert len(caught.value.turns) == 1
+    first, second = caught.value.turns  # the turn in progress is kept, with no reply
+    assert (first.reply, first.error_type) == (BAD, "invalid_output")
+    assert (second.index, second.reply, second.error_type) == (2, "", "ScriptExhaustedError")
+    assert second.outcome is TurnOutcome.FAIL
 
 
-async def test_a_raising_parser_is_reported_as_a_parser_bug() -> None:
+async def test_a_raising_parser_is_reported_as_a_parser_bug_with_the_reply_kept() -> None:
     def broken(text: str) -> ParseResult:
         raise KeyError("oops")
 
     with pytest.raises(ParserContractError, match="parser 'broken' raised KeyError") as caught:
         await SubAgent(name="p", prompt="p", output=broken).run(llm=ScriptedLLM(["x"]))
-    assert caught.value.turns == ()
+    (turn,) = caught.value.turns  # the turn whose reply broke the parser
+    assert (turn.reply, turn.outcome, turn.error_type) == ("x", TurnOutcome.FAIL,
+                                                           "ParserContractError")  # fmt: skip
+    assert turn.error is not None and "parser 'broken' raised KeyError" in turn.error
+
+
+async def test_the_turn_a_bug_ended_is_reported_and_every_span_closed(traced: Traced) -> None:
+    def broken(text: str) -> ParseResult:
+        raise KeyError("oops")
+
+    events: list[object] = []
+    with pytest.raises(ParserContractError):
+        await SubAgent(name="p", prompt="p", output=broken).run(
+            llm=ScriptedLLM(["x"]), on_event=events.append, tracer_provider=traced.provider
+        )
+    ended = [event for event in events if isinstance(event, TurnEnded)]
+    assert [event.turn.error_type for event in ended] == ["ParserContractError"]
+    assert traced.open_spans.open == {}
+    turn_span = traced.one("agent_turn normal")
+    assert attrs(turn_span)["error.type"] == "ParserContractError"
+    assert attrs(turn_span)["subagent.turn.outcome"] == "fail"
+
+
+async def test_a_template_failing_after_the_first_call_raises_with_the_turns_kept() -> None:
+    broken = agent(prompts={"error_feedback": "Wrong: {{no_such_variable}}"}, max_turns=3)
+    with pytest.raises(MissingVariableError, match="no_such_variable") as caught:
+        await broken.run(llm=ScriptedLLM([tool_reply(), BAD, GOOD]))
+    tools, answer = caught.value.turns
+    assert tools.error_type is None and [c.name for c in tools.tool_calls] == ["lookup"]
+    assert (answer.reply, answer.error_type) == (BAD, "MissingVariableError")
+
+
+async def test_a_bug_in_one_of_parallel_tool_calls_raises_as_itself_with_the_turn() -> None:
+    broken = agent(prompts={"tool_arguments_invalid": "Bad: {{no_such_variable}}"})
+    reply = LLMResponse(tool_calls=[ToolCall(name="lookup", arguments={"key": 1}),
+                                    ToolCall(name="lookup", arguments={"key": 2})])  # fmt: skip
+    with pytest.raises(MissingVariableError) as caught:  # not an ExceptionGroup
+        await broken.run(llm=ScriptedLLM([reply]))
+    (turn,) = caught.value.turns
+    assert len(turn.tool_calls) == len(turn.tool_results) == 2
+    assert turn.error_type == "MissingVariableError"
+
+
+class _StrModel:
+    """A custom model whose complete() breaks the protocol: it returns a str."""
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        return "hello"  # type: ignore[return-value]
+
+
+async def test_a_model_returning_the_wrong_type_raises_naming_complete_and_the_type() -> None:
+    with pytest.raises(LLMContractError) as caught:
+        await agent().run(llm=_StrModel())
+    message = str(caught.value)
+    assert message == "_StrModel.complete() must return an LLMResponse, got str: 'hello'"
+    assert isinstance(caught.value, TypeError)
+    (turn,) = caught.value.turns
+    assert (turn.reply, turn.error_type) == ("", "LLMContractError")
+
+
+async def test_a_model_returning_the_wrong_type_later_keeps_the_earlier_turns() -> None:
+    replies = iter([LLMResponse(text=BAD), None])
+
+    class Flaky:
+        async def complete(self, request: LLMRequest) -> LLMResponse:
+            return next(replies)  # type: ignore[return-value]
+
+    with pytest.raises(LLMContractError, match="got NoneType: None") as caught:
+        await agent().run(llm=Flaky(), max_turns=3)
+    assert [t.error_type for t in caught.value.turns] == ["invalid_output", "LLMContractError"]
 
 
 async def test_parser_output_route_feeds_back_its_feedback() -> None:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Annotated, Any
 
 import anyio
 import pytest
+from openai_server import Reply, ScriptedServer, completion
 from pydantic import BaseModel
 from support import Traced, attrs
 
 from subagent import (
+    ConfigurationError,
     FailReason,
     FromExtras,
     LLMResponse,
@@ -24,6 +27,8 @@ from subagent import (
     TurnType,
     tool,
 )
+from subagent.llm import OpenAIChat
+from subagent.protocols import format_action
 from subagent.tools import TOOL_RECORD_LIMIT, TOOL_RESULT_LIMIT
 
 pytestmark = pytest.mark.anyio
@@ -164,6 +169,47 @@ async def test_the_result_limit_is_configurable_on_the_agent() -> None:
     assert "\n```\n2\n```\n" in result.content
 
 
+# --- tools from a JSON schema ---
+
+_PICK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"colour": {"enum": ["red", "blue"]}, "x": {"type": "integer"}},
+    "required": ["colour", "x"],
+    "additionalProperties": False,
+}
+
+
+def _pick(colour: str, x: int) -> ToolOutput:
+    return ToolOutput(Answer(x=x), final=True)
+
+
+@pytest.mark.parametrize("protocol", ["native", "react"])
+async def test_a_schema_tool_is_offered_as_given_checked_and_can_end_the_run(
+    protocol: str,
+) -> None:
+    picker = Tool.from_schema("pick", "Pick a colour.", _PICK_SCHEMA, _pick, run_in_thread=False)
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[picker], max_turns=3,
+                     protocol=protocol)  # fmt: skip
+
+    def reply(**arguments: Any) -> LLMResponse | str:
+        if protocol == "native":
+            return call("pick", **arguments)
+        return format_action("pick", arguments)
+
+    llm = ScriptedLLM([reply(colour="green", x=1), reply(colour="red", x=5)])
+    step = await agent.run(llm=llm)
+    assert step.ok and step.output == Answer(x=5)
+    first = step.turns[0].tool_results[0]
+    assert first.error_type == "invalid_arguments"
+    assert '- colour: should be one of: "red", "blue" (received "green")' in first.content
+    request = llm.requests[0]
+    if protocol == "native":
+        assert request.tools[0].parameters == _PICK_SCHEMA
+    else:
+        system = request.messages[0].content
+        assert json.dumps(_PICK_SCHEMA, separators=(",", ":")) in system
+
+
 # --- ToolOutput: final answers and extras ---
 
 
@@ -255,6 +301,115 @@ async def test_calls_run_one_after_another_when_parallel_tool_calls_is_off() -> 
     assert log == ["a starts", "a ends", "b starts", "b ends"]
 
 
+# --- deeply nested arguments ---
+
+
+def _deep_arguments(depth: int) -> str:
+    return '{"data": ' + "[" * depth + "]" * depth + "}"
+
+
+@pytest.mark.parametrize("depth", [150, 900, 100_000])
+async def test_deeply_nested_arguments_from_a_server_are_fed_back_as_invalid(
+    server: ScriptedServer, depth: int
+) -> None:
+    @tool(run_in_thread=False)
+    def look(data: object = None) -> str:
+        return "seen"
+
+    call_body = {"id": "c1", "type": "function",
+                 "function": {"name": "look", "arguments": _deep_arguments(depth)}}  # fmt: skip
+    server.script(Reply.json(completion(None, tool_calls=[call_body], finish_reason="tool_calls")),
+                  Reply.json(completion('{"x": 1}')))  # fmt: skip
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[look], max_turns=2)
+    async with OpenAIChat(model="m", base_url=server.base_url, api_key="sk-test") as llm:
+        step = await agent.run(llm=llm)
+    assert step.ok  # the run went on to its answer
+    result = step.turns[0].tool_results[0]
+    assert result.error_type == "invalid_arguments"
+    assert "must be a JSON object nested at most 100 levels deep" in result.content
+    assert Step[Answer].model_validate_json(step.model_dump_json()) == step  # storable
+
+
+@pytest.mark.parametrize("depth", [150, 900, 100_000])
+async def test_deeply_nested_arguments_in_a_react_action_are_fed_back(depth: int) -> None:
+    schema_tool = Tool.from_schema("look", "Look.", {"type": "object"}, lambda **_: "seen")
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[schema_tool], max_turns=2,
+                     protocol="react")  # fmt: skip
+    action = 'Thought: look.\nAction: {"tool": "look", "input": ' + _deep_arguments(depth) + "}"
+    step = await run(agent, [action, 'Final Answer: {"x": 1}'])
+    assert step.ok
+    first = step.turns[0]
+    assert first.feedback is not None
+    if first.tool_results:  # read as an action: its arguments are invalid
+        assert first.tool_results[0].error_type == "invalid_arguments"
+        assert "nested at most 100 levels deep" in first.tool_results[0].content
+    else:  # too deep for the action itself to be read: an invalid action, named
+        assert (first.error_type, depth) == ("invalid_action", 100_000)
+        assert "Nesting too deep" in first.feedback
+
+
+async def test_deeply_nested_arguments_from_any_model_are_never_walked() -> None:
+    deep: Any = []
+    for _ in range(5_000):
+        deep = [deep]
+    call_made = ToolCall(name="add", arguments={"a": deep})
+    assert call_made.arguments == "(arguments nested more than 100 levels deep)"
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[add], max_turns=2)
+    step = await run(agent, [LLMResponse(tool_calls=[call_made]), '{"x": 1}'])
+    assert step.turns[0].tool_results[0].error_type == "invalid_arguments"
+
+
+# --- the calls of one reply ---
+
+
+async def test_calls_past_the_per_turn_limit_are_refused_never_run() -> None:
+    ran: list[int] = []
+
+    @tool(run_in_thread=False)
+    def send(n: int) -> str:
+        ran.append(n)
+        return "sent"
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[send], max_turns=2)
+    llm = ScriptedLLM([calls(*[("send", {"n": n}) for n in range(40)]), '{"x": 1}'])
+    step = await agent.run(llm=llm)
+    assert step.ok
+    assert sorted(ran) == list(range(32))  # the default limit: the first 32 ran, no others
+    turn = step.turns[0]
+    assert len(turn.tool_calls) == len(turn.tool_results) == 40
+    refused = turn.tool_results[32:]
+    assert {r.error_type for r in refused} == {"too_many_calls"}
+    assert all(r.ok for r in turn.tool_results[:32])
+    assert "made 40 tool calls and only the first 32 of a reply are run" in refused[0].content
+    assert turn.error_type == "tool_error"
+    assert turn.error_summary == "tool_error: 8 call(s) too_many_calls"
+    # The model reads an answer to each of its calls (a native tool message per call id).
+    answered = [m.tool_call_id for m in llm.requests[1].messages if m.role == "tool"]
+    assert answered == [c.id for c in turn.tool_calls]
+
+
+async def test_the_per_turn_call_limit_is_an_agent_option() -> None:
+    ran: list[int] = []
+
+    @tool(run_in_thread=False)
+    def send(n: int) -> str:
+        ran.append(n)
+        return "sent"
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[send], max_turns=2,
+                     max_tool_calls_per_turn=2, parallel_tool_calls=False)  # fmt: skip
+    step = await run(agent, [calls(*[("send", {"n": n}) for n in range(3)]), '{"x": 1}'])
+    assert ran == [0, 1]
+    assert [r.error_type for r in step.turns[0].tool_results] == [None, None, "too_many_calls"]
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 2.0, "32", None])
+def test_the_per_turn_call_limit_must_be_a_positive_integer(value: object) -> None:
+    with pytest.raises(ConfigurationError, match="max_tool_calls_per_turn") as caught:
+        SubAgent(name="a", prompt="p", tools=[add], max_tool_calls_per_turn=value)  # type: ignore[arg-type]
+    assert caught.value.field == "max_tool_calls_per_turn"
+
+
 # --- timeouts and cancellation reach tools ---
 
 
@@ -269,6 +424,37 @@ async def test_a_tool_over_its_own_timeout_is_a_tool_error() -> None:
     result = step.turns[0].tool_results[0]
     assert (result.ok, result.error_type) == (False, "timeout")
     assert "did not finish within 0.01 s" in result.content
+
+
+@pytest.mark.parametrize("timeout", [None, 30.0])
+@pytest.mark.parametrize("in_thread", [True, False])
+async def test_a_timeout_error_raised_by_the_tool_itself_is_fed_back_not_raised(
+    timeout: float | None, in_thread: bool
+) -> None:
+    def fetch(url: str) -> str:
+        raise TimeoutError("timed out")  # socket.timeout, what urlopen(timeout=...) raises
+
+    tools = [Tool(fetch, timeout=timeout, run_in_thread=in_thread)]
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=tools, max_turns=2)
+    step = await run(agent, [call("fetch", url="http://x"), '{"x": 1}'])
+    assert step.ok
+    result = step.turns[0].tool_results[0]
+    assert (result.ok, result.error_type) == (False, "TimeoutError")
+    assert "TimeoutError: timed out (an operation inside the tool timed out)" in result.content
+    assert "did not finish within" not in result.content  # not the tool's own time limit
+
+
+async def test_a_bare_timeout_error_from_wait_for_inside_an_async_tool_is_fed_back() -> None:
+    async def slow() -> str:
+        with anyio.fail_after(0):  # wait_for / fail_after inside the tool
+            await anyio.sleep_forever()
+        return "never"
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[slow], max_turns=2)
+    step = await run(agent, [call("slow"), '{"x": 1}'])
+    result = step.turns[0].tool_results[0]
+    assert (result.ok, result.error_type) == (False, "TimeoutError")
+    assert "an operation inside the tool timed out" in result.content
 
 
 async def test_a_blocking_sync_tool_does_not_hold_the_run_past_its_mission_timeout() -> None:

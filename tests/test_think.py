@@ -127,7 +127,7 @@ async def test_an_explicit_fail_raises_without_retrying() -> None:
     assert len(llm.requests) == 1
 
 
-async def test_a_parser_that_raises_is_a_contract_error_carrying_earlier_turns() -> None:
+async def test_a_parser_that_raises_is_a_contract_error_carrying_its_turns() -> None:
     def broken(text: str) -> ParseResult:
         if text == "first":
             return ParseResult.error("Say 'second'.")
@@ -136,7 +136,7 @@ async def test_a_parser_that_raises_is_a_contract_error_carrying_earlier_turns()
     with pytest.raises(ParserContractError, match="IndexError") as info:
         await think_with_retry(ScriptedLLM(["first", "second"]), "Go.", broken)
     assert isinstance(info.value.__cause__, IndexError)
-    assert [turn.reply for turn in info.value.turns] == ["first"]
+    assert [turn.reply for turn in info.value.turns] == ["first", "second"]
 
 
 @pytest.mark.parametrize("max_retries", [0, -1, True, 1.5, "3"])

@@ -13,7 +13,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from subagent import ConfigurationError, FromExtras, SubAgent, Tool, tool
-from subagent.tools import ToolArgumentsError, render_result
+from subagent.tools import ToolArgumentsError, ToolTimeoutError, render_result
 
 pytestmark = pytest.mark.anyio
 
@@ -207,6 +207,13 @@ def test_tool_flags_must_be_bools(value: object) -> None:
         Tool(search, run_in_thread=value)  # type: ignore[arg-type]
 
 
+def test_a_tool_description_must_be_text() -> None:
+    with pytest.raises(ConfigurationError, match=r"^description: must be a str, got 3"):
+        Tool(search, description=3)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"^description: .*tool 'find'"):
+        Tool.from_schema("find", b"Find.", {"type": "object"}, _order)  # type: ignore[arg-type]
+
+
 def test_a_tool_timeout_must_be_positive_seconds() -> None:
     with pytest.raises(ConfigurationError, match="timeout"):
         Tool(search, timeout=0)
@@ -217,6 +224,21 @@ async def test_a_tool_over_its_timeout_raises_timeout_error() -> None:
         await anyio.sleep_forever()
 
     with pytest.raises(TimeoutError):
+        await Tool(stuck, timeout=0.01).call({})
+
+
+async def test_a_timeout_error_of_the_tool_itself_is_not_taken_for_its_time_limit() -> None:
+    def own() -> None:
+        raise TimeoutError("socket")
+
+    with pytest.raises(TimeoutError) as caught:
+        await Tool(own, timeout=30).call({})
+    assert not isinstance(caught.value, ToolTimeoutError)
+
+    async def stuck() -> None:
+        await anyio.sleep_forever()
+
+    with pytest.raises(ToolTimeoutError, match=r"did not finish within 0\.01 s"):
         await Tool(stuck, timeout=0.01).call({})
 
 
@@ -259,3 +281,152 @@ def test_unsupported_parameter_types_are_configuration_errors(
     assert f"parameter {parameter!r} of tool {function.__name__!r}" in caught.value.message
     with pytest.raises(ConfigurationError, match=f"parameter {parameter!r}"):
         SubAgent(name="agent", prompt="go", tools=[function])
+
+
+# --- tools from a JSON schema ---
+
+ORDER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "sku": {"type": "string", "description": "the product"},
+        "size": {"enum": ["S", "M", "L"]},
+        "lines": {
+            "type": "array",
+            "items": {"type": "object", "properties": {"qty": {"type": "integer", "minimum": 1}}},
+        },
+    },
+    "required": ["sku"],
+    "additionalProperties": False,
+}
+
+
+def _order(**arguments: Any) -> dict[str, Any]:
+    return arguments
+
+
+def test_a_schema_tool_sends_its_schema_exactly_as_given() -> None:
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    made = Tool.from_schema("find", "Find things.", schema, _order)
+    definition = made.definition
+    assert (definition.name, definition.description) == ("find", "Find things.")
+    assert definition.parameters == schema  # no title, no additionalProperties added
+    schema["properties"]["q"]["type"] = "integer"  # a later change to the caller's dict...
+    assert made.definition.parameters["properties"]["q"] == {"type": "string"}  # ...is not seen
+
+
+async def test_a_schema_tool_passes_the_parsed_json_values_uncoerced() -> None:
+    made = Tool.from_schema("order", "Order.", ORDER_SCHEMA, _order)
+    arguments = {"sku": "a1", "size": "M", "lines": [{"qty": 2}]}
+    assert await made.call(arguments) == arguments
+    with pytest.raises(ToolArgumentsError):  # "2" is not an integer: no coercion
+        await made.call({"sku": "a1", "lines": [{"qty": "2"}]})
+
+
+async def test_schema_validation_feedback_names_the_path_value_and_expectation() -> None:
+    made = Tool.from_schema("order", "Order.", ORDER_SCHEMA, _order)
+    with pytest.raises(ToolArgumentsError) as caught:
+        await made.call({"size": "XL", "lines": [{"qty": 0}, {"qty": "two"}]})
+    items = {item["location"]: item for item in caught.value.items or []}
+    assert set(items) == {"sku", "size", "lines.0.qty", "lines.1.qty"}
+    assert items["sku"]["message"] == "Field required"
+    assert items["size"] == {
+        "location": "size",
+        "message": 'should be one of: "S", "M", "L"',
+        "received": '"XL"',
+    }
+    assert items["lines.1.qty"]["message"] == "should be of type integer"
+    assert items["lines.1.qty"]["received"] == '"two"'
+    assert "minimum" in items["lines.0.qty"]["message"]
+
+
+async def test_a_schema_tool_can_be_async_and_time_out() -> None:
+    async def slow(**arguments: Any) -> str:
+        await anyio.sleep_forever()
+        return "never"
+
+    made = Tool.from_schema("slow", "Slow.", {"type": "object"}, slow, timeout=0.01)
+    with pytest.raises(TimeoutError):
+        await made.call({})
+
+
+def test_an_open_schema_passes_unknown_arguments_through() -> None:
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    made = Tool.from_schema("find", "Find.", schema, _order)
+    assert made.prune({"q": "a", "other": 1}) == ({"q": "a", "other": 1}, [])
+
+
+def test_a_closed_schema_prunes_what_it_does_not_list() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"q": {"type": "string"}},
+        "patternProperties": {"^x-": {}},
+        "additionalProperties": False,
+    }
+    made = Tool.from_schema("find", "Find.", schema, _order)
+    kept, pruned = made.prune({"q": "a", "x-trace": 1, "other": 2})
+    assert (kept, pruned) == ({"q": "a", "x-trace": 1}, ["other"])
+
+
+async def test_a_closed_schema_refuses_unknown_arguments_when_pruning_is_off() -> None:
+    made = Tool.from_schema("order", "Order.", ORDER_SCHEMA, _order, prune_unknown_args=False)
+    with pytest.raises(ToolArgumentsError) as caught:
+        await made.call({"sku": "a", "colour": "red"})
+    assert caught.value.items == [
+        {
+            "location": "colour",
+            "message": "unexpected: the schema does not allow it",
+            "received": '"red"',
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ({"type": "objekt"}, r"tool 'bad' has an invalid JSON schema at type"),
+        ({"type": "object", "properties": {"a": {"minimum": "1"}}}, r"tool 'bad'.*properties/a"),
+        ({"type": "object", "default": float("nan")}, r"JSON schema of tool 'bad' is not JSON"),
+        ({"type": "object", "default": object()}, r"JSON schema of tool 'bad' is not JSON"),
+        ([{"type": "object"}], r"parameters of tool 'bad' must be a JSON schema object"),
+        ({"$schema": "https://example.com/mine"}, r"tool 'bad' names an unknown JSON schema"),
+        ({"$schema": 7}, r"tool 'bad' names an unknown JSON schema dialect \(\$schema 7\)"),
+    ],
+)
+def test_a_bad_schema_is_a_configuration_error_naming_the_tool(schema: Any, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message) as caught:
+        Tool.from_schema("bad", "Bad.", schema, _order)
+    assert caught.value.field == "tools"
+
+
+def test_a_schema_tool_validates_in_the_dialect_its_schema_names() -> None:
+    draft4 = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 1, "exclusiveMinimum": True}},
+    }
+    made = Tool.from_schema("d4", "Draft 4.", draft4, _order)
+    assert made.validate_arguments({"n": 2}) == {"n": 2}
+    with pytest.raises(ToolArgumentsError, match="n: "):  # draft 4's boolean exclusiveMinimum
+        made.validate_arguments({"n": 1})
+
+
+def test_a_schema_tool_does_not_read_the_functions_signature() -> None:
+    def anything(*args: Any, **kwargs: Any) -> None:  # a signature tools may not have
+        """Docstring summary."""
+
+    made = Tool(anything, name="anything", parameters={"type": "object"})
+    assert made.definition.description == "Docstring summary."
+    assert made.definition.parameters == {"type": "object"}
+
+
+async def test_arguments_nested_past_the_limit_are_refused_without_recursion() -> None:
+    deep: Any = {}
+    for _ in range(10_000):
+        deep = {"a": deep}
+    for made in (Tool(search), Tool.from_schema("s", "S.", {"type": "object"}, _order)):
+        with pytest.raises(ToolArgumentsError, match="nested at most 100 levels deep"):
+            await made.call({"query": deep})
+    shallow: Any = {}
+    for _ in range(98):
+        shallow = {"a": shallow}
+    assert await Tool.from_schema("s", "S.", {"type": "object"}, _order).call(shallow) == shallow

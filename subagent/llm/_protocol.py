@@ -16,7 +16,13 @@ from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from subagent._text import first_non_finite, scrub_surrogates, scrub_surrogates_in
+from subagent._text import (
+    MAX_ARGUMENT_DEPTH,
+    first_non_finite,
+    nested_deeper_than,
+    scrub_surrogates,
+    scrub_surrogates_in,
+)
 
 __all__ = [
     "LLM",
@@ -77,6 +83,8 @@ class ToolCall(BaseModel):
             arguments that are not a JSON object (reported back to the model as an error).
             Arguments holding NaN or an infinity are kept as their JSON text: JSON has no
             such numbers, so they are not valid arguments (and could not be stored).
+            Arguments nested more than 100 levels deep are kept as a note saying so (the
+            adapter keeps the raw text): invalid arguments, never walked recursively.
         id: The provider's call id; the runtime assigns one when it is empty.
     """
 
@@ -91,6 +99,8 @@ class ToolCall(BaseModel):
     def _storable_arguments(cls, value: dict[str, Any] | str) -> dict[str, Any] | str:
         if isinstance(value, str):
             return scrub_surrogates(value)
+        if nested_deeper_than(value, MAX_ARGUMENT_DEPTH):  # never walked recursively
+            return f"(arguments nested more than {MAX_ARGUMENT_DEPTH} levels deep)"
         value = scrub_surrogates_in(value)
         if first_non_finite(value) is not None:
             return json.dumps(value, ensure_ascii=False)

@@ -18,6 +18,7 @@ from typing import Any, Final
 import httpx
 
 from subagent._errors import ErrorKind, LLMError
+from subagent._text import MAX_ARGUMENT_DEPTH, nested_deeper_than
 from subagent.llm._protocol import LLMRequest, LLMResponse, Message, StopReason, ToolCall, Usage
 
 __all__ = [
@@ -175,9 +176,11 @@ def decode_arguments(raw: object) -> dict[str, Any] | str:
         return {}
     try:
         decoded = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past what Python reads
         return text
-    return decoded if isinstance(decoded, dict) else text
+    if not isinstance(decoded, dict) or nested_deeper_than(decoded, MAX_ARGUMENT_DEPTH):
+        return text  # the raw text: invalid arguments the model is told about
+    return decoded
 
 
 def content_text(content: object) -> str:
@@ -314,7 +317,7 @@ def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
         for block in blocks:
             try:
                 candidates.append(json.loads(block))
-            except ValueError:
+            except (ValueError, RecursionError):
                 return []
     else:
         fenced = _FENCE_RE.match(stripped)
@@ -323,7 +326,7 @@ def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
             return []
         try:
             decoded = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             return []
         candidates = decoded if isinstance(decoded, list) else [decoded]
     calls: list[ToolCall] = []

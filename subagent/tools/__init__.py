@@ -3,22 +3,31 @@
 What lives here:
 
 - ``_tool``: :class:`Tool` and the :func:`tool` decorator, built from a function's signature
-  and docstring; its JSON schema, argument validation and pruning; :class:`ToolOutput`
+  and docstring (or from a JSON schema as given, :meth:`Tool.from_schema`, validated by
+  ``jsonschema``); its JSON schema, argument validation and pruning; :class:`ToolOutput`
   (final answers, extras) and :data:`FromExtras`.
 - ``_execute``: :class:`Toolbox`, an agent's tools ready to run the model's calls: every
-  failure becomes a result the model reads, never an exception.
+  failure becomes a result the model reads, never an exception; the calls of one reply past
+  :data:`TOOL_CALLS_PER_TURN` are refused, never run.
 
 What it may import: the records (``ToolResult``), the LLM room's records, the parsers room's
 error formatting, and the base modules.
 """
 
-from subagent.tools._execute import TOOL_RECORD_LIMIT, TOOL_RESULT_LIMIT, Toolbox, ToolRun
+from subagent.tools._execute import (
+    TOOL_CALLS_PER_TURN,
+    TOOL_RECORD_LIMIT,
+    TOOL_RESULT_LIMIT,
+    Toolbox,
+    ToolRun,
+)
 from subagent.tools._tool import (
     FromExtras,
     NestedRunError,
     Tool,
     ToolArgumentsError,
     ToolOutput,
+    ToolTimeoutError,
     build_tools,
     inline_definitions,
     render_result,
@@ -26,6 +35,7 @@ from subagent.tools._tool import (
 )
 
 __all__ = [
+    "TOOL_CALLS_PER_TURN",
     "TOOL_RECORD_LIMIT",
     "TOOL_RESULT_LIMIT",
     "FromExtras",
@@ -34,6 +44,7 @@ __all__ = [
     "ToolArgumentsError",
     "ToolOutput",
     "ToolRun",
+    "ToolTimeoutError",
     "Toolbox",
     "build_tools",
     "inline_definitions",

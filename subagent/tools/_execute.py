@@ -24,14 +24,17 @@ from subagent.tools._tool import (
     Tool,
     ToolArgumentsError,
     ToolOutput,
+    ToolTimeoutError,
     render_result,
 )
 
-__all__ = ["TOOL_RECORD_LIMIT", "TOOL_RESULT_LIMIT", "ToolRun", "Toolbox"]
+__all__ = ["TOOL_CALLS_PER_TURN", "TOOL_RECORD_LIMIT", "TOOL_RESULT_LIMIT", "ToolRun", "Toolbox"]
 
 TOOL_RESULT_LIMIT = 32_000
 """Characters of a tool's result the model is shown, its fences included (about 8,000
 tokens); the rest is cut, with a note saying how much."""
+TOOL_CALLS_PER_TURN = 32
+"""Tool calls of one reply that are run; the calls past it are refused, never run."""
 TOOL_RECORD_LIMIT = 1_000_000
 """Characters of a cut result kept whole on the :class:`~subagent.ToolResult` record
 (``full_output``); a longer one keeps only what the model saw."""
@@ -63,9 +66,12 @@ class Toolbox:
         prune_unknown_args: The default for tools that do not set their own.
         result_limit: Characters of a result the model is shown.
         record_limit: Characters of a cut result kept whole on its record.
+        call_limit: Tool calls of one reply that are run (:meth:`over_limit` refuses the
+            rest).
     """
 
-    __slots__ = ("_prune", "_record_limit", "_result_limit", "_templates", "definitions", "tools")
+    __slots__ = ("_prune", "_record_limit", "_result_limit", "_templates", "call_limit",
+                 "definitions", "tools")  # fmt: skip
 
     def __init__(
         self,
@@ -75,6 +81,7 @@ class Toolbox:
         prune_unknown_args: bool = True,
         result_limit: int = TOOL_RESULT_LIMIT,
         record_limit: int = TOOL_RECORD_LIMIT,
+        call_limit: int = TOOL_CALLS_PER_TURN,
     ):
         self.tools = tools
         self.definitions: list[ToolDefinition] = [tool.definition for tool in tools.values()]
@@ -82,6 +89,7 @@ class Toolbox:
         self._prune = prune_unknown_args
         self._result_limit = result_limit
         self._record_limit = record_limit
+        self.call_limit = call_limit
 
     def __bool__(self) -> bool:
         return bool(self.tools)
@@ -103,18 +111,24 @@ class Toolbox:
         try:
             returned = await tool.call(arguments, extras)
         except ToolArgumentsError as exc:
-            errors = (
-                format_validation_errors(exc.validation)
-                if exc.validation is not None
-                else [{"location": "(arguments)", "message": str(exc), "received": ""}]
-            )
+            if exc.items:
+                errors = exc.items
+            elif exc.validation is not None:
+                errors = format_validation_errors(exc.validation)
+            else:
+                errors = [{"location": "(arguments)", "message": str(exc), "received": ""}]
             content = self._templates.render(
                 "tool_arguments_invalid", name=call.name, errors=errors
             )
             return ToolRun(self._failed(call, content, "invalid_arguments", started, pruned))
-        except TimeoutError:
-            text = f"the tool did not finish within {tool.timeout:g} s"
-            return ToolRun(self._error(call, text, "timeout", started, pruned))
+        except ToolTimeoutError as exc:
+            return ToolRun(self._error(call, str(exc), "timeout", started, pruned))
+        except TimeoutError as exc:
+            # Raised by the tool itself (a socket, urlopen, wait_for inside it): its own
+            # error, not the tool's time limit, and never out of the run.
+            detail = f": {exc}" if str(exc) else ""
+            text = f"TimeoutError{detail} (an operation inside the tool timed out)"
+            return ToolRun(self._error(call, text, "TimeoutError", started, pruned))
         except NestedRunError as exc:
             result = self._error(call, str(exc), "agent_failed", started, pruned)
             return ToolRun(result.model_copy(update={"step": exc.step}))
@@ -143,6 +157,22 @@ class Toolbox:
         names = ", ".join(sorted({call.name for call in calls}))
         error = self._templates.render("tools_unavailable", tool_names=names)
         return error, [self._failed(call, error, "tools_unavailable", 0.0) for call in calls]
+
+    def over_limit(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
+        """The refused results of the calls of one reply past :attr:`call_limit` (in order).
+
+        ``calls`` are all the reply's calls; the first :attr:`call_limit` get no result here
+        (they run), each later one a failed ``too_many_calls`` result telling the model that
+        only the first ones ran.
+        """
+        limit, count = self.call_limit, len(calls)
+        refused: list[ToolResult] = []
+        for call in calls[limit:]:
+            content = self._templates.render(
+                "tool_calls_over_limit", name=call.name, count=count, limit=limit
+            )
+            refused.append(self._failed(call, content, "too_many_calls", 0.0))
+        return refused
 
     # --- records ---
 

@@ -6,6 +6,9 @@ its docstring (the summary, and per-parameter text from a Google-style ``Args:``
 the call; unknown arguments are pruned (and recorded) by default, and a validation error
 names the field, what was received and what was expected, and goes back to the model.
 
+A tool may also take its JSON schema as given (:meth:`Tool.from_schema`): the schema is sent
+to the model unchanged and the arguments are validated against it by ``jsonschema``.
+
 A tool may return a plain value (serialised for the model) or a :class:`ToolOutput`, which
 can end the run with its value (``final=True``) or hand Python objects to the next tool call
 without showing them to the model (``extras``, received by parameters marked
@@ -14,8 +17,10 @@ without showing them to the model (``extras``, received by parameters marked
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
+import json
 import re
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -23,12 +28,16 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar, get_type_hints, overload
 
 import anyio.to_thread
+import jsonschema
+import jsonschema.exceptions
+import jsonschema.validators
 from pydantic import BaseModel, ConfigDict, Field, PydanticUserError, ValidationError, create_model
 from pydantic_core import to_json
 
 from subagent._checks import check_seconds
 from subagent._errors import ConfigurationError, SubAgentError
 from subagent._records import Step
+from subagent._text import MAX_ARGUMENT_DEPTH, nested_deeper_than, shorten
 from subagent.llm import ToolDefinition
 
 __all__ = [
@@ -37,6 +46,7 @@ __all__ = [
     "Tool",
     "ToolArgumentsError",
     "ToolOutput",
+    "ToolTimeoutError",
     "build_tools",
     "inline_definitions",
     "render_result",
@@ -107,11 +117,30 @@ class NestedRunError(SubAgentError):
 
 
 class ToolArgumentsError(Exception):
-    """The model's arguments do not fit the tool's signature."""
+    """The model's arguments do not fit the tool's signature (or its JSON schema).
 
-    def __init__(self, errors: ValidationError | str):
+    Attributes:
+        validation: pydantic's error, for a tool built from a signature.
+        items: Per-argument feedback (``location``, ``message``, ``received``), for a tool
+            built from a JSON schema.
+    """
+
+    def __init__(self, errors: ValidationError | str, items: list[dict[str, str]] | None = None):
         self.validation = errors if isinstance(errors, ValidationError) else None
+        self.items = items
         super().__init__(str(errors))
+
+
+class ToolTimeoutError(TimeoutError):
+    """A tool call ran past its :attr:`Tool.timeout` (not a timeout raised by the tool).
+
+    Attributes:
+        timeout: The tool's timeout, in seconds.
+    """
+
+    def __init__(self, timeout: float):
+        super().__init__(f"the tool did not finish within {timeout:g} s")
+        self.timeout = timeout
 
 
 @dataclass(frozen=True, eq=False)
@@ -133,7 +162,11 @@ class Tool:
             killed: see :meth:`call`.
         prune_unknown_args: Drop arguments the signature does not have, and record their
             names (``None``: the agent's setting, which defaults to ``True``); with
-            ``False`` they are reported to the model as invalid.
+            ``False`` they are reported to the model as invalid. For a tool with a
+            ``parameters`` schema this applies only when the schema says
+            ``additionalProperties: false``; otherwise unknown arguments are passed on.
+        parameters: A JSON schema for the arguments, used instead of the signature: see
+            :meth:`from_schema`.
     """
 
     function: Callable[..., Any]
@@ -142,7 +175,9 @@ class Tool:
     run_in_thread: bool = True
     timeout: float | None = None
     prune_unknown_args: bool | None = None
-    _params: type[BaseModel] = field(init=False, repr=False)
+    parameters: Mapping[str, Any] | None = field(default=None, repr=False)
+    _params: type[BaseModel] | None = field(init=False, repr=False)
+    _validator: Any = field(init=False, repr=False)
     _fields: frozenset[str] = field(init=False, repr=False)
     _extras: frozenset[str] = field(init=False, repr=False)
     _definition: ToolDefinition = field(init=False, repr=False)
@@ -162,13 +197,26 @@ class Tool:
             value = getattr(self, flag)
             if not isinstance(value, bool) and not (flag == "prune_unknown_args" and value is None):
                 raise ConfigurationError(flag, f"must be a bool, got {value!r} (tool {name!r})")
+        if self.description is not None and not isinstance(self.description, str):
+            raise ConfigurationError(
+                "description", f"must be a str, got {self.description!r} (tool {name!r})"
+            )
         summary, arg_docs = _parse_docstring(inspect.getdoc(function) or "")
-        params, schema, extras = _parameters_model(function, name, arg_docs)
         description = self.description if self.description is not None else summary
+        params: type[BaseModel] | None = None
+        validator: Any = None
+        if self.parameters is None:
+            params, schema, extras = _parameters_model(function, name, arg_docs)
+            fields = frozenset(params.model_fields)
+        else:
+            schema, validator = _checked_schema(self.parameters, name)
+            extras = frozenset()
+            fields = _closed_properties(schema)
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "description", description)
         object.__setattr__(self, "_params", params)
-        object.__setattr__(self, "_fields", frozenset(params.model_fields))
+        object.__setattr__(self, "_validator", validator)
+        object.__setattr__(self, "_fields", fields)
         object.__setattr__(self, "_extras", extras)
         object.__setattr__(
             self,
@@ -181,6 +229,43 @@ class Tool:
     def from_function(cls, function: Callable[..., Any], **options: Any) -> Tool:
         """Build a tool from ``function``; ``options`` are the other constructor fields."""
         return cls(function, **options)
+
+    @classmethod
+    def from_schema(
+        cls,
+        name: str,
+        description: str,
+        parameters: Mapping[str, Any],
+        function: Callable[..., Any],
+        **options: Any,
+    ) -> Tool:
+        """Build a tool whose arguments are described by a JSON schema, not a signature.
+
+        The schema is sent to the model exactly as given (nothing added or rewritten), and
+        the model's arguments are validated against it with ``jsonschema`` (the dialect its
+        ``$schema`` names, else the latest). An invalid call is fed back to the model like
+        any tool's invalid arguments, naming the argument, what was received and what the
+        schema expects. ``function`` (sync or async) receives the validated arguments as
+        keyword arguments: the parsed JSON values, not coerced.
+
+        Arguments the schema does not list are pruned (or refused, with
+        ``prune_unknown_args=False``) only when the schema says
+        ``additionalProperties: false``; otherwise they are passed on to ``function``.
+
+        Args:
+            name: The name the model sees.
+            description: What the model is told.
+            parameters: The JSON schema of the arguments (an object schema).
+            function: The callable.
+            **options: The other fields of :class:`Tool` (``run_in_thread``, ``timeout``,
+                ``prune_unknown_args``).
+
+        Raises:
+            ConfigurationError: The schema is not a valid JSON schema (or not JSON), or an
+                option is invalid; the message names the tool.
+        """
+        return cls(function, name=name, description=description, parameters=parameters,
+                   **options)  # fmt: skip
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly (no validation): a decorated tool stays usable."""
@@ -197,21 +282,47 @@ class Tool:
         return self._extras
 
     def prune(self, arguments: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-        """``arguments`` without the keys the signature does not have, and those keys."""
-        fields = self._fields
-        unknown = [key for key in arguments if key not in fields]
+        """``arguments`` without the keys the signature does not have, and those keys.
+
+        A tool built from a JSON schema prunes only when the schema closes its properties
+        (``additionalProperties: false``); then the keys neither in ``properties`` nor
+        matching ``patternProperties`` go.
+        """
+        if self._params is None:
+            if not _closes_properties(self._definition.parameters):
+                return dict(arguments), []
+            patterns = self._definition.parameters.get("patternProperties") or {}
+            unknown = [
+                key for key in arguments
+                if key not in self._fields and not _matches_any(patterns, key)
+            ]  # fmt: skip
+        else:
+            fields = self._fields
+            unknown = [key for key in arguments if key not in fields]
         if not unknown:
             return dict(arguments), []
-        return {key: value for key, value in arguments.items() if key in fields}, unknown
+        dropped = set(unknown)
+        return {key: value for key, value in arguments.items() if key not in dropped}, unknown
 
     def validate_arguments(self, arguments: Mapping[str, Any] | str) -> dict[str, Any]:
         """Check the model's arguments against the signature.
 
         Raises:
-            ToolArgumentsError: They are not a JSON object, or do not fit.
+            ToolArgumentsError: They are not a JSON object (or one nested more than 100
+                levels deep), or do not fit.
         """
-        if isinstance(arguments, str):
-            raise ToolArgumentsError(f"arguments must be a JSON object, got {arguments[:200]!r}")
+        if (
+            isinstance(arguments, str)
+            or not isinstance(arguments, Mapping)
+            or nested_deeper_than(arguments, MAX_ARGUMENT_DEPTH)
+        ):
+            shown = arguments if isinstance(arguments, str) else "(a deeper object)"
+            raise ToolArgumentsError(
+                f"arguments must be a JSON object nested at most {MAX_ARGUMENT_DEPTH} levels "
+                f"deep, got {shown[:200]!r}"
+            )
+        if self._params is None:
+            return _validate_with_schema(self._validator, arguments)
         try:
             validated = self._params.model_validate(arguments)
         except ValidationError as exc:
@@ -231,16 +342,19 @@ class Tool:
 
         Raises:
             ToolArgumentsError: The arguments do not fit the signature.
-            TimeoutError: The call took longer than :attr:`timeout`.
-            Exception: Whatever the function raises.
+            ToolTimeoutError: The call took longer than :attr:`timeout` (a
+                :class:`TimeoutError`).
+            Exception: Whatever the function raises, a ``TimeoutError`` of its own
+                included.
         """
         kwargs = self.validate_arguments(arguments)
         if extras and self._extras:
             kwargs.update({key: value for key, value in extras.items() if key in self._extras})
         if self.timeout is None:
             return await self._invoke(kwargs)
-        with anyio.fail_after(self.timeout):
+        with anyio.move_on_after(self.timeout):
             return await self._invoke(kwargs)
+        raise ToolTimeoutError(self.timeout)
 
     async def _invoke(self, kwargs: dict[str, Any]) -> Any:
         if self._is_async:
@@ -406,6 +520,159 @@ def _unsupported_parameter(fields: Mapping[str, Any]) -> str | None:
         except (PydanticUserError, TypeError):
             return parameter
     return None
+
+
+def _checked_schema(parameters: Any, name: str) -> tuple[dict[str, Any], Any]:
+    """A copy of a tool's JSON schema, checked, and the ``jsonschema`` validator for it.
+
+    Raises:
+        ConfigurationError: The schema is not a JSON object, holds values JSON cannot, or
+            is not a valid schema of its dialect (the message names the tool).
+    """
+    if not isinstance(parameters, Mapping):
+        raise ConfigurationError(
+            "tools",
+            f"the parameters of tool {name!r} must be a JSON schema object (a dict), got "
+            f"{type(parameters).__name__}",
+        )
+    try:
+        schema = copy.deepcopy(dict(parameters))
+        json.dumps(schema, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ConfigurationError(
+            "tools", f"the JSON schema of tool {name!r} is not JSON: {exc}"
+        ) from exc
+    validator_class = _dialect(schema, name)
+    try:
+        validator_class.check_schema(schema)
+    except jsonschema.exceptions.SchemaError as exc:
+        where = "/".join(str(part) for part in exc.absolute_path) or "(root)"
+        raise ConfigurationError(
+            "tools",
+            f"tool {name!r} has an invalid JSON schema at {where}: {shorten(exc.message, 300)}",
+        ) from exc
+    return schema, validator_class(schema)
+
+
+def _dialect(schema: dict[str, Any], name: str) -> Any:
+    """The validator class of the dialect ``$schema`` names (the latest draft without one).
+
+    Raises:
+        ConfigurationError: ``$schema`` names a dialect ``jsonschema`` does not know
+            (rather than its warning and a silent fallback to the latest draft).
+    """
+    latest = jsonschema.validators.Draft202012Validator
+    if "$schema" not in schema:
+        return latest
+    dialect = schema["$schema"]
+    try:
+        found = jsonschema.validators.validator_for(schema, default=latest)
+        known = found is jsonschema.validators.validator_for(
+            schema, default=jsonschema.validators.Draft7Validator
+        )
+    except Exception:  # a $schema that is not a URI string
+        known = False
+    if not isinstance(dialect, str) or not known:
+        raise ConfigurationError(
+            "tools",
+            f"tool {name!r} names an unknown JSON schema dialect ($schema {dialect!r:.120})",
+        )
+    return found
+
+
+def _closes_properties(schema: Mapping[str, Any]) -> bool:
+    return schema.get("additionalProperties") is False
+
+
+def _closed_properties(schema: Mapping[str, Any]) -> frozenset[str]:
+    properties = schema.get("properties")
+    return frozenset(properties) if isinstance(properties, Mapping) else frozenset()
+
+
+def _matches_any(patterns: Mapping[str, Any], key: str) -> bool:
+    return any(re.search(pattern, key) for pattern in patterns)
+
+
+_MAX_ARGUMENT_ERRORS = 20
+
+
+def _validate_with_schema(validator: Any, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``arguments`` (as given) once they fit the schema.
+
+    Raises:
+        ToolArgumentsError: They do not, with one feedback item per problem.
+    """
+    try:
+        errors = sorted(
+            validator.iter_errors(arguments),
+            key=lambda error: [str(part) for part in error.absolute_path],
+        )
+    except RecursionError:
+        raise ToolArgumentsError(
+            "arguments nest too deeply to validate",
+            [{"location": "(arguments)", "message": "nest too deeply to validate",
+              "received": ""}],
+        ) from None  # fmt: skip
+    if not errors:
+        return dict(arguments)
+    items = _schema_feedback(errors)
+    text = "; ".join(f"{item['location']}: {item['message']}" for item in items)
+    raise ToolArgumentsError(text, items)
+
+
+def _schema_feedback(errors: list[Any]) -> list[dict[str, str]]:
+    """Per-argument feedback items from ``jsonschema``'s errors, as pydantic's are given."""
+    items: list[dict[str, str]] = []
+    seen: set[tuple[str, str]] = set()  # a missing property is reported once
+
+    def add(path: list[str], message: str, received: str) -> None:
+        location = ".".join(path) or "(root)"
+        if (location, message) not in seen:
+            seen.add((location, message))
+            items.append({"location": location, "message": message, "received": received})
+
+    for error in errors:
+        path = [str(part) for part in error.absolute_path]
+        kind, expected, instance = error.validator, error.validator_value, error.instance
+        if kind == "required" and isinstance(instance, Mapping):
+            for missing in expected:
+                if missing not in instance:
+                    add([*path, str(missing)], "Field required", "")
+        elif kind == "additionalProperties" and isinstance(instance, Mapping):
+            listed = error.schema.get("properties") or {}
+            patterns = error.schema.get("patternProperties") or {}
+            for key, value in instance.items():
+                if key not in listed and not _matches_any(patterns, key):
+                    add([*path, str(key)], "unexpected: the schema does not allow it",
+                        _short_json(value))  # fmt: skip
+        elif kind == "type":
+            types = expected if isinstance(expected, list) else [expected]
+            add(path, f"should be of type {' or '.join(map(str, types))}", _short_json(instance))
+        elif kind == "enum":
+            allowed = ", ".join(_short_json(value, 60) for value in expected)
+            add(path, shorten(f"should be one of: {allowed}", 500), _short_json(instance))
+        elif kind == "const":
+            add(path, f"should be {_short_json(expected, 200)}", _short_json(instance))
+        else:
+            message = error.message
+            if error.context:
+                closest = jsonschema.exceptions.best_match(error.context)
+                inner = ".".join(str(part) for part in closest.relative_path)
+                message = f"{message} (closest: {inner + ': ' if inner else ''}{closest.message})"
+            add(path, shorten(message, 300), _short_json(instance))
+    if len(items) > _MAX_ARGUMENT_ERRORS:
+        more = len(items) - _MAX_ARGUMENT_ERRORS
+        items = items[:_MAX_ARGUMENT_ERRORS]
+        items.append({"location": "(more)", "message": f"{more} more error(s)", "received": ""})
+    return items
+
+
+def _short_json(value: Any, limit: int = 200) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        text = "(unprintable)"
+    return shorten(text, limit)
 
 
 def inline_definitions(schema: dict[str, Any]) -> dict[str, Any]:
