@@ -170,8 +170,24 @@ class Call(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
+CALLS_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "arguments": {"type": "object"}},
+        "required": ["name", "arguments"],
+    },
+}
+
+
 class Calls(RootModel[list[Call]]):
     """The calls that do what the user asks (``[]`` when no function fits)."""
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict[str, Any]:
+        # What the model is shown: the shape alone, without pydantic's titles, $defs and
+        # docstrings (a small model copies those back instead of answering).
+        return CALLS_SCHEMA
 
     @model_validator(mode="before")
     @classmethod
@@ -186,8 +202,9 @@ def _schema_problems(call: Call, schemas: Mapping[str, Mapping[str, Any]]) -> li
     import jsonschema
 
     if call.name not in schemas:
-        return [f"there is no function named {call.name!r}; the functions are: "
-                f"{', '.join(schemas)}"]  # fmt: skip
+        return [f"there is no function named {call.name!r} (the functions are: "
+                f"{', '.join(schemas)}). If none of them does what the user asks, "
+                "answer with an empty list []."]  # fmt: skip
     validator = jsonschema.Draft202012Validator(schemas[call.name])
     problems = []
     for error in sorted(validator.iter_errors(call.arguments), key=lambda e: list(e.path)):

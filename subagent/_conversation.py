@@ -13,9 +13,25 @@ from typing import Literal
 
 from subagent.llm import Message
 
-__all__ = ["ContextPolicy", "Conversation"]
+__all__ = ["ContextPolicy", "Conversation", "with_notice"]
 
 ContextPolicy = Literal["collapse", "accumulate"]
+
+
+def with_notice(messages: list[Message], notice: Message) -> list[Message]:
+    """``messages`` followed by ``notice``, merged into the last message if it is a user's.
+
+    Two user messages in a row are what some chat templates refuse, and what a small model
+    reads as two instructions to weigh against each other: a notice (the final-turn
+    warning) joins the task or the observation it follows as one message.
+    """
+    if messages and messages[-1].role == "user" and not messages[-1].tool_calls:
+        last = messages[-1]
+        return [
+            *messages[:-1],
+            last.model_copy(update={"content": f"{last.content}\n\n{notice.content}"}),
+        ]
+    return [*messages, notice]
 
 
 class Conversation:

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 from opentelemetry.trace import TracerProvider
 
-from subagent._conversation import ContextPolicy, Conversation
+from subagent._conversation import ContextPolicy, Conversation, with_notice
 from subagent._errors import ErrorKind, LLMContractError, LLMError, SubAgentError
 from subagent._phases import Budget, Phase, Trigger, advance
 from subagent._records import (
@@ -213,7 +213,7 @@ class _Run:
         self._stop = stop
         self._budget = Budget.start(options.max_turns, options.return_retries)
         if self._budget.phase is Phase.MUST_RETURN:
-            opening = [*opening, parts.notice(self._must_return_warning())]
+            opening = with_notice(opening, parts.notice(self._must_return_warning()))
         self._conversation = Conversation(options.context_policy, opening)
         self._turns: list[Turn] = []
         self._output: Any = None
@@ -621,7 +621,7 @@ class _Run:
                 notes.append(self._must_return_warning())
             notice = "\n\n".join(notes) or None
             if notice is not None:
-                exchange.append(self._parts.notice(notice))
+                exchange = with_notice(exchange, self._parts.notice(notice))
             self._conversation.add_exchange(exchange)
             return notice
         assert verdict.error is not None and response is not None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from subagent import Message
-from subagent._conversation import Conversation
+from subagent._conversation import Conversation, with_notice
 
 OPENING = [Message(role="user", content="task")]
 
@@ -39,3 +39,19 @@ def test_an_exchange_ends_the_streak_and_keeps_its_latest_attempt() -> None:
     contents = [m.content for m in conversation.messages()]
     assert contents == ["task", "try 2", "fix 2", "result", "try 4", "fix 4"]
     assert conversation.collapsed == 4
+
+
+def test_a_notice_joins_the_user_message_it_follows() -> None:
+    notice = Message(role="user", content="final turn")
+    merged = with_notice([Message(role="system", content="s"), *OPENING], notice)
+    assert [(m.role, m.content) for m in merged] == [
+        ("system", "s"),
+        ("user", "task\n\nfinal turn"),
+    ]
+
+
+def test_a_notice_after_tool_results_stays_a_message_of_its_own() -> None:
+    notice = Message(role="user", content="final turn")
+    result = Message(role="tool", content="result", tool_call_id="c")
+    assert with_notice([result], notice) == [result, notice]
+    assert with_notice([], notice) == [notice]

@@ -800,3 +800,15 @@ async def test_a_finished_run_leaves_no_cyclic_garbage(wire: Wire) -> None:
         gc.garbage.clear()
         gc.enable()
     assert found == 0, f"{found} objects in reference cycles: {kinds}"
+
+
+async def test_a_one_turn_run_sends_the_final_turn_notice_inside_the_task_message() -> None:
+    llm = ScriptedLLM(['{"x": 1}'])
+    agent = SubAgent(name="one", prompt="Say one.", output=Answer, max_turns=1)
+    step = await agent.run(llm=llm)
+    assert step.output == Answer(x=1)
+    roles = [m.role for m in llm.requests[0].messages]
+    assert roles == ["system", "user"]
+    assert (
+        llm.requests[0].messages[1].content.startswith("Say one.\n\nIMPORTANT: This is your final")
+    )
