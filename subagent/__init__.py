@@ -49,6 +49,7 @@ from subagent.llm import (
     Usage,
 )
 from subagent.observe import (
+    CallRetried,
     EventHandler,
     ReasoningDelta,
     RunEnded,
@@ -87,6 +88,7 @@ __all__ = [
     "Batch",
     "BatchItem",
     "BatchSummary",
+    "CallRetried",
     "ConfigurationError",
     "CorrectionError",
     "ErrorKind",

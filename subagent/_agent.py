@@ -23,7 +23,7 @@ from subagent._records import Step, user_message
 from subagent._run import AgentParts, RunOptions, current_depth, current_run_model, execute_run
 from subagent._templates import Template, default_templates
 from subagent.llm import LLM, Message, RetryPolicy, messages_from
-from subagent.observe import EventHandler
+from subagent.observe import EventHandler, check_callback
 from subagent.parsers import DEFAULT_MAX_REPLY_CHARS, OutputParser, build_contract
 from subagent.protocols import PROTOCOLS, ProtocolName, ReplyProtocol
 from subagent.tools import (
@@ -481,9 +481,8 @@ class SubAgent(Generic[OutputT]):
             raise ConfigurationError("settings", f"must be a mapping, got {settings!r}")
         if retry_policy is not None and not isinstance(retry_policy, RetryPolicy):
             raise ConfigurationError("retry_policy", f"must be a RetryPolicy, got {retry_policy!r}")
-        for name, handler in (("on_event", on_event), ("on_text", on_text)):
-            if handler is not None and not callable(handler):
-                raise ConfigurationError(name, f"must be callable, got {handler!r}")
+        check_callback("on_event", on_event)
+        check_callback("on_text", on_text)
         return RunOptions(
             llm=model,
             max_turns=self.max_turns if max_turns is None else check_int("max_turns", max_turns, 1),

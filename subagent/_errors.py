@@ -4,6 +4,11 @@ A model's misbehaviour never raises out of a run: it becomes feedback, or a fail
 :class:`~subagent.Step`. Exceptions are for programming errors (bad configuration, a parser
 that breaks its contract, a script that ran out) and for :meth:`Step.raise_for_failure`.
 Exceptions raised out of a run carry the turns made before them in ``.turns``.
+
+A bug in the user's own code called by a run (an ``on_event`` or ``on_text`` callback) is
+not the model's failure: the callback's own exception is raised out of the run unchanged,
+marked by :func:`blame_callback` on its way out so that nothing on the way (the transport's
+error classification, a task group) takes it for something else.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ __all__ = [
     "ScriptExhaustedError",
     "SubAgentError",
     "TemplateError",
+    "blame_callback",
+    "callback_error",
 ]
 
 
@@ -206,3 +213,31 @@ class ParserContractError(SubAgentError):
     This is a bug in the parser, not a model error: it is raised out of the run (with the
     turns made so far in ``.turns``) instead of being fed back to the model.
     """
+
+
+_CALLBACK = "_subagent_callback"
+
+
+def blame_callback(exc: BaseException, callback: str) -> BaseException:
+    """Mark ``exc`` as raised by the user's ``callback`` (``on_event``, ``on_text``).
+
+    A marked exception is raised out of the run as it is (never classified as a model
+    error, never left inside an ``ExceptionGroup``), with a note naming the callback.
+    Returns ``exc``.
+    """
+    if getattr(exc, _CALLBACK, None) is None:
+        setattr(exc, _CALLBACK, callback)
+        exc.add_note(f"raised by the {callback} callback of a subagent run")
+    return exc
+
+
+def callback_error(exc: BaseException) -> BaseException | None:
+    """The user callback's exception behind ``exc`` (itself, or inside a group), if any."""
+    if getattr(exc, _CALLBACK, None) is not None:
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = callback_error(inner)
+            if found is not None:
+                return found
+    return None

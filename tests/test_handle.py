@@ -141,32 +141,92 @@ async def test_leaving_a_stream_early_stops_the_run_cleanly(traced: Traced) -> N
     assert dict(run_span.attributes or {})["subagent.failure.reason"] == "cancelled"
 
 
-async def test_a_slow_consumer_holds_the_stream_back_instead_of_queueing_it() -> None:
+async def test_a_slow_consumer_gets_merged_deltas_and_a_bounded_queue() -> None:
     words = " ".join(["w"] * 2000)
     llm = ScriptedLLM([words])
     agent = SubAgent(name="talk", prompt="p")
     most = 0
+    text = []
     async with agent.stream(llm=llm) as run:
         queue = run._queue
         assert queue is not None
-        async for _ in run:
+        async for event in run:
             most = max(most, len(queue))
+            if isinstance(event, TextDelta):
+                text.append(event.text)
             await anyio.lowlevel.checkpoint()
     assert run.step is not None and run.step.ok
-    assert most <= 256 + 2  # DELTA_ROOM, plus events that never wait
+    assert "".join(text) == words  # merged, never lost
+    assert most <= 256 + 4  # DELTA_ROOM, plus events about the run and its turn
 
 
-async def test_an_event_queue_makes_a_delta_wait_for_room() -> None:
-    queue = EventQueue(room=1)
-    assert queue.put_delta(TextDelta("a", 1, "x")) is None
-    waiting = queue.put_delta(TextDelta("a", 1, "y"))
-    assert waiting is not None
-    async with anyio.create_task_group() as group:
-        group.start_soon(lambda: waiting)  # type: ignore[arg-type,return-value]
-        assert await queue.get() == TextDelta("a", 1, "x")
-        assert await queue.get() == TextDelta("a", 1, "y")
+async def test_an_event_queue_merges_deltas_past_its_room_never_across_other_events() -> None:
+    queue = EventQueue(room=2)
+    queue.put(RunStarted("a", 1, 0, "normal"))
+    queue.put_delta(TextDelta("a", 1, "x"))
+    queue.put_delta(TextDelta("a", 1, "y"))  # full: merged into the waiting "x"
+    queue.put_delta(ReasoningDelta("a", 1, "r"))  # another kind: its own event
+    queue.put_delta(TextDelta("a", 1, "z"))  # merged past the reasoning, into "xy"
+    queue.put_delta(ReasoningDelta("a", 1, "s"))
+    queue.put_delta(TextDelta("a", 2, "next turn"))  # another turn: its own event
+    assert len(queue) == 4
     queue.close()
-    assert await queue.get() is None
+    events = []
+    while (event := await queue.get()) is not None:
+        events.append(event)
+    assert events == [
+        RunStarted("a", 1, 0, "normal"),
+        TextDelta("a", 1, "xyz"),
+        ReasoningDelta("a", 1, "rs"),
+        TextDelta("a", 2, "next turn"),
+    ]
+
+
+async def test_an_event_queue_never_makes_a_delta_wait() -> None:
+    queue = EventQueue(room=1)
+    for piece in "abc":
+        assert queue.put_delta(TextDelta("a", 1, piece)) is None  # type: ignore[func-returns-value]
+    assert await queue.get() == TextDelta("a", 1, "abc")
+
+
+async def test_result_returns_a_long_streamed_reply_without_reading_the_events() -> None:
+    words = " ".join(["word"] * 3000)  # many more pieces than the queue's room
+    agent = SubAgent(name="talk", prompt="p")
+    async with agent.stream(llm=ScriptedLLM([words, words])) as run:
+        with anyio.fail_after(10):  # it used to hang here forever
+            step = await run.result()
+        assert step.ok and step.output == words
+        events = [event async for event in run]  # still all there, afterwards
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == words
+    assert isinstance(events[-1], RunEnded)
+
+
+async def test_result_after_breaking_out_of_the_events_returns_the_finished_run() -> None:
+    words = " ".join(["word"] * 3000)
+    agent = SubAgent(name="talk", prompt="p")
+    async with agent.stream(llm=ScriptedLLM([words])) as run:
+        async for event in run:
+            if isinstance(event, TextDelta):
+                break  # the loop is left; the run goes on (Python tells no iterator)
+        with anyio.fail_after(10):  # it used to hang here forever
+            step = await run.result()
+    assert step.ok and step.output == words
+
+
+async def test_breaking_out_then_stop_ends_a_long_streamed_run_cancelled() -> None:
+    agent = SubAgent(name="talk", prompt="p", output=Answer)
+    entered = anyio.Event()
+    words = " ".join(["word"] * 3000)
+    llm = ScriptedLLM([words, hanging(entered)])
+    async with agent.stream(llm=llm, max_turns=1, return_retries=1) as run:
+        async for event in run:
+            if isinstance(event, TextDelta):
+                break
+        await entered.wait()  # the first, long reply was read past the queue's room
+        run.stop()
+        step = await run.result()
+    assert step.failure is not None and step.failure.reason is FailReason.CANCELLED
+    assert [t.error_type for t in step.turns] == ["invalid_output", "cancelled"]
 
 
 # --- start / stop ---
