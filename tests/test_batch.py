@@ -120,6 +120,42 @@ async def test_inputs_are_read_lazily_and_leaving_early_cancels_the_rest() -> No
     assert len(taken) == 3  # one input per worker, no more
 
 
+class ConsumerBug(Exception):
+    pass
+
+
+async def consume_raising(block: Any, *, before_reading: bool = False) -> None:
+    """Enter ``block`` (a batch or a stream) and raise ConsumerBug in it."""
+    async with block as events:
+        if before_reading:
+            await anyio.wait_all_tasks_blocked()  # the runs are under way
+            raise ConsumerBug("mine")
+        async for _ in events:
+            raise ConsumerBug("mine")
+
+
+async def test_the_consumers_own_exception_leaves_a_batch_unwrapped() -> None:
+    gate = anyio.Event()  # never set: the runs are still going when the block raises
+    waiting = stream_many(AGENT, [{"n": n} for n in range(5)], concurrency=2, llm=Doubler(gate))
+    with pytest.raises(ConsumerBug) as raised:
+        await consume_raising(waiting, before_reading=True)
+    assert not isinstance(raised.value, BaseExceptionGroup)
+    reading = stream_many(AGENT, [{"n": n} for n in range(5)], llm=Doubler())
+    with pytest.raises(ConsumerBug):  # the same while reading finished results
+        await consume_raising(reading)
+
+
+async def test_a_batch_and_a_stream_pass_the_consumers_exception_on_alike() -> None:
+    raised: list[type[BaseException]] = []
+    for block in (stream_many(AGENT, [{"n": 1}], llm=Doubler()),
+                  AGENT.stream({"n": 1}, llm=Doubler())):  # fmt: skip
+        try:
+            await consume_raising(block)
+        except BaseException as exc:  # which exception comes out is the point
+            raised.append(type(exc))
+    assert raised == [ConsumerBug, ConsumerBug]
+
+
 async def test_options_are_checked_before_any_run() -> None:
     with pytest.raises(ConfigurationError, match="max_turns"):
         await run_many(AGENT, [{"n": 1}], llm=Doubler(), max_turns=0)

@@ -180,6 +180,11 @@ class Batch(Generic[OutputT]):
         assert self._group is not None and self._receive is not None
         try:
             self._group.cancel_scope.cancel()  # runs still going when the block is left
+            if exc is not None and not isinstance(exc, anyio.get_cancelled_exc_class()):
+                # The block raised: the runs are cancelled, then the block's own exception
+                # goes on as it is (as agent.stream() does), not inside an ExceptionGroup.
+                await self._group.__aexit__(None, None, None)
+                return
             await self._group.__aexit__(exc_type, exc, traceback)
         finally:
             self._receive.close()
