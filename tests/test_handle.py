@@ -8,16 +8,20 @@ from typing import Any
 
 import anyio
 import pytest
+from openai_server import Reply, ScriptedServer, sse_chunk
 from pydantic import BaseModel
 from support import Traced
 
 from subagent import (
     AgentRun,
+    CallRetried,
     ConfigurationError,
     FailReason,
     LLMRequest,
     LLMResponse,
+    OpenAIChat,
     ReasoningDelta,
+    RetryPolicy,
     RunEnded,
     RunEvent,
     RunStarted,
@@ -227,6 +231,49 @@ async def test_breaking_out_then_stop_ends_a_long_streamed_run_cancelled() -> No
         step = await run.result()
     assert step.failure is not None and step.failure.reason is FailReason.CANCELLED
     assert [t.error_type for t in step.turns] == ["invalid_output", "cancelled"]
+
+
+def streamed_words(count: int, **kwargs: Any) -> Reply:
+    """An SSE reply sending ``count`` words at once, one chunk each."""
+    chunks = [sse_chunk(f"w{n} ") for n in range(count)]
+    return Reply.sse([*chunks, sse_chunk(None, finish_reason="stop"), "[DONE]"], **kwargs)
+
+
+async def test_a_consumer_that_reads_nothing_until_the_end_never_times_the_model_out(
+    server: ScriptedServer,
+) -> None:
+    server.script(streamed_words(1500))
+    agent = SubAgent(name="talk", prompt="p")
+    llm = OpenAIChat(model="m", base_url=server.base_url, _environ={})
+    async with llm, agent.stream(llm=llm, timeout=3) as run:
+        step = await run.result()  # the slowest consumer: nothing read until the end
+        events = [event async for event in run]
+    assert step.ok, step.failure  # was failed(timeout), the reply requested three times
+    assert len(server.requests) == 1
+    text = "".join(event.text for event in events if isinstance(event, TextDelta))
+    words = "".join(f"w{n} " for n in range(1500))
+    assert text == words and step.output == words.strip()
+
+
+async def test_a_retried_call_is_announced_before_its_reply_streams_again(
+    server: ScriptedServer,
+) -> None:
+    server.script(streamed_words(50, drop_after=20), streamed_words(50))
+    agent = SubAgent(name="talk", prompt="p")
+    policy = RetryPolicy(initial_delay=0, jitter=0)
+    llm = OpenAIChat(model="m", base_url=server.base_url, _environ={})
+    async with llm, agent.stream(llm=llm, retry_policy=policy) as run:
+        events = [event async for event in run]
+    assert len(server.requests) == 2
+    retried = [i for i, event in enumerate(events) if isinstance(event, CallRetried)]
+    assert len(retried) == 1
+    announced = events[retried[0]]
+    assert isinstance(announced, CallRetried) and announced.index == 1
+    assert announced.retry.attempt == 1
+    before = "".join(e.text for e in events[: retried[0]] if isinstance(e, TextDelta))
+    after = "".join(e.text for e in events[retried[0] :] if isinstance(e, TextDelta))
+    assert before and "".join(f"w{n} " for n in range(50)).startswith(before)
+    assert after == "".join(f"w{n} " for n in range(50))  # the reply, once, after the event
 
 
 # --- start / stop ---

@@ -72,7 +72,8 @@ class ChatScope(_Scope, Protocol):
 
     ``text`` and ``reasoning`` receive a streamed reply as it arrives (only when the
     observer ``wants_text``); either may return an awaitable, which the call awaits before
-    reading on: an observer whose consumer is behind slows the stream down.
+    reading on, inside the call's timeout (the library's own observers never do: a
+    consumer that is behind must not make the model look slow).
     """
 
     def retried(self, retry: TransportRetry) -> None: ...
