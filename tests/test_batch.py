@@ -207,6 +207,27 @@ def test_summarize_counts_outcomes_reasons_turns_and_tokens() -> None:
     assert BatchSummaryRoundTrip.check(summary)
 
 
+def test_summarize_prints_error_kinds_under_llm_error_whatever_the_order() -> None:
+    down = LLMError(ErrorKind.CONNECTION, "down")
+    slow = LLMError(ErrorKind.TIMEOUT, "slow")
+    none = RetryPolicy.none()
+    steps = [
+        AGENT.run_sync({"n": 1}, llm=ScriptedLLM([down]), retry_policy=none),
+        *[AGENT.run_sync({"n": 1}, llm=ScriptedLLM(["nope"])) for _ in range(2)],
+        AGENT.run_sync({"n": 1}, llm=ScriptedLLM([slow]), retry_policy=none),
+    ]
+    summary = summarize(steps)
+    assert summary.failure_reasons == {"budget_exhausted": 2, "llm_error": 1, "timeout": 1}
+    assert summary.error_kinds == {"connection": 1}  # the llm_error runs' kinds only
+    lines = str(summary).splitlines()
+    assert lines[3:7] == [
+        "  budget_exhausted  2",
+        "  llm_error         1",
+        "    connection      1",
+        "  timeout           1",
+    ]
+
+
 class BatchSummaryRoundTrip:
     @staticmethod
     def check(summary: Any) -> bool:
