@@ -156,6 +156,28 @@ async def test_a_batch_and_a_stream_pass_the_consumers_exception_on_alike() -> N
     assert raised == [ConsumerBug, ConsumerBug]
 
 
+async def test_run_many_reads_its_inputs_lazily_and_keeps_their_order() -> None:
+    taken: list[int] = []
+
+    def contexts() -> Iterator[dict[str, int]]:
+        for n in range(50):
+            taken.append(n)
+            yield {"n": n}
+
+    gate = anyio.Event()
+    steps: list[Any] = []
+
+    async def run() -> None:
+        steps.extend(await run_many(AGENT, contexts(), concurrency=3, llm=Doubler(gate)))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        await anyio.wait_all_tasks_blocked()
+        assert len(taken) == 3  # one input per worker, not all 50 up front
+        gate.set()
+    assert [step.output for step in steps] == [Answer(x=2 * n) for n in range(50)]
+
+
 async def test_options_are_checked_before_any_run() -> None:
     with pytest.raises(ConfigurationError, match="max_turns"):
         await run_many(AGENT, [{"n": 1}], llm=Doubler(), max_turns=0)
