@@ -50,6 +50,7 @@ from subagent.llm import (
     Usage,
 )
 from subagent.observe import (
+    CallRetried,
     EventHandler,
     ReasoningDelta,
     RunEnded,
@@ -88,6 +89,7 @@ __all__ = [
     "Batch",
     "BatchItem",
     "BatchSummary",
+    "CallRetried",
     "ConfigurationError",
     "CorrectionError",
     "ErrorKind",

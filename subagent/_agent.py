@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Generic, TypedDict, cast
@@ -19,11 +20,11 @@ from subagent._checks import check_int, check_seconds
 from subagent._conversation import ContextPolicy
 from subagent._errors import ConfigurationError, TemplateError
 from subagent._handle import AgentRun
-from subagent._records import Step, user_message
+from subagent._records import FailReason, Failure, Step, build_step, user_message
 from subagent._run import AgentParts, RunOptions, current_depth, current_run_model, execute_run
 from subagent._templates import Template, default_templates
 from subagent.llm import LLM, Message, RetryPolicy, messages_from
-from subagent.observe import EventHandler
+from subagent.observe import EventHandler, check_callback
 from subagent.parsers import DEFAULT_MAX_REPLY_CHARS, OutputParser, build_contract
 from subagent.protocols import PROTOCOLS, ProtocolName, ReplyProtocol
 from subagent.tools import (
@@ -414,7 +415,9 @@ class SubAgent(Generic[OutputT]):
         has none, and returns its output. The child's :class:`~subagent.Step` is kept on
         the parent's :class:`~subagent.ToolResult` (``step``), and its tokens count as the
         parent's ``nested`` usage. A failed child run is a tool error the parent's model
-        sees (its Step kept all the same). Its run traces under the tool's span.
+        sees (its Step kept all the same); so is a child run that raised (a parser bug, a
+        script that ran out): its Step is then ``failed(error)`` with the turns it made, so
+        their tokens still count. Its run traces under the tool's span.
 
         Args:
             name: The tool's name (default: the agent's).
@@ -444,7 +447,19 @@ class SubAgent(Generic[OutputT]):
             context: Mapping[str, Any] | BaseModel = (
                 model(**arguments) if model is not None else arguments
             )
-            step = await agent.run(context)
+            started = time.perf_counter()
+            try:
+                step = await agent.run(context)
+            except Exception as exc:  # a bug below; its turns (and tokens) stay counted
+                message = f"agent {agent.name!r} raised {type(exc).__name__}: {exc}"
+                failed = build_step(
+                    agent=agent.name, output=None,
+                    failure=Failure(reason=FailReason.ERROR, message=message),
+                    turns=list(getattr(exc, "turns", ())), max_turns=agent.max_turns,
+                    return_retries=agent.return_retries,
+                    duration_s=time.perf_counter() - started,
+                )  # fmt: skip
+                raise NestedRunError(message, failed) from exc
             if step.failure is not None:
                 failure = step.failure
                 raise NestedRunError(
@@ -488,9 +503,8 @@ class SubAgent(Generic[OutputT]):
             raise ConfigurationError("settings", f"must be a mapping, got {settings!r}")
         if retry_policy is not None and not isinstance(retry_policy, RetryPolicy):
             raise ConfigurationError("retry_policy", f"must be a RetryPolicy, got {retry_policy!r}")
-        for name, handler in (("on_event", on_event), ("on_text", on_text)):
-            if handler is not None and not callable(handler):
-                raise ConfigurationError(name, f"must be callable, got {handler!r}")
+        check_callback("on_event", on_event)
+        check_callback("on_text", on_text)
         return RunOptions(
             llm=model,
             max_turns=self.max_turns if max_turns is None else check_int("max_turns", max_turns, 1),

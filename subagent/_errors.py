@@ -6,6 +6,11 @@ that breaks its contract, a script that ran out) and for :meth:`Step.raise_for_f
 Exceptions raised out of a run carry the turns made so far in ``.turns``, the turn in
 progress included (a failed turn whose ``error_type`` names the exception, with the reply
 when one came).
+
+A bug in the user's own code called by a run (an ``on_event`` or ``on_text`` callback) is
+not the model's failure: the callback's own exception is raised out of the run unchanged,
+marked by :func:`blame_callback` on its way out so that nothing on the way (the transport's
+error classification, a task group) takes it for something else.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ __all__ = [
     "ScriptExhaustedError",
     "SubAgentError",
     "TemplateError",
+    "blame_callback",
+    "callback_error",
 ]
 
 
@@ -220,3 +227,31 @@ class LLMContractError(SubAgentError, TypeError):
     one names the error), instead of ending it as a failed step. The message names what
     ``complete()`` returned.
     """
+
+
+_CALLBACK = "_subagent_callback"
+
+
+def blame_callback(exc: BaseException, callback: str) -> BaseException:
+    """Mark ``exc`` as raised by the user's ``callback`` (``on_event``, ``on_text``).
+
+    A marked exception is raised out of the run as it is (never classified as a model
+    error, never left inside an ``ExceptionGroup``), with a note naming the callback.
+    Returns ``exc``.
+    """
+    if getattr(exc, _CALLBACK, None) is None:
+        setattr(exc, _CALLBACK, callback)
+        exc.add_note(f"raised by the {callback} callback of a subagent run")
+    return exc
+
+
+def callback_error(exc: BaseException) -> BaseException | None:
+    """The user callback's exception behind ``exc`` (itself, or inside a group), if any."""
+    if getattr(exc, _CALLBACK, None) is not None:
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = callback_error(inner)
+            if found is not None:
+                return found
+    return None

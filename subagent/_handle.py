@@ -31,9 +31,11 @@ class AgentRun(Generic[OutputT]):
 
     Inside the block, :meth:`stop` ends the run early and ``await run.result()`` waits for
     its :class:`~subagent.Step`; a run from ``stream()`` is also an async iterator of its
-    events (``async for event in run``), ending after ``RunEnded``. Leaving the block stops
-    a run that has not finished and waits for it to wrap up (its spans end, its Step is
-    made); :attr:`step` holds the Step afterwards.
+    events (``async for event in run``), ending after ``RunEnded``. The run never waits for
+    its events to be read: ``result()`` works whether or not anyone iterates. Breaking out
+    of the iteration does not stop the run (Python tells an async iterator nothing when a
+    loop is left); leaving the block stops a run that has not finished and waits for it to
+    wrap up (its spans end, its Step is made); :attr:`step` holds the Step afterwards.
 
     An exception that ends the run abnormally (a parser bug, a script that ran out) is
     raised by :meth:`result`, by the iteration, or when leaving the block.

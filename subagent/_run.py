@@ -21,7 +21,7 @@ import anyio
 from opentelemetry.trace import TracerProvider
 
 from subagent._conversation import ContextPolicy, Conversation, with_notice
-from subagent._errors import ErrorKind, LLMContractError, LLMError, SubAgentError
+from subagent._errors import ErrorKind, LLMContractError, LLMError, SubAgentError, callback_error
 from subagent._phases import Budget, Phase, Trigger, advance
 from subagent._records import (
     Failure,
@@ -249,6 +249,11 @@ class _Run:
             except SubAgentError as exc:
                 exc.turns = tuple(self._turns)
                 raise
+            except Exception as exc:
+                error = self._callback_error(exc)
+                if error is None or error is exc:
+                    raise
+                raise error from None  # alone, not inside a task group's ExceptionGroup
             step = build_step(
                 agent=self._parts.name,
                 output=self._output,
@@ -258,8 +263,23 @@ class _Run:
                 return_retries=options.return_retries,
                 duration_s=time.perf_counter() - self._started,
             )
-            run.finished(step)
+            try:
+                run.finished(step)
+            except Exception as exc:
+                self._callback_error(exc)
+                raise
         return step
+
+    def _callback_error(self, exc: Exception) -> BaseException | None:
+        """The user callback's own exception behind ``exc``, given the turns made so far.
+
+        A callback raising during concurrent tool calls reaches here inside the task
+        group's ``ExceptionGroup``; the callback's exception is returned to be raised alone.
+        """
+        error = callback_error(exc)
+        if error is not None:
+            error.turns = tuple(self._turns)  # type: ignore[attr-defined]
+        return error
 
     async def _turns_until_done(self) -> None:
         """Take turns until the budget says stop, the mission timeout, or a stop."""

@@ -27,7 +27,7 @@ class ShardCrash(BaseException):
 
 
 def _number(request: LLMRequest) -> int:
-    return int(str(request.messages[1].content).split()[-1])
+    return int(str(request.messages[1].content).splitlines()[0].split()[-1])
 
 
 class Doubler:

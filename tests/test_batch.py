@@ -55,7 +55,7 @@ class Doubler:
             await anyio.lowlevel.checkpoint()  # let the other runs start
             if self.gate is not None:
                 await self.gate.wait()
-            n = int(request.messages[1].content.split()[-1])
+            n = int(request.messages[1].content.splitlines()[0].split()[-1])
             return LLMResponse(text=json.dumps({"x": 2 * n}))
         finally:
             self.in_flight -= 1
@@ -120,6 +120,64 @@ async def test_inputs_are_read_lazily_and_leaving_early_cancels_the_rest() -> No
     assert len(taken) == 3  # one input per worker, no more
 
 
+class ConsumerBug(Exception):
+    pass
+
+
+async def consume_raising(block: Any, *, before_reading: bool = False) -> None:
+    """Enter ``block`` (a batch or a stream) and raise ConsumerBug in it."""
+    async with block as events:
+        if before_reading:
+            await anyio.wait_all_tasks_blocked()  # the runs are under way
+            raise ConsumerBug("mine")
+        async for _ in events:
+            raise ConsumerBug("mine")
+
+
+async def test_the_consumers_own_exception_leaves_a_batch_unwrapped() -> None:
+    gate = anyio.Event()  # never set: the runs are still going when the block raises
+    waiting = stream_many(AGENT, [{"n": n} for n in range(5)], concurrency=2, llm=Doubler(gate))
+    with pytest.raises(ConsumerBug) as raised:
+        await consume_raising(waiting, before_reading=True)
+    assert not isinstance(raised.value, BaseExceptionGroup)
+    reading = stream_many(AGENT, [{"n": n} for n in range(5)], llm=Doubler())
+    with pytest.raises(ConsumerBug):  # the same while reading finished results
+        await consume_raising(reading)
+
+
+async def test_a_batch_and_a_stream_pass_the_consumers_exception_on_alike() -> None:
+    raised: list[type[BaseException]] = []
+    for block in (stream_many(AGENT, [{"n": 1}], llm=Doubler()),
+                  AGENT.stream({"n": 1}, llm=Doubler())):  # fmt: skip
+        try:
+            await consume_raising(block)
+        except BaseException as exc:  # which exception comes out is the point
+            raised.append(type(exc))
+    assert raised == [ConsumerBug, ConsumerBug]
+
+
+async def test_run_many_reads_its_inputs_lazily_and_keeps_their_order() -> None:
+    taken: list[int] = []
+
+    def contexts() -> Iterator[dict[str, int]]:
+        for n in range(50):
+            taken.append(n)
+            yield {"n": n}
+
+    gate = anyio.Event()
+    steps: list[Any] = []
+
+    async def run() -> None:
+        steps.extend(await run_many(AGENT, contexts(), concurrency=3, llm=Doubler(gate)))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        await anyio.wait_all_tasks_blocked()
+        assert len(taken) == 3  # one input per worker, not all 50 up front
+        gate.set()
+    assert [step.output for step in steps] == [Answer(x=2 * n) for n in range(50)]
+
+
 async def test_options_are_checked_before_any_run() -> None:
     with pytest.raises(ConfigurationError, match="max_turns"):
         await run_many(AGENT, [{"n": 1}], llm=Doubler(), max_turns=0)
@@ -169,6 +227,27 @@ def test_summarize_counts_outcomes_reasons_turns_and_tokens() -> None:
     assert "\ndone                2 (50.0%)\n" in table
     assert "\n    connection      1\n" in table
     assert BatchSummaryRoundTrip.check(summary)
+
+
+def test_summarize_prints_error_kinds_under_llm_error_whatever_the_order() -> None:
+    down = LLMError(ErrorKind.CONNECTION, "down")
+    slow = LLMError(ErrorKind.TIMEOUT, "slow")
+    none = RetryPolicy.none()
+    steps = [
+        AGENT.run_sync({"n": 1}, llm=ScriptedLLM([down]), retry_policy=none),
+        *[AGENT.run_sync({"n": 1}, llm=ScriptedLLM(["nope"])) for _ in range(2)],
+        AGENT.run_sync({"n": 1}, llm=ScriptedLLM([slow]), retry_policy=none),
+    ]
+    summary = summarize(steps)
+    assert summary.failure_reasons == {"budget_exhausted": 2, "llm_error": 1, "timeout": 1}
+    assert summary.error_kinds == {"connection": 1}  # the llm_error runs' kinds only
+    lines = str(summary).splitlines()
+    assert lines[3:7] == [
+        "  budget_exhausted  2",
+        "  llm_error         1",
+        "    connection      1",
+        "  timeout           1",
+    ]
 
 
 class BatchSummaryRoundTrip:

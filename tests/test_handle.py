@@ -8,16 +8,20 @@ from typing import Any
 
 import anyio
 import pytest
+from openai_server import Reply, ScriptedServer, sse_chunk
 from pydantic import BaseModel
 from support import Traced
 
 from subagent import (
     AgentRun,
+    CallRetried,
     ConfigurationError,
     FailReason,
     LLMRequest,
     LLMResponse,
+    OpenAIChat,
     ReasoningDelta,
+    RetryPolicy,
     RunEnded,
     RunEvent,
     RunStarted,
@@ -141,32 +145,135 @@ async def test_leaving_a_stream_early_stops_the_run_cleanly(traced: Traced) -> N
     assert dict(run_span.attributes or {})["subagent.failure.reason"] == "cancelled"
 
 
-async def test_a_slow_consumer_holds_the_stream_back_instead_of_queueing_it() -> None:
+async def test_a_slow_consumer_gets_merged_deltas_and_a_bounded_queue() -> None:
     words = " ".join(["w"] * 2000)
     llm = ScriptedLLM([words])
     agent = SubAgent(name="talk", prompt="p")
     most = 0
+    text = []
     async with agent.stream(llm=llm) as run:
         queue = run._queue
         assert queue is not None
-        async for _ in run:
+        async for event in run:
             most = max(most, len(queue))
+            if isinstance(event, TextDelta):
+                text.append(event.text)
             await anyio.lowlevel.checkpoint()
     assert run.step is not None and run.step.ok
-    assert most <= 256 + 2  # DELTA_ROOM, plus events that never wait
+    assert "".join(text) == words  # merged, never lost
+    assert most <= 256 + 4  # DELTA_ROOM, plus events about the run and its turn
 
 
-async def test_an_event_queue_makes_a_delta_wait_for_room() -> None:
-    queue = EventQueue(room=1)
-    assert queue.put_delta(TextDelta("a", 1, "x")) is None
-    waiting = queue.put_delta(TextDelta("a", 1, "y"))
-    assert waiting is not None
-    async with anyio.create_task_group() as group:
-        group.start_soon(lambda: waiting)  # type: ignore[arg-type,return-value]
-        assert await queue.get() == TextDelta("a", 1, "x")
-        assert await queue.get() == TextDelta("a", 1, "y")
+async def test_an_event_queue_merges_deltas_past_its_room_never_across_other_events() -> None:
+    queue = EventQueue(room=2)
+    queue.put(RunStarted("a", 1, 0, "normal"))
+    queue.put_delta(TextDelta("a", 1, "x"))
+    queue.put_delta(TextDelta("a", 1, "y"))  # full: merged into the waiting "x"
+    queue.put_delta(ReasoningDelta("a", 1, "r"))  # another kind: its own event
+    queue.put_delta(TextDelta("a", 1, "z"))  # merged past the reasoning, into "xy"
+    queue.put_delta(ReasoningDelta("a", 1, "s"))
+    queue.put_delta(TextDelta("a", 2, "next turn"))  # another turn: its own event
+    assert len(queue) == 4
     queue.close()
-    assert await queue.get() is None
+    events = []
+    while (event := await queue.get()) is not None:
+        events.append(event)
+    assert events == [
+        RunStarted("a", 1, 0, "normal"),
+        TextDelta("a", 1, "xyz"),
+        ReasoningDelta("a", 1, "rs"),
+        TextDelta("a", 2, "next turn"),
+    ]
+
+
+async def test_an_event_queue_never_makes_a_delta_wait() -> None:
+    queue = EventQueue(room=1)
+    for piece in "abc":
+        assert queue.put_delta(TextDelta("a", 1, piece)) is None  # type: ignore[func-returns-value]
+    assert await queue.get() == TextDelta("a", 1, "abc")
+
+
+async def test_result_returns_a_long_streamed_reply_without_reading_the_events() -> None:
+    words = " ".join(["word"] * 3000)  # many more pieces than the queue's room
+    agent = SubAgent(name="talk", prompt="p")
+    async with agent.stream(llm=ScriptedLLM([words, words])) as run:
+        with anyio.fail_after(10):  # it used to hang here forever
+            step = await run.result()
+        assert step.ok and step.output == words
+        events = [event async for event in run]  # still all there, afterwards
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == words
+    assert isinstance(events[-1], RunEnded)
+
+
+async def test_result_after_breaking_out_of_the_events_returns_the_finished_run() -> None:
+    words = " ".join(["word"] * 3000)
+    agent = SubAgent(name="talk", prompt="p")
+    async with agent.stream(llm=ScriptedLLM([words])) as run:
+        async for event in run:
+            if isinstance(event, TextDelta):
+                break  # the loop is left; the run goes on (Python tells no iterator)
+        with anyio.fail_after(10):  # it used to hang here forever
+            step = await run.result()
+    assert step.ok and step.output == words
+
+
+async def test_breaking_out_then_stop_ends_a_long_streamed_run_cancelled() -> None:
+    agent = SubAgent(name="talk", prompt="p", output=Answer)
+    entered = anyio.Event()
+    words = " ".join(["word"] * 3000)
+    llm = ScriptedLLM([words, hanging(entered)])
+    async with agent.stream(llm=llm, max_turns=1, return_retries=1) as run:
+        async for event in run:
+            if isinstance(event, TextDelta):
+                break
+        await entered.wait()  # the first, long reply was read past the queue's room
+        run.stop()
+        step = await run.result()
+    assert step.failure is not None and step.failure.reason is FailReason.CANCELLED
+    assert [t.error_type for t in step.turns] == ["invalid_output", "cancelled"]
+
+
+def streamed_words(count: int, **kwargs: Any) -> Reply:
+    """An SSE reply sending ``count`` words at once, one chunk each."""
+    chunks = [sse_chunk(f"w{n} ") for n in range(count)]
+    return Reply.sse([*chunks, sse_chunk(None, finish_reason="stop"), "[DONE]"], **kwargs)
+
+
+async def test_a_consumer_that_reads_nothing_until_the_end_never_times_the_model_out(
+    server: ScriptedServer,
+) -> None:
+    server.script(streamed_words(1500))
+    agent = SubAgent(name="talk", prompt="p")
+    llm = OpenAIChat(model="m", base_url=server.base_url, _environ={})
+    async with llm, agent.stream(llm=llm, timeout=3) as run:
+        step = await run.result()  # the slowest consumer: nothing read until the end
+        events = [event async for event in run]
+    assert step.ok, step.failure  # was failed(timeout), the reply requested three times
+    assert len(server.requests) == 1
+    text = "".join(event.text for event in events if isinstance(event, TextDelta))
+    words = "".join(f"w{n} " for n in range(1500))
+    assert text == words and step.output == words.strip()
+
+
+async def test_a_retried_call_is_announced_before_its_reply_streams_again(
+    server: ScriptedServer,
+) -> None:
+    server.script(streamed_words(50, drop_after=20), streamed_words(50))
+    agent = SubAgent(name="talk", prompt="p")
+    policy = RetryPolicy(initial_delay=0, jitter=0)
+    llm = OpenAIChat(model="m", base_url=server.base_url, _environ={})
+    async with llm, agent.stream(llm=llm, retry_policy=policy) as run:
+        events = [event async for event in run]
+    assert len(server.requests) == 2
+    retried = [i for i, event in enumerate(events) if isinstance(event, CallRetried)]
+    assert len(retried) == 1
+    announced = events[retried[0]]
+    assert isinstance(announced, CallRetried) and announced.index == 1
+    assert announced.retry.attempt == 1
+    before = "".join(e.text for e in events[: retried[0]] if isinstance(e, TextDelta))
+    after = "".join(e.text for e in events[retried[0] :] if isinstance(e, TextDelta))
+    assert before and "".join(f"w{n} " for n in range(50)).startswith(before)
+    assert after == "".join(f"w{n} " for n in range(50))  # the reply, once, after the event
 
 
 # --- start / stop ---

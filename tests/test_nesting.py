@@ -83,6 +83,22 @@ async def test_a_failed_child_is_a_tool_error_with_its_step_kept() -> None:
     assert "agent 'adder' failed" in tool_message.content
 
 
+async def test_a_child_that_raises_keeps_its_turns_and_tokens_in_the_parents_usage() -> None:
+    # The child's second call finds its script empty: the run raises after one turn.
+    child = SubAgent(name="adder", prompt="Add {{a}}", output=Answer,
+                     llm=ScriptedLLM([reply("no json", 5)]), max_turns=2)  # fmt: skip
+    parent = SubAgent(name="boss", prompt="Solve", output=Answer, tools=[child.as_tool()],
+                      max_turns=2)  # fmt: skip
+    step = await parent.run(llm=ScriptedLLM([call("adder", a="1"), '{"x": 0}']))
+    result = step.turns[0].tool_results[0]
+    assert (result.ok, result.error_type) == (False, "agent_failed")
+    assert "agent 'adder' raised ScriptExhaustedError" in result.content
+    assert result.step is not None and result.step.failure is not None
+    assert result.step.failure.reason is FailReason.ERROR
+    assert [t.error_type for t in result.step.turns] == ["invalid_output", "ScriptExhaustedError"]
+    assert step.usage.nested == Usage(input_tokens=5, output_tokens=1)  # was lost
+
+
 def chain(depth: int, max_depth: int) -> SubAgent[Any]:
     """agent0 -> agent1 -> ... -> agent{depth}, each calling the next as a tool."""
     agent: SubAgent[Any] = SubAgent(name=f"agent{depth}", prompt="go", llm=ScriptedLLM(["leaf"]))
@@ -121,7 +137,7 @@ async def test_a_pydantic_input_types_the_tools_parameters() -> None:
     seen: list[str] = []
 
     def record(request: Any) -> str:
-        seen.append(request.messages[1].content)
+        seen.append(request.messages[1].content.split("\n\n")[0])
         return '{"x": 5}'
 
     child = SubAgent(name="adder", prompt="Add {{a}} and {{b}}", output=Answer,

@@ -17,6 +17,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from support import CALC, Answer, Traced, attrs, parent_id, set_capture, span_id
 
 from subagent import (
+    ConfigurationError,
     ErrorKind,
     FailReason,
     LLMError,
@@ -31,6 +32,8 @@ from subagent import (
     Step,
     SubAgent,
     ToolCall,
+    ToolCallEnded,
+    ToolCallStarted,
     Turn,
     TurnEnded,
     TurnOutcome,
@@ -125,7 +128,7 @@ async def test_run_that_recovers_through_a_retry_has_an_unset_run_status_and_a_r
         "subagent.budget.work_remaining": 0,
         "subagent.budget.retries_remaining": 1,
         "subagent.turn.tools_offered": 0,
-        "subagent.context.messages": 3,
+        "subagent.context.messages": 2,
         "subagent.context.collapsed": 0,
         "gen_ai.response.finish_reasons": ("stop",),
         "error.type": "invalid_output",
@@ -143,7 +146,7 @@ async def test_run_that_recovers_through_a_retry_has_an_unset_run_status_and_a_r
         "subagent.turn.tools_offered": 0,
         "subagent.retry.attempt": 1,
         "subagent.retry.total": 1,
-        "subagent.context.messages": 5,
+        "subagent.context.messages": 4,
         "subagent.context.collapsed": 0,
         "gen_ai.response.finish_reasons": ("stop",),
     }
@@ -730,7 +733,7 @@ async def test_on_event_delivers_typed_events_with_the_span_fields() -> None:
         work_remaining=1,
         retries_remaining=2,
         tools_offered=0,
-        messages=3,
+        messages=2,
         collapsed=0,
     )
     assert isinstance(first_end, TurnEnded)
@@ -780,3 +783,118 @@ async def test_on_event_and_spans_work_together(traced: Traced) -> None:
     )
     assert len(events) == 4
     assert sorted(traced.names()) == ["agent_turn normal", "chat scripted", "invoke_agent calc"]
+
+
+# --- the rule for user callbacks: their own exception, raised as it is, turns kept ---
+
+
+class CallbackBug(Exception):
+    pass
+
+
+def raising_on(kind: type[Any], seen: int = 1) -> Any:
+    """An on_event handler raising CallbackBug at the ``seen``-th event of ``kind``."""
+    count = 0
+
+    def handler(event: RunEvent) -> None:
+        nonlocal count
+        if isinstance(event, kind):
+            count += 1
+            if count == seen:
+                raise CallbackBug(f"bug at {type(event).__name__}")
+
+    return handler
+
+
+def two_calls() -> LLMResponse:
+    calls = [ToolCall(id=f"c{i}", name="add", arguments={"a": i, "b": 1}) for i in (1, 2)]
+    return LLMResponse(text="", tool_calls=calls)
+
+
+async def test_a_raising_on_text_is_raised_as_it_is_not_blamed_on_the_model() -> None:
+    def on_text(piece: str) -> None:
+        raise CallbackBug("on_text broke")
+
+    llm = ScriptedLLM(["tool time", '{"value": 3}'])
+    with pytest.raises(CallbackBug) as raised:
+        await CALC.run({"question": "1+2"}, llm=llm, max_turns=1, return_retries=1,
+                       on_text=on_text)  # fmt: skip
+    assert len(llm.requests) == 1  # never retried as a model failure
+    assert raised.value.turns == ()  # type: ignore[attr-defined]
+    assert any("on_text" in note for note in raised.value.__notes__)
+
+
+async def test_a_raising_on_text_keeps_the_turns_made_before_it() -> None:
+    def on_text(piece: str) -> None:
+        if "3" in piece:
+            raise CallbackBug("the second reply")
+
+    llm = ScriptedLLM(['{"value": "x"}', '{"value": 3}'])
+    with pytest.raises(CallbackBug) as raised:
+        await CALC.run({"question": "1+2"}, llm=llm, max_turns=2, on_text=on_text)
+    turns = raised.value.turns  # type: ignore[attr-defined]
+    assert [turn.error_type for turn in turns] == ["invalid_output"]
+
+
+async def test_a_raising_on_event_is_raised_with_the_turns_made_so_far() -> None:
+    llm = ScriptedLLM(['{"value": "three"}', '{"value": 3}'])
+    with pytest.raises(CallbackBug) as raised:
+        await CALC.run({"question": "1+2"}, llm=llm, max_turns=1, return_retries=1,
+                       on_event=raising_on(TurnStarted, seen=2))  # fmt: skip
+    turns = raised.value.turns  # type: ignore[attr-defined]
+    assert [turn.error_type for turn in turns] == ["invalid_output"]
+    assert any("on_event" in note for note in raised.value.__notes__)
+
+
+async def test_a_raising_on_event_at_the_end_keeps_every_turn() -> None:
+    with pytest.raises(CallbackBug) as raised:
+        await CALC.run({"question": "1+2"}, llm=ScriptedLLM(['{"value": 3}']),
+                       on_event=raising_on(RunEnded))  # fmt: skip
+    assert [turn.outcome for turn in raised.value.turns] == [TurnOutcome.SUCCESS]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("kind", [ToolCallStarted, ToolCallEnded])
+async def test_a_raising_on_event_during_parallel_tool_calls_is_not_an_exception_group(
+    kind: type[Any],
+) -> None:
+    llm = ScriptedLLM([two_calls(), '{"value": 3}'])
+    with pytest.raises(CallbackBug) as raised:
+        await CALC.run({"question": "1+2"}, llm=llm, on_event=raising_on(kind))
+    assert not isinstance(raised.value, BaseExceptionGroup)
+    assert raised.value.turns == ()  # type: ignore[attr-defined]
+
+
+async def test_an_async_on_event_is_refused_when_the_run_is_made() -> None:
+    async def on_event(event: RunEvent) -> None:
+        return None
+
+    class Handler:
+        async def __call__(self, event: RunEvent) -> None:
+            return None
+
+    for handler in (on_event, Handler()):
+        with pytest.raises(ConfigurationError) as raised:
+            await CALC.run({"question": "1+2"}, llm=ScriptedLLM([]), on_event=handler)
+        assert raised.value.field == "on_event" and "async" in str(raised.value)
+    with pytest.raises(ConfigurationError) as refused:
+        CALC.start({"question": "1+2"}, llm=ScriptedLLM([]), on_text=on_event)  # type: ignore[arg-type]
+    assert refused.value.field == "on_text"
+
+
+async def test_an_on_event_returning_a_coroutine_is_refused_at_its_first_event() -> None:
+    async def later(event: RunEvent) -> None:
+        return None
+
+    llm = ScriptedLLM(['{"value": 3}'])
+    with pytest.raises(ConfigurationError) as raised:
+        await CALC.run({"question": "1+2"}, llm=llm, on_event=lambda event: later(event))  # type: ignore[func-returns-value]
+    assert raised.value.field == "on_event" and "never be awaited" in str(raised.value)
+    assert llm.requests == []  # refused at RunStarted, before any call
+
+
+async def test_a_raising_on_event_in_a_streamed_run_is_raised_by_result() -> None:
+    async with CALC.stream({"question": "1+2"}, llm=ScriptedLLM(['{"value": 3}']),
+                           on_event=raising_on(TurnEnded)) as run:  # fmt: skip
+        with pytest.raises(CallbackBug) as raised:
+            await run.result()
+    assert len(raised.value.turns) == 1  # type: ignore[attr-defined]

@@ -65,7 +65,8 @@ async def run_many(
 
     Args:
         agent: The agent.
-        contexts: One prompt context per run (mappings or pydantic models).
+        contexts: One prompt context per run (mappings or pydantic models), read lazily
+            as workers free up (a generator is never read ahead of the runs).
         concurrency: Runs in flight at once (>= 1). Share one model adapter across the
             batch (``llm=``): its connection pool serves all of them.
         rerun_retryable: Run an input again, up to this many times, while its Step is
@@ -81,14 +82,14 @@ async def run_many(
     Raises:
         ConfigurationError: An option is invalid (before any run starts).
     """
-    inputs = list(_check_contexts(contexts))
-    steps: list[Step[OutputT] | None] = [None] * len(inputs)
-    batch = stream_many(agent, inputs, concurrency=concurrency, rerun_retryable=rerun_retryable,
-                        rerun_delay=rerun_delay, progress=progress, **options)  # fmt: skip
+    steps: dict[int, Step[OutputT]] = {}
+    batch = stream_many(agent, contexts, concurrency=concurrency,
+                        rerun_retryable=rerun_retryable, rerun_delay=rerun_delay,
+                        progress=progress, **options)  # fmt: skip
     async with batch:
         async for item in batch:
             steps[item.index] = item.step
-    return cast("list[Step[OutputT]]", steps)
+    return [steps[index] for index in range(len(steps))]
 
 
 def stream_many(
@@ -180,6 +181,11 @@ class Batch(Generic[OutputT]):
         assert self._group is not None and self._receive is not None
         try:
             self._group.cancel_scope.cancel()  # runs still going when the block is left
+            if exc is not None and not isinstance(exc, anyio.get_cancelled_exc_class()):
+                # The block raised: the runs are cancelled, then the block's own exception
+                # goes on as it is (as agent.stream() does), not inside an ExceptionGroup.
+                await self._group.__aexit__(None, None, None)
+                return
             await self._group.__aexit__(exc_type, exc, traceback)
         finally:
             self._receive.close()

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from subagent._records import Step
+from subagent._records import FailReason, Step
 from subagent.llm import StopReason, Usage
 
 __all__ = ["BatchSummary", "summarize"]
@@ -80,8 +80,10 @@ class BatchSummary(BaseModel):
                 f"{self.failed}" + (f" ({self.retryable} retryable)" if self.failed else ""),
             ),
         ]
-        rows += [(f"  {reason}", f"{count}") for reason, count in _by_count(self.failure_reasons)]
-        rows += [(f"    {kind}", f"{count}") for kind, count in _by_count(self.error_kinds)]
+        for reason, count in _by_count(self.failure_reasons):
+            rows.append((f"  {reason}", f"{count}"))
+            if reason == FailReason.LLM_ERROR.value:  # its kinds, under it
+                rows += [(f"    {kind}", f"{n}") for kind, n in _by_count(self.error_kinds)]
         per_success = "-" if self.calls_per_success is None else f"{self.calls_per_success:.2f}"
         types = ", ".join(f"{kind} {count}" for kind, count in self.turns_by_type.items())
         rows += [
@@ -124,7 +126,7 @@ def summarize(steps: Iterable[Step[Any]]) -> BatchSummary:
         else:
             summary.failed += 1
             failure_reasons[failure.reason.value] += 1
-            if failure.error_kind is not None:
+            if failure.reason is FailReason.LLM_ERROR and failure.error_kind is not None:
                 error_kinds[failure.error_kind.value] += 1
             summary.retryable += step.retryable
         stop_reasons.update(step.stop_reasons)

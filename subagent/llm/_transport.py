@@ -14,7 +14,7 @@ from typing import cast
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
-from subagent._errors import ErrorKind, LLMError, ScriptExhaustedError
+from subagent._errors import ErrorKind, LLMError, ScriptExhaustedError, callback_error
 from subagent.llm._protocol import LLM, LLMRequest, LLMResponse, StreamDelta, StreamingLLM, Usage
 from subagent.llm._retry_policy import RetryPolicy
 
@@ -110,6 +110,8 @@ async def call_with_retries(
         except ScriptExhaustedError:
             raise
         except Exception as exc:  # an adapter bug or an unclassified failure: never retried
+            if callback_error(exc) is exc:  # the user's on_text: raised as it is
+                raise
             raise LLMError(ErrorKind.OTHER, f"{type(exc).__name__}: {exc}") from exc
         delay = policy.delay_before_retry(attempt, error)
         if delay is None:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Container
 from opentelemetry.trace import TracerProvider
 
 from subagent.observe._events import (
+    CallRetried,
     EventHandler,
     EventObserver,
     ReasoningDelta,
@@ -44,6 +45,7 @@ from subagent.observe._observer import (
     TextObserver,
     ToolScope,
     TurnScope,
+    check_callback,
     combine,
 )
 from subagent.observe._otel import (
@@ -64,6 +66,7 @@ __all__ = [
     "ERROR_TEXT_LIMIT",
     "NO_OBSERVER",
     "UNKNOWN_TOOL",
+    "CallRetried",
     "ChatScope",
     "EventHandler",
     "EventObserver",
@@ -85,6 +88,7 @@ __all__ = [
     "TurnScope",
     "TurnStarted",
     "capture_enabled",
+    "check_callback",
     "combine",
     "observer_for_run",
     "span_observer",

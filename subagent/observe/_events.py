@@ -3,20 +3,30 @@
 A run reports ``RunStarted``, then for each turn ``TurnStarted``, ``ToolCallStarted`` /
 ``ToolCallEnded`` per tool call and ``TurnEnded`` (which carries the :class:`~subagent.Turn`
 record), then ``RunEnded`` with the :class:`~subagent.Step`. ``stream()`` also delivers the
-reply's ``TextDelta`` and ``ReasoningDelta`` pieces. They carry the same facts as the spans.
+reply's ``TextDelta`` and ``ReasoningDelta`` pieces, and ``CallRetried`` when a call is sent
+again (its pieces so far are then to be discarded). They carry the same facts as the spans.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from subagent._errors import blame_callback
 from subagent._records import FailReason, Step, ToolResult, Turn, TurnOutcome, TurnType
-from subagent.llm import ToolCall
-from subagent.observe._observer import Observer, RunScope, ToolScope, TurnScope
+from subagent.llm import ToolCall, TransportRetry
+from subagent.observe._observer import (
+    Observer,
+    RunScope,
+    ToolScope,
+    TurnScope,
+    refuse_awaitable,
+)
 
 __all__ = [
+    "CallRetried",
     "EventHandler",
     "EventObserver",
     "ReasoningDelta",
@@ -139,6 +149,20 @@ class ReasoningDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class CallRetried:
+    """The turn's model call failed and is sent again (``stream()`` only).
+
+    The deltas of turn ``index`` received so far came from the failed attempt: discard
+    them, the reply streams again from its start. ``retry`` says why and how long the
+    runtime waits (also recorded in ``Turn.transport_retries``).
+    """
+
+    agent: str
+    index: int
+    retry: TransportRetry
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallStarted:
     """A tool call is about to run (the calls of one reply may run at once)."""
 
@@ -174,18 +198,21 @@ RunEvent: TypeAlias = (
     | TurnStarted
     | TextDelta
     | ReasoningDelta
+    | CallRetried
     | ToolCallStarted
     | ToolCallEnded
     | TurnEnded
     | RunEnded
 )
-"""Any event of a run: ``RunStarted``; per turn ``TurnStarted``, the reply's deltas
-(``stream()`` only), ``ToolCallStarted`` / ``ToolCallEnded`` per tool call and
+"""Any event of a run: ``RunStarted``; per turn ``TurnStarted``, the reply's deltas and
+retried calls (``stream()`` only), ``ToolCallStarted`` / ``ToolCallEnded`` per tool call and
 ``TurnEnded``; then ``RunEnded``."""
 
 EventHandler: TypeAlias = Callable[[RunEvent], None]
 """``run(on_event=...)``: a synchronous callable receiving each :data:`RunEvent` but the
-deltas; it runs inside the turn loop, so it should be quick."""
+deltas; it runs inside the turn loop, so it should be quick. An ``async def`` handler is
+refused when the run is made (``ConfigurationError``); an exception it raises ends the run
+and is raised out of it as it is, with the turns made so far in its ``turns`` attribute."""
 
 
 class EventObserver(Observer):
@@ -202,8 +229,18 @@ class EventObserver(Observer):
         self._handler = handler
         self._index = 0
 
+    def _tell(self, event: RunEvent) -> None:
+        """Hand ``event`` to the handler; its exception is raised out of the run as it is."""
+        try:
+            returned: object = self._handler(event)
+        except Exception as exc:
+            blame_callback(exc, "on_event")
+            raise
+        if returned is not None and inspect.isawaitable(returned):
+            refuse_awaitable("on_event", returned)
+
     def run(self, max_turns: int, return_retries: int, phase: str) -> RunScope:
-        self._handler(RunStarted(self._agent, max_turns, return_retries, phase))
+        self._tell(RunStarted(self._agent, max_turns, return_retries, phase))
         return self
 
     def turn(
@@ -219,7 +256,7 @@ class EventObserver(Observer):
         collapsed: int,
     ) -> TurnScope:
         self._index = index
-        self._handler(
+        self._tell(
             TurnStarted(self._agent, index, turn_type, turn_type.value, work_remaining,
                         retries_remaining, tools_offered, messages, collapsed, retry_attempt,
                         retry_total)
@@ -227,7 +264,7 @@ class EventObserver(Observer):
         return self
 
     def tool(self, call: ToolCall) -> ToolScope:
-        self._handler(ToolCallStarted(self._agent, self._index, call))
+        self._tell(ToolCallStarted(self._agent, self._index, call))
         return self
 
     def __enter__(self) -> EventObserver:
@@ -237,10 +274,10 @@ class EventObserver(Observer):
         return None
 
     def finished(self, step: Step[Any]) -> None:
-        self._handler(RunEnded(self._agent, step))
+        self._tell(RunEnded(self._agent, step))
 
     def ended(self, turn: Turn) -> None:
-        self._handler(TurnEnded(self._agent, turn))
+        self._tell(TurnEnded(self._agent, turn))
 
     def returned(self, result: ToolResult) -> None:
-        self._handler(ToolCallEnded(self._agent, self._index, result))
+        self._tell(ToolCallEnded(self._agent, self._index, result))

@@ -21,10 +21,12 @@ whose scopes are one shared object. OpenTelemetry spans, the ``on_event`` callba
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Protocol
 
+from subagent._errors import ConfigurationError, blame_callback
 from subagent._records import Step, ToolResult, Turn, TurnType
 from subagent.llm import LLMRequest, LLMResponse, ToolCall, TransportRetry
 
@@ -36,7 +38,9 @@ __all__ = [
     "TextObserver",
     "ToolScope",
     "TurnScope",
+    "check_callback",
     "combine",
+    "refuse_awaitable",
 ]
 
 
@@ -68,7 +72,8 @@ class ChatScope(_Scope, Protocol):
 
     ``text`` and ``reasoning`` receive a streamed reply as it arrives (only when the
     observer ``wants_text``); either may return an awaitable, which the call awaits before
-    reading on: an observer whose consumer is behind slows the stream down.
+    reading on, inside the call's timeout (the library's own observers never do: a
+    consumer that is behind must not make the model look slow).
     """
 
     def retried(self, retry: TransportRetry) -> None: ...
@@ -206,7 +211,13 @@ class TextObserver(Observer):
         return None
 
     def text(self, piece: str) -> None:
-        self._on_text(piece)
+        try:
+            returned = self._on_text(piece)
+        except Exception as exc:
+            blame_callback(exc, "on_text")
+            raise
+        if returned is not None and inspect.isawaitable(returned):
+            refuse_awaitable("on_text", returned)
 
     def reasoning(self, piece: str) -> None:
         return None
@@ -320,3 +331,44 @@ def combine(observers: Sequence[Observer | None]) -> Observer:
     if len(present) == 1:
         return present[0]
     return _Observers(present)
+
+
+def check_callback(name: str, callback: object) -> None:
+    """Check a run's ``on_event`` / ``on_text`` callback when the run is made.
+
+    Callbacks run inside the turn loop, synchronously: an ``async def`` one (or an object
+    whose ``__call__`` is one) would never be awaited, so it is refused here.
+
+    Raises:
+        ConfigurationError: ``callback`` is not callable, or is asynchronous.
+    """
+    if callback is None:
+        return
+    if not callable(callback):
+        raise ConfigurationError(name, f"must be callable, got {callback!r}")
+    if inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(
+        getattr(callback, "__call__", None)  # noqa: B004 - the method, not callable()
+    ):
+        raise ConfigurationError(
+            name,
+            f"must be a synchronous function, got the async function {callback!r}: it would "
+            "never be awaited; use a plain `def` (or agent.stream() to consume events "
+            "asynchronously)",
+        )
+
+
+def refuse_awaitable(name: str, returned: object) -> None:
+    """A callback returned an awaitable (a coroutine) that nothing would await: refuse it.
+
+    Raises:
+        ConfigurationError: Always, marked as raised by the callback.
+    """
+    close = getattr(returned, "close", None)
+    if callable(close):
+        close()  # a coroutine never awaited would warn when collected
+    error = ConfigurationError(
+        name,
+        f"must be synchronous, but it returned {type(returned).__name__} {returned!r}, "
+        "which would never be awaited; use a plain `def` (or agent.stream())",
+    )
+    raise blame_callback(error, name)

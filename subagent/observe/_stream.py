@@ -1,44 +1,73 @@
 """The events of a run as an async stream: the observer behind ``SubAgent.stream()``.
 
-The run's task puts events into an :class:`EventQueue`; the consumer takes them out. Events
-about the run, its turns and tool calls are never dropped and never wait (a run makes a
-bounded number of them). Text and reasoning deltas are the stream's volume: once
-:data:`DELTA_ROOM` events are waiting, the next delta waits for the consumer, which slows
-the model's stream down rather than letting the queue grow.
+The run's task puts events into an :class:`EventQueue`; the consumer takes them out. Nothing
+the run puts ever waits for the consumer: the model's call is never held back by a reader
+that is slow, busy awaiting ``run.result()``, or gone, so a call's timeout measures the
+server alone. Events about the run, its turns and tool calls are kept one by one (a run
+makes a bounded number of them). Text and reasoning deltas are the stream's volume: once
+:data:`DELTA_ROOM` events are waiting, a new delta is merged into the last waiting delta of
+its kind and turn, so the events waiting stay bounded and the text they carry is the text
+the model sent, in order (the memory it holds is at most the run's replies, which the Step
+keeps too).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable
 
 import anyio
 
 from subagent.llm import LLMRequest, LLMResponse, TransportRetry
-from subagent.observe._events import EventObserver, ReasoningDelta, RunEvent, TextDelta
+from subagent.observe._events import (
+    CallRetried,
+    EventObserver,
+    ReasoningDelta,
+    RunEvent,
+    TextDelta,
+)
 from subagent.observe._observer import ChatScope
 
 __all__ = ["DELTA_ROOM", "EventQueue", "StreamObserver"]
 
 DELTA_ROOM = 256
-"""Events that may wait for the consumer before a delta waits for room."""
+"""Events that may wait for the consumer before new deltas are merged into waiting ones."""
+
+_Delta = TextDelta | ReasoningDelta
+
+
+class _Merged:
+    """Deltas of one kind and turn merged while the consumer is behind: pieces, joined once."""
+
+    __slots__ = ("agent", "index", "kind", "pieces")
+
+    def __init__(self, first: _Delta, second: _Delta):
+        self.kind = type(first)
+        self.agent = first.agent
+        self.index = first.index
+        self.pieces = [first.text, second.text]
+
+    def takes(self, delta: _Delta) -> bool:
+        return type(delta) is self.kind and delta.index == self.index
+
+    def event(self) -> _Delta:
+        return self.kind(self.agent, self.index, "".join(self.pieces))
 
 
 class EventQueue:
-    """Events from one producer task to one consumer task, in order.
+    """Events from one producer task to one consumer task, in order; putting never waits.
 
-    :meth:`put` never waits; :meth:`put_delta` waits while :data:`DELTA_ROOM` events are
-    queued. :meth:`close` ends the stream: :meth:`get` returns ``None`` once it is empty.
+    :meth:`put` queues an event; :meth:`put_delta` queues a text or reasoning delta, merged
+    into the last waiting delta of its kind and turn once :data:`DELTA_ROOM` events wait.
+    :meth:`close` ends the stream: :meth:`get` returns ``None`` once it is empty.
     """
 
-    __slots__ = ("_closed", "_items", "_readable", "_room", "_writable")
+    __slots__ = ("_closed", "_items", "_readable", "_room")
 
     def __init__(self, room: int = DELTA_ROOM):
-        self._items: deque[RunEvent] = deque()
+        self._items: deque[RunEvent | _Merged] = deque()
         self._room = room
         self._closed = False
         self._readable = anyio.Event()
-        self._writable = anyio.Event()
 
     def __len__(self) -> int:
         return len(self._items)
@@ -48,18 +77,29 @@ class EventQueue:
         self._items.append(event)
         self._readable.set()
 
-    def put_delta(self, event: RunEvent) -> Awaitable[None] | None:
-        """Queue a delta now if there is room; else an awaitable that queues it when there is."""
-        if len(self._items) < self._room or self._closed:
-            self.put(event)
-            return None
-        return self._put_when_room(event)
+    def put_delta(self, event: _Delta) -> None:
+        """Queue a delta now: on its own while there is room, else merged into a waiting one.
 
-    async def _put_when_room(self, event: RunEvent) -> None:
-        while len(self._items) >= self._room and not self._closed:
-            if self._writable.is_set():
-                self._writable = anyio.Event()
-            await self._writable.wait()
+        Merging looks at the last two waiting events (a reply's text and reasoning may
+        alternate), so once the room is full the queue grows by at most one event per kind
+        and turn: text stays in order, and so does reasoning.
+        """
+        items = self._items
+        if len(items) >= self._room:
+            for position in (len(items) - 1, len(items) - 2):
+                if position < 0:
+                    break
+                waiting = items[position]
+                if isinstance(waiting, _Merged):
+                    if waiting.takes(event):
+                        waiting.pieces.append(event.text)
+                        return
+                elif isinstance(waiting, TextDelta | ReasoningDelta):
+                    if type(waiting) is type(event) and waiting.index == event.index:
+                        items[position] = _Merged(waiting, event)
+                        return
+                else:
+                    break  # never across an event about the run, its turns or tools
         self.put(event)
 
     async def get(self) -> RunEvent | None:
@@ -70,15 +110,13 @@ class EventQueue:
             if self._readable.is_set():
                 self._readable = anyio.Event()
             await self._readable.wait()
-        event = self._items.popleft()
-        self._writable.set()
-        return event
+        item = self._items.popleft()
+        return item.event() if isinstance(item, _Merged) else item
 
     def close(self) -> None:
-        """No more events will come; a waiting producer or consumer goes on."""
+        """No more events will come; a waiting consumer goes on."""
         self._closed = True
         self._readable.set()
-        self._writable.set()
 
 
 class _DeltaScope:
@@ -98,20 +136,20 @@ class _DeltaScope:
         return None
 
     def retried(self, retry: TransportRetry) -> None:
-        return None
+        self._queue.put(CallRetried(self._agent, self._index, retry))
 
-    def text(self, piece: str) -> Awaitable[None] | None:
-        return self._queue.put_delta(TextDelta(self._agent, self._index, piece))
+    def text(self, piece: str) -> None:
+        self._queue.put_delta(TextDelta(self._agent, self._index, piece))
 
-    def reasoning(self, piece: str) -> Awaitable[None] | None:
-        return self._queue.put_delta(ReasoningDelta(self._agent, self._index, piece))
+    def reasoning(self, piece: str) -> None:
+        self._queue.put_delta(ReasoningDelta(self._agent, self._index, piece))
 
     def replied(self, response: LLMResponse) -> None:
         return None
 
 
 class StreamObserver(EventObserver):
-    """Every event of a run, deltas included, into an :class:`EventQueue`."""
+    """Every event of a run, deltas and retried calls included, into an :class:`EventQueue`."""
 
     __slots__ = ("_queue",)
 
