@@ -649,6 +649,7 @@ class Plan:
         changed: Line numbers of inputs whose line's earlier result was for another input.
         stale: Results matching no input (edited, removed, or superseded by a rerun).
         rerun: Line numbers run again by ``--rerun-failed`` / ``--rerun-retryable``.
+        rerun_flags: Those of the two flags that were given.
     """
 
     done: dict[int, Step[Any]]
@@ -656,14 +657,17 @@ class Plan:
     changed: list[int]
     stale: int
     rerun: list[int]
+    rerun_flags: str = ""
 
     def notes(self, input_path: Path, output_path: Path) -> list[str]:
         """What the batch tells on stderr before it runs."""
         notes = []
         if self.changed:
+            one = len(self.changed) == 1
             notes.append(
-                f"lines {_listed(self.changed)} of {input_path} changed since their results "
-                f"were written: they run again"
+                f"{'line' if one else 'lines'} {_listed(self.changed)} of {input_path} changed "
+                f"since {'its result was' if one else 'their results were'} written: "
+                f"{'it runs' if one else 'they run'} again"
             )
         if self.stale:
             notes.append(
@@ -671,7 +675,10 @@ class Plan:
                 "(edited or removed since): kept in the file, not reused or counted"
             )
         if self.rerun:
-            notes.append(f"lines {_listed(self.rerun)} of {input_path} run again (--rerun-...)")
+            notes.append(
+                f"{'line' if len(self.rerun) == 1 else 'lines'} {_listed(self.rerun)} of "
+                f"{input_path} run again ({self.rerun_flags})"
+            )
         return notes
 
 
@@ -717,6 +724,8 @@ def plan_batch(
     written_at = {index for _, index in unused}
     changed = [item.line for index, item in enumerate(inputs)
                if index not in matched and index in written_at]  # fmt: skip
+    flags = [flag for flag, given in (("--rerun-failed", rerun_failed),
+                                      ("--rerun-retryable", rerun_retryable)) if given]  # fmt: skip
     rerun = []
     for index in sorted(matched):
         step = matched[index].step
@@ -729,6 +738,7 @@ def plan_batch(
         changed=changed,
         stale=len(unused),
         rerun=rerun,
+        rerun_flags=" ".join(flags),
     )
 
 

@@ -454,7 +454,7 @@ def test_an_edited_input_line_runs_again_and_never_reuses_the_old_result(
     status, out, err = run(batch_argv(inputs, outputs), capsys)
     assert status == 0
     assert [task_of(request) for request in model.requests] == ["Answer 20"]
-    assert f"lines 2 of {inputs} changed since their results were written: they run again" in err
+    assert f"line 2 of {inputs} changed since its result was written: it runs again" in err
     assert "1 result(s) in" in err and "match no input" in err
     assert "1 of 3 inputs to run (2 already in" in err
     assert "done                3 (100.0%)" in out
@@ -512,7 +512,7 @@ def test_rerun_failed_runs_only_the_failed_inputs_again_and_the_new_result_count
     status, out, err = run(batch_argv(inputs, outputs, "--rerun-failed"), capsys)
     assert status == 0
     assert [task_of(request) for request in model.requests] == ["Answer 2"]
-    assert "lines 2 of" in err and "run again (--rerun-" in err
+    assert f"line 2 of {inputs} run again (--rerun-failed)" in err
     assert "done                2 (100.0%)" in out
     model.requests.clear()
     assert run(batch_argv(inputs, outputs), capsys)[0] == 0  # the newer line wins
