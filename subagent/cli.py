@@ -319,6 +319,12 @@ def _batch_command(args: argparse.Namespace) -> int:
         done.update(new)
     steps = [done[index] for index in range(len(inputs)) if index in done]
     print(summarize(steps).table())
+    if retryable := sum(step.retryable for step in steps):
+        print(
+            f"{retryable} run(s) failed retryably: the same command with --rerun-retryable "
+            "runs them again",
+            file=sys.stderr,
+        )
     errors = [index for index in sorted(done) if _raised(done[index])]
     if errors:
         first = done[errors[0]]
@@ -524,7 +530,7 @@ class Input:
 
 def input_key(context: Any) -> str:
     """The digest a batch finds an input's result by: SHA-256 of its canonical JSON."""
-    canonical = json.dumps(context, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    canonical = json.dumps(context, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 

@@ -525,7 +525,9 @@ def test_rerun_retryable_reruns_transient_failures_but_not_other_failures(
     inputs = write_inputs(tmp_path / "in.jsonl", {"question": 1}, {"question": 2})
     outputs = tmp_path / "out.jsonl"
     model.script(Reply.error(401, "bad key"), *[Reply.error(503, "busy")] * 3)
-    assert run(batch_argv(inputs, outputs), capsys)[0] == 1
+    status, _, err = run(batch_argv(inputs, outputs), capsys)
+    assert status == 1
+    assert "1 run(s) failed retryably: the same command with --rerun-retryable runs" in err
     steps = [Step.model_validate(json.loads(line)["step"])
              for line in outputs.read_text().splitlines()]  # fmt: skip
     assert [step.retryable for step in steps] == [False, True]
