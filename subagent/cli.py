@@ -314,8 +314,6 @@ def _batch_command(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_INTERRUPTED
-        except Exception as exc:  # not a run's failure (those are Steps): code that raised
-            raise AgentError(_described(exc)) from exc
         done.update(new)
     steps = [done[index] for index in range(len(inputs)) if index in done]
     print(summarize(steps).table())
@@ -397,8 +395,9 @@ def load_agent(reference: str) -> SubAgent[Any]:
     neighbours.
 
     Raises:
-        UsageError: The reference is malformed, the module cannot be imported, or the name
-            is missing or not a SubAgent.
+        UsageError: The reference is malformed, the module is not found, or the name is
+            missing or not a SubAgent.
+        AgentError: The module raised while it was imported (a bug in it).
     """
     module_name, colon, attribute = reference.rpartition(":")
     if not colon or not module_name or not attribute:

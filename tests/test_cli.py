@@ -145,7 +145,7 @@ def test_the_agents_own_model_serves_when_none_is_configured(
 
 
 def test_no_model_anywhere_is_bad_usage_saying_what_to_set(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     for name in ("SUBAGENT_LLM", "OPENAI_BASE_URL", "OPENAI_MODEL"):
         monkeypatch.delenv(name, raising=False)
@@ -155,6 +155,10 @@ def test_no_model_anywhere_is_bad_usage_saying_what_to_set(
     assert status == cli.EXIT_USAGE == 2
     assert "error: no model: pass --llm or set SUBAGENT_LLM" in err
     assert "--local-model" not in err  # an installed package has no local model to offer
+    inputs = write_inputs(tmp_path / "in.jsonl", {"question": 1})
+    status, _, err = run(batch_argv(inputs, tmp_path / "out.jsonl"), capsys)
+    assert status == 2
+    assert "subagent batch: error: no model: pass --llm" in err
 
 
 @pytest.mark.parametrize(
