@@ -418,6 +418,8 @@ def test_ctrl_c_during_a_batch_says_how_far_it_got_and_how_to_resume(
     process = subprocess.Popen(
         [sys.executable, "-m", "subagent", *batch_argv(inputs, outputs)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        # Ctrl-C's default even where the test runner's shell ignores SIGINT (a background job)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         assert second_asked.wait(60), "the batch never reached its second input"
