@@ -717,14 +717,15 @@ def plan_batch(
         if (item.key, index) in latest:
             matched[index] = latest[(item.key, index)]
             used.add((item.key, index))
+    free: dict[str, list[tuple[str, int]]] = {}  # the results left, by key, last first
+    for slot in reversed(latest):
+        if slot not in used:
+            free.setdefault(slot[0], []).append(slot)
     for index, item in enumerate(inputs):
-        if index in matched:
-            continue
-        for slot, result in latest.items():
-            if result.key == item.key and slot not in used:
-                matched[index] = result
-                used.add(slot)
-                break
+        if index not in matched and free.get(item.key):
+            slot = free[item.key].pop()
+            matched[index] = latest[slot]
+            used.add(slot)
     unused = [slot for slot in latest if slot not in used]
     written_at = {index for _, index in unused}
     changed = [item.line for index, item in enumerate(inputs)

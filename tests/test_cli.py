@@ -8,17 +8,21 @@ would.
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
+import cli_agents
 import pytest
 from cli_agents import Answer
 from openai_server import MAX_WAIT, RecordedRequest, Reply, ScriptedServer, completion
@@ -830,3 +834,27 @@ def test_protocol_flag_chooses_how_tools_travel(
     assert [tool["function"]["name"] for tool in native["tools"]] == ["add"]
     assert "tools" not in react
     assert "add" in react["messages"][0]["content"]
+
+
+def test_matching_results_to_a_reordered_input_grows_linearly() -> None:
+    step = cli_agents.own_model.run_sync({"question": "x"})
+
+    def seconds(size: int) -> float:
+        """The best of three, without the collector: the matching's own growth."""
+        inputs = [cli.Input(n + 1, {}, f"key {n}") for n in range(size)]
+        results = [cli.Result(size - 1 - n, f"key {n}", step) for n in range(size)]  # reversed
+        best = math.inf
+        for _ in range(3):
+            gc.collect()
+            gc.disable()
+            try:
+                started = time.perf_counter()
+                plan = cli.plan_batch(inputs, results)
+                best = min(best, time.perf_counter() - started)
+            finally:
+                gc.enable()
+            assert plan.pending == [] and plan.stale == 0 and plan.changed == []
+        return best
+
+    # 100x the lines: linear is ~100x (~250x with cache misses), quadratic ~10,000x.
+    assert seconds(100_000) / seconds(1_000) < 2_000
