@@ -63,7 +63,6 @@ MAX_INPUT_BYTES: Final = 16 * 1024 * 1024
 """The largest ``--context`` and the longest ``--input`` line, in bytes (16 MiB)."""
 
 _TRACEBACK_VARIABLE = "SUBAGENT_TRACEBACK"
-_OTLP_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _LOCAL_MODELS = ("qwen", "smollm2")
 _LISTED = 10  # line numbers listed in one message, at most
 
@@ -326,7 +325,7 @@ def _batch_command(args: argparse.Namespace) -> int:
     errors = [index for index in sorted(done) if _raised(done[index])]
     if errors:
         first = done[errors[0]]
-        message = first.failure.message if first.failure is not None else ""
+        message = " ".join((first.failure.message if first.failure is not None else "").split())
         lines = _listed([inputs[index].line for index in errors])
         print(
             f"subagent batch: error in the agent or code it runs: {len(errors)} run(s) "
@@ -448,7 +447,9 @@ def _import_file(path: Path) -> ModuleType:
 
 
 def _described(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    """``Type: message`` on one line, at most 1,000 characters."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= 1000 else text[:999] + "…"
 
 
 def _strict_json(text: str) -> Any:

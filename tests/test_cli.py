@@ -393,13 +393,14 @@ def test_an_unexpected_error_is_one_line_exit_3_and_a_traceback_on_request(
     model: ScriptedServer, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def broken_table(step: Step) -> str:
-        raise LookupError("a bug in the table")
+        raise LookupError("a bug\n  in the table")
 
     monkeypatch.setattr(cli, "turn_table", broken_table)
     model.script(reply('{"value": 3}'))
     status, _, err = run(["run", "cli_agents:answer", "--context", '{"question": "1"}'], capsys)
     assert status == 3
     assert "unexpected error: LookupError: a bug in the table (set SUBAGENT_TRACEBACK=1" in err
+    assert len(err.splitlines()) == 2  # the model line, then one line
     monkeypatch.setenv("SUBAGENT_TRACEBACK", "1")
     model.script(reply('{"value": 3}'))
     with pytest.raises(LookupError):
