@@ -310,6 +310,23 @@ def test_python_dash_m_subagent_is_the_same_program(model: ScriptedServer) -> No
 # --- exit statuses: failed (1), bad usage (2), a bug in the agent's code (3), Ctrl-C (130) ---
 
 
+def test_the_program_exits_with_each_status_and_never_a_traceback(model: ScriptedServer) -> None:
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    cases = [
+        (["run", "cli_agents:answer", "--context", '{"question": "1"}'], reply("no idea"), 1),
+        (["run", "cli_agents:answer", "--context", '{"q": "1"}'], None, 2),
+        (["run", "cli_agents:broken", "--context", '{"question": "1"}'], reply("x"), 3),
+    ]  # fmt: skip
+    for argv, answer, expected in cases:
+        if answer is not None:
+            model.script(answer)
+        done = subprocess.run([sys.executable, "-m", "subagent", *argv], capture_output=True,
+                              text=True, env=env, timeout=60, check=False)  # fmt: skip
+        assert done.returncode == expected, done.stderr
+        assert "Traceback" not in done.stderr
+        assert SECRET not in done.stdout + done.stderr
+
+
 def batch_argv(inputs: Path, outputs: Path, *flags: str, agent: str = "answer") -> list[str]:
     return ["batch", f"cli_agents:{agent}", "--input", str(inputs), "--output", str(outputs),
             "--concurrency", "1", *flags]  # fmt: skip
