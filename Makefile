@@ -28,7 +28,7 @@ demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 	@echo "== the quickstart agent through the command line (docs/cli.md)"
 	@status=0; $(BIN)/subagent run examples/quickstart.py:agent --max-turns 3 \
-		--return-retries 1 --context '{"question": "17 + 25, using the add tool"}' \
+		--return-retries 1 --local-model qwen --context '{"question": "17 + 25, using the add tool"}' \
 		|| status=$$?; echo "exit status: $$status (0 done, 1 failed)"; test $$status -le 1
 
 # The end-to-end tests need a local model server and an OTLP receiver (Phoenix, in its own

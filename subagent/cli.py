@@ -3,50 +3,76 @@
 ``python -m subagent`` is the same program. It may import every room of the library: it is
 an application of it, at the top of the layers (see ``docs/architecture.md``).
 
-Exit status: 0 when every run ended ``done``, 1 when one failed, 2 on bad usage (a bad
-argument, an agent that cannot be found, a context that is not a JSON object, no model);
-the message names the argument or value.
+Exit status (``docs/cli.md``): 0 when every run ended ``done``; 1 when a run failed (the
+model's run: budgets, an explicit fail, an LLM error, a timeout); 2 on bad usage (a bad
+argument, file or input line, an agent that cannot be found, a prompt variable the context
+lacks, no model), the message naming the argument or value; 3 when the agent or code it
+runs raised (a bug to fix, said in one line, not a traceback); 130 when interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import hashlib
 import importlib
 import importlib.util
 import json
 import os
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Final
+from typing import Any, BinaryIO, Final, NoReturn
 
 import anyio
+import httpx
 
+from subagent.__about__ import __version__
 from subagent._agent import SubAgent
 from subagent._errors import ConfigurationError, TemplateError
 from subagent._phases import mermaid_chart
-from subagent._records import Step
+from subagent._records import FailReason, Step
 from subagent.batch import stream_many, summarize
 from subagent.llm import LLM, LLMRequest, LLMResponse, OpenAIChat
 
-__all__ = ["EXIT_DONE", "EXIT_FAILED", "EXIT_USAGE", "main"]
+__all__ = [
+    "EXIT_DONE",
+    "EXIT_ERROR",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_USAGE",
+    "MAX_INPUT_BYTES",
+    "main",
+]
 
 EXIT_DONE: Final = 0
 """Every run ended ``done``."""
 EXIT_FAILED: Final = 1
-"""A run ended ``failed``."""
+"""A run ended ``failed``: the model's run did not succeed."""
 EXIT_USAGE: Final = 2
 """Bad usage: the message names the argument or value."""
+EXIT_ERROR: Final = 3
+"""The agent or code it runs raised: a bug to fix (a ``failed(error)`` run in a batch)."""
+EXIT_INTERRUPTED: Final = 130
+"""Interrupted (Ctrl-C); a batch says how far it got and how to resume."""
 
-LOCAL_MODEL: Final = "qwen"
-"""The model of ``make demo`` started when nothing else is configured (from a checkout)."""
-_OTLP_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+MAX_INPUT_BYTES: Final = 16 * 1024 * 1024
+"""The largest ``--context`` and the longest ``--input`` line, in bytes (16 MiB)."""
+
+_TRACEBACK_VARIABLE = "SUBAGENT_TRACEBACK"
+_LOCAL_MODELS = ("qwen", "smollm2")
+_LISTED = 10  # line numbers listed in one message, at most
 
 
 class UsageError(Exception):
     """Bad usage; the message names the argument or the value."""
+
+
+class AgentError(Exception):
+    """The agent, or code it runs or imports, raised: the message says what, in one line."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,44 +82,78 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: The arguments, without the program name (default: ``sys.argv[1:]``).
 
     Returns:
-        The exit status: :data:`EXIT_DONE`, :data:`EXIT_FAILED` or :data:`EXIT_USAGE`.
+        The exit status: :data:`EXIT_DONE`, :data:`EXIT_FAILED`, :data:`EXIT_USAGE`,
+        :data:`EXIT_ERROR` or :data:`EXIT_INTERRUPTED`.
     """
     parser = _parser()
-    args = parser.parse_args(argv)  # exits with status 2 on its own errors
+    args, unknown = parser.parse_known_args(argv)  # exits with status 2 on its own errors
+    if unknown:  # the subcommand's usage, not the top level's
+        _subparser(args, parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         result: int = args.command(args)
     except UsageError as exc:
         print(f"subagent {args.name}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except AgentError as exc:
+        print(f"subagent {args.name}: error in the agent or code it runs: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print(f"subagent {args.name}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # the reader went away (`subagent chart | head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILED
+    except Exception as exc:  # a bug: one line, the traceback on request
+        if os.environ.get(_TRACEBACK_VARIABLE):
+            raise
+        print(
+            f"subagent {args.name}: unexpected error: {_described(exc)} "
+            f"(set {_TRACEBACK_VARIABLE}=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     return result
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def _subparser(args: argparse.Namespace, parser: argparse.ArgumentParser) -> _Parser:
+    found = getattr(args, "parser", parser)
+    assert isinstance(found, _Parser)
+    return found
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _parser() -> _Parser:
+    parser = _Parser(
         prog="subagent",
         description="Run sub-agents defined in Python modules, one at a time or in batches.",
     )
-    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"subagent {__version__}")
+    commands = parser.add_subparsers(required=True, metavar="COMMAND", parser_class=_Parser)
 
     run = commands.add_parser("run", help="run an agent once and print its turns")
     _agent_arguments(run)
     run.add_argument(
         "--context",
         default="{}",
-        metavar="JSON|@FILE",
-        help="the prompt's variables: a JSON object, or @file holding one",
+        metavar="JSON|@FILE|@-",
+        help="the prompt's variables: a JSON object, @file holding one, or @- for stdin",
     )
     run.add_argument("--json", action="store_true", help="print the Step as JSON instead")
     run.add_argument(
         "--trace",
-        action="store_true",
-        help="print the run's span tree on stderr (or export it over OTLP when "
-        "OTEL_EXPORTER_OTLP_ENDPOINT is set)",
+        nargs="?",
+        const="console",
+        choices=("console", "otlp"),
+        default=None,
+        help="console (the default): print the run's span tree on stderr; otlp: export "
+        "the spans to OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT and say whether it worked",
     )
-    run.set_defaults(command=_run_command, name="run")
+    run.set_defaults(command=_run_command, name="run", parser=run)
 
     batch = commands.add_parser("batch", help="run an agent once per input line, resumably")
     _agent_arguments(batch)
@@ -109,10 +169,20 @@ def _parser() -> argparse.ArgumentParser:
         required=True,
         type=Path,
         metavar="FILE.jsonl",
-        help="one line per finished run; inputs already there are skipped",
+        help="one line per finished run; inputs with a result there are skipped",
     )
     batch.add_argument(
         "--concurrency", type=int, default=8, metavar="N", help="runs in flight at once (default 8)"
+    )
+    batch.add_argument(
+        "--rerun-failed",
+        action="store_true",
+        help="run again the inputs whose result in the output failed",
+    )
+    batch.add_argument(
+        "--rerun-retryable",
+        action="store_true",
+        help="run again the inputs whose result failed retryably (a transient transport error)",
     )
     batch.add_argument(
         "--progress",
@@ -120,10 +190,10 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="show a progress bar (default: when stderr is a terminal)",
     )
-    batch.set_defaults(command=_batch_command, name="batch")
+    batch.set_defaults(command=_batch_command, name="batch", parser=batch)
 
     chart = commands.add_parser("chart", help="print the state chart (mermaid)")
-    chart.set_defaults(command=_chart_command, name="chart")
+    chart.set_defaults(command=_chart_command, name="chart", parser=chart)
     return parser
 
 
@@ -132,25 +202,46 @@ def _agent_arguments(parser: argparse.ArgumentParser) -> None:
         "agent", metavar="MODULE:AGENT", help="a SubAgent: module.path:name or path/to/file.py:name"
     )
     parser.add_argument(
-        "--max-turns",
-        type=int,
-        default=None,
-        metavar="N",
+        "--max-turns", type=int, default=None, metavar="N",
         help="the work budget (default: the agent's)",
-    )
+    )  # fmt: skip
     parser.add_argument(
-        "--return-retries",
-        type=int,
-        default=None,
-        metavar="N",
+        "--return-retries", type=int, default=None, metavar="N",
         help="the correction budget (default: the agent's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--timeout", type=float, default=None, metavar="S",
+        help="seconds for one LLM call (default: the agent's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--mission-timeout", type=float, default=None, metavar="S",
+        help="seconds for a whole run (default: the agent's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--temperature", type=float, default=None, metavar="T",
+        help="the model setting, over the agent's settings",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-tokens", type=int, default=None, metavar="N",
+        help="the model setting, over the agent's settings",
+    )  # fmt: skip
+    parser.add_argument(
+        "--protocol", choices=("native", "react"), default=None,
+        help="how tools travel (default: the agent's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--llm",
+        default=None,
+        metavar="SPEC",
+        help="the model, in SUBAGENT_LLM's form ('openai:MODEL', 'openai:MODEL@URL'); "
+        "wins over the agent's own llm= and the environment",
     )
     parser.add_argument(
         "--local-model",
-        default=LOCAL_MODEL,
-        metavar="NAME",
-        help="with no model configured, the local model to start from a checkout's "
-        f"scripts/local_llm.py: qwen or smollm2 (default {LOCAL_MODEL})",
+        default=None,
+        choices=_LOCAL_MODELS,
+        help="with no model configured, build (the first time: minutes) and start this "
+        "local model from a checkout's scripts/local_llm.py",
     )
 
 
@@ -158,16 +249,19 @@ def _agent_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    agent = load_agent(args.agent)
+    agent = _agent(args)
     context = parse_context(args.context)
-    options = _budgets(agent, args)
-    with _tracing(args.trace) as (provider, print_tree):
-        with _model(agent, args.local_model) as llm:
+    options = _run_options(agent, args)
+    check_prompt(agent, context, "--context")
+    with _tracing(args.trace) as (provider, report):
+        with _model(agent, args) as llm:
             try:
                 step = anyio.run(_run_once, agent, context, llm, options, provider)
-            except (ConfigurationError, TemplateError) as exc:  # e.g. a variable not given
+            except (ConfigurationError, TemplateError) as exc:  # raised mid-run
                 raise UsageError(f"--context: {exc}") from None
-        print_tree()
+            except Exception as exc:  # the agent's code (a parser, a validator) raised
+                raise AgentError(_described(exc)) from exc
+        report()
     if args.json:
         print(step.model_dump_json(indent=2))
     else:
@@ -187,41 +281,79 @@ async def _run_once(
 
 
 def _batch_command(args: argparse.Namespace) -> int:
-    agent = load_agent(args.agent)
+    agent = _agent(args)
     if args.concurrency < 1:
         raise UsageError(f"--concurrency: must be at least 1, got {args.concurrency}")
-    contexts = read_inputs(args.input)
-    done = read_outputs(args.output)
-    pending = [index for index in range(len(contexts)) if index not in done]
-    options = _budgets(agent, args)
-    if pending:
+    options = _run_options(agent, args)
+    inputs = read_inputs(args.input)
+    for item in inputs:  # a variable missing from any line: nothing runs
+        check_prompt(agent, item.context, f"--input: line {item.line}")
+    plan = plan_batch(inputs, read_outputs(args.output), rerun_failed=args.rerun_failed,
+                      rerun_retryable=args.rerun_retryable)  # fmt: skip
+    for note in plan.notes(args.input, args.output):
+        print(note, file=sys.stderr)
+    done = dict(plan.done)
+    if plan.pending:
+        _check_writable(args.output)
         print(
-            f"{len(pending)} of {len(contexts)} inputs to run "
-            f"({len(contexts) - len(pending)} already in {args.output})",
+            f"{len(plan.pending)} of {len(inputs)} inputs to run "
+            f"({len(inputs) - len(plan.pending)} already in {args.output})",
             file=sys.stderr,
         )
-        with _model(agent, args.local_model) as llm:
-            new = anyio.run(_run_batch, agent, contexts, pending, llm, options, args)
+        new: dict[int, Step[Any]] = {}
+        try:
+            with _model(agent, args) as llm:
+                anyio.run(_run_batch, agent, inputs, plan.pending, llm, options, args, new)
+        except KeyboardInterrupt:
+            finished = len(inputs) - len(plan.pending) + len(new)
+            print(
+                f"subagent batch: interrupted: {finished} of {len(inputs)} inputs have "
+                f"their result in {args.output} ({len(new)} from this run); run the same "
+                f"command again to run the other {len(inputs) - finished}",
+                file=sys.stderr,
+            )
+            return EXIT_INTERRUPTED
         done.update(new)
-    steps = [done[index] for index in range(len(contexts)) if index in done]
+    steps = [done[index] for index in range(len(inputs)) if index in done]
     print(summarize(steps).table())
+    if retryable := sum(step.retryable for step in steps):
+        print(
+            f"{retryable} run(s) failed retryably: the same command with --rerun-retryable "
+            "runs them again",
+            file=sys.stderr,
+        )
+    errors = [index for index in sorted(done) if _raised(done[index])]
+    if errors:
+        first = done[errors[0]]
+        message = " ".join((first.failure.message if first.failure is not None else "").split())
+        lines = _listed([inputs[index].line for index in errors])
+        print(
+            f"subagent batch: error in the agent or code it runs: {len(errors)} run(s) "
+            f"raised (failed(error), lines {lines} of {args.input}); line "
+            f"{inputs[errors[0]].line}: {message}",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     return EXIT_DONE if all(step.ok for step in steps) else EXIT_FAILED
+
+
+def _raised(step: Step[Any]) -> bool:
+    return step.failure is not None and step.failure.reason is FailReason.ERROR
 
 
 async def _run_batch(
     agent: SubAgent[Any],
-    contexts: list[dict[str, Any]],
+    inputs: list[Input],
     pending: list[int],
     llm: LLM,
     options: dict[str, Any],
     args: argparse.Namespace,
-) -> dict[int, Step[Any]]:
-    finished: dict[int, Step[Any]] = {}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
+    finished: dict[int, Step[Any]],
+) -> None:
     async with _opened(llm):
         batch = stream_many(
             agent,
-            [contexts[index] for index in pending],
+            [inputs[index].context for index in pending],
             llm=llm,
             concurrency=args.concurrency,
             progress=args.progress,
@@ -231,10 +363,9 @@ async def _run_batch(
             with args.output.open("a", encoding="utf-8") as output:
                 async for item in items:
                     index = pending[item.index]
-                    output.write(output_line(index, contexts[index], item.step) + "\n")
+                    output.write(output_line(index, inputs[index].context, item.step) + "\n")
                     output.flush()  # a killed batch loses only the runs in flight
                     finished[index] = item.step
-    return finished
 
 
 def _chart_command(args: argparse.Namespace) -> int:
@@ -245,6 +376,16 @@ def _chart_command(args: argparse.Namespace) -> int:
 # --- arguments ---
 
 
+def _agent(args: argparse.Namespace) -> SubAgent[Any]:
+    agent = load_agent(args.agent)
+    if args.protocol is not None and args.protocol != agent.protocol:
+        try:
+            agent = dataclasses.replace(agent, protocol=args.protocol)
+        except ConfigurationError as exc:
+            raise UsageError(f"--protocol: {exc}") from None
+    return agent
+
+
 def load_agent(reference: str) -> SubAgent[Any]:
     """The :class:`SubAgent` that ``module:name`` or ``path/to/file.py:name`` names.
 
@@ -253,8 +394,9 @@ def load_agent(reference: str) -> SubAgent[Any]:
     neighbours.
 
     Raises:
-        UsageError: The reference is malformed, the module cannot be imported, or the name
-            is missing or not a SubAgent.
+        UsageError: The reference is malformed, the module is not found, or the name is
+            missing or not a SubAgent.
+        AgentError: The module raised while it was imported (a bug in it).
     """
     module_name, colon, attribute = reference.rpartition(":")
     if not colon or not module_name or not attribute:
@@ -279,8 +421,12 @@ def _import(name: str) -> ModuleType:
         sys.path.insert(0, os.getcwd())
     try:
         return importlib.import_module(name)
-    except Exception as exc:  # whatever the module raised on import
-        raise UsageError(f"MODULE:AGENT: cannot import {name!r}: {_described(exc)}") from exc
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+            raise UsageError(f"MODULE:AGENT: cannot import {name!r}: {_described(exc)}") from exc
+        raise AgentError(f"importing {name!r} raised {_described(exc)}") from exc
+    except Exception as exc:  # whatever the module raised on import: a bug in it
+        raise AgentError(f"importing {name!r} raised {_described(exc)}") from exc
 
 
 def _import_file(path: Path) -> ModuleType:
@@ -294,119 +440,358 @@ def _import_file(path: Path) -> ModuleType:
     sys.modules[path.stem] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # whatever the module raised on import
+    except Exception as exc:  # whatever the module raised on import: a bug in it
         del sys.modules[path.stem]
-        raise UsageError(f"MODULE:AGENT: cannot import {str(path)!r}: {_described(exc)}") from exc
+        raise AgentError(f"importing {str(path)!r} raised {_described(exc)}") from exc
     return module
 
 
 def _described(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    """``Type: message`` on one line, at most 1,000 characters."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= 1000 else text[:999] + "…"
+
+
+def _strict_json(text: str) -> Any:
+    """``json.loads`` without NaN and Infinity, which strict JSON (and the output) lacks."""
+
+    def refuse(constant: str) -> NoReturn:
+        raise ValueError(f"{constant} is not JSON (write it as a string or null)")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _json_object(text: str, source: str) -> dict[str, Any]:
+    try:
+        value = _strict_json(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{source}: not JSON: {exc}") from None
+    except ValueError as exc:  # NaN, Infinity
+        raise UsageError(f"{source}: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"{source}: nested too deeply") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{source}: must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _decoded(raw: bytes, source: str, *, first: bool = True) -> str:
+    """UTF-8 (a leading byte-order mark allowed at the start of a file), else bad usage."""
+    try:
+        return raw.decode("utf-8-sig" if first else "utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{source}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
 def parse_context(value: str) -> dict[str, Any]:
-    """``--context``: a JSON object, or ``@file`` holding one.
+    """``--context``: a JSON object, ``@file`` holding one, or ``@-`` (standard input).
+
+    A file (or standard input) is UTF-8, a byte-order mark allowed, of at most
+    :data:`MAX_INPUT_BYTES`.
 
     Raises:
-        UsageError: The file cannot be read, or the text is not a JSON object.
+        UsageError: The file cannot be read, is too large or not UTF-8, or the text is not
+            a strict JSON object (no NaN or Infinity).
     """
-    source = "--context"
-    if value.startswith("@"):
-        path = Path(value[1:])
-        source = f"--context {value}"
-        try:
-            value = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"{source}: cannot read {str(path)!r}: {exc.strerror}") from None
+    if not value.startswith("@"):
+        return _json_object(value.removeprefix("\ufeff"), "--context")
+    source = f"--context {value}"
     try:
-        context = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{source}: not JSON: {exc}") from None
-    if not isinstance(context, dict):
-        raise UsageError(f"{source}: must be a JSON object, got {type(context).__name__}")
-    return context
+        if value == "@-":
+            raw = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        else:
+            with Path(value[1:]).open("rb") as file:
+                raw = file.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"{source}: cannot read {value[1:]!r}: {exc.strerror}") from None
+    if len(raw) > MAX_INPUT_BYTES:
+        raise UsageError(f"{source}: larger than the limit of {_mib(MAX_INPUT_BYTES)}")
+    return _json_object(_decoded(raw, source), source)
 
 
-def read_inputs(path: Path) -> list[dict[str, Any]]:
-    """``--input``: one JSON object per line (blank lines are skipped).
+def _mib(size: int) -> str:
+    return f"{size // (1024 * 1024)} MiB"
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """One input of a batch.
+
+    Attributes:
+        line: Its line number in the file, from 1.
+        context: The prompt context.
+        key: A digest of the context: what its result in the output is found by.
+    """
+
+    line: int
+    context: dict[str, Any]
+    key: str
+
+
+def input_key(context: Any) -> str:
+    """The digest a batch finds an input's result by: SHA-256 of its canonical JSON."""
+    canonical = json.dumps(context, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def read_inputs(path: Path) -> list[Input]:
+    r"""``--input``: one JSON object per line (blank lines are skipped).
+
+    Lines end at ``\n`` only (a ``\r`` before it is dropped), so a raw U+2028, U+2029 or
+    U+0085 inside a string is just a character; the file is UTF-8 (a byte-order mark
+    allowed) and a line holds at most :data:`MAX_INPUT_BYTES`.
 
     Raises:
-        UsageError: The file cannot be read, or a line is not a JSON object (named).
+        UsageError: The file cannot be read, or a line is too long, not UTF-8 or not a
+            strict JSON object (the line is named).
     """
+    inputs: list[Input] = []
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        with path.open("rb") as file:
+            for number, raw in enumerate(_lines(file), 1):
+                source = f"--input: line {number}"
+                if len(raw) > MAX_INPUT_BYTES:
+                    raise UsageError(f"{source} is longer than the limit of "
+                                     f"{_mib(MAX_INPUT_BYTES)}")  # fmt: skip
+                text = _decoded(raw, source, first=number == 1)
+                if not text.strip():
+                    continue
+                try:
+                    context = _strict_json(text)
+                except json.JSONDecodeError as exc:
+                    raise UsageError(f"{source} is not JSON: {exc}") from None
+                except ValueError as exc:
+                    raise UsageError(f"{source}: {exc}") from None
+                except RecursionError:
+                    raise UsageError(f"{source}: nested too deeply") from None
+                if not isinstance(context, dict):
+                    raise UsageError(
+                        f"{source} must be a JSON object, got {type(context).__name__}"
+                    )
+                inputs.append(Input(number, context, input_key(context)))
     except OSError as exc:
         raise UsageError(f"--input: cannot read {str(path)!r}: {exc.strerror}") from None
-    contexts = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            context = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"--input: line {number} is not JSON: {exc}") from None
-        if not isinstance(context, dict):
-            raise UsageError(
-                f"--input: line {number} must be a JSON object, got {type(context).__name__}"
-            )
-        contexts.append(context)
-    return contexts
+    return inputs
+
+
+def _lines(file: BinaryIO) -> Iterator[bytes]:
+    r"""A file's lines split at ``\n`` only, without it or a ``\r`` before it.
+
+    A line longer than :data:`MAX_INPUT_BYTES` comes back with one byte more than the limit
+    (and ends the reading): it is never held whole.
+    """
+    while raw := file.readline(MAX_INPUT_BYTES + 2):
+        if raw.endswith(b"\n"):
+            raw = raw[:-1]
+        elif len(raw) > MAX_INPUT_BYTES:
+            yield raw[: MAX_INPUT_BYTES + 1]
+            return
+        yield raw.removesuffix(b"\r")
 
 
 def output_line(index: int, context: dict[str, Any], step: Step[Any]) -> str:
     """One line of a batch's output: the input's index and context, and the run's Step."""
-    head = json.dumps({"index": index, "context": context})
+    head = json.dumps({"index": index, "context": context}, allow_nan=False)
     return f'{head[:-1]}, "step": {step.model_dump_json()}}}'
 
 
-def read_outputs(path: Path) -> dict[int, Step[Any]]:
-    """The Steps a batch's output already holds, by input index; none if it does not exist.
+@dataclass(frozen=True, slots=True)
+class Result:
+    """One line of a batch's output: the input's index then, its key, and the run's Step."""
 
-    A last line without its newline (a batch killed while writing) is removed from the
-    file: that input runs again.
+    index: int
+    key: str
+    step: Step[Any]
+
+
+def read_outputs(path: Path) -> list[Result]:
+    """The results a batch's output already holds, in file order; none if it does not exist.
+
+    Bytes after the last newline (a batch killed while writing, perhaps inside a character)
+    are cut off the file before anything is decoded: that input runs again.
 
     Raises:
-        UsageError: A complete line is not an output line (named).
+        UsageError: The file cannot be read or cut, or a complete line is not an output
+            line (named).
     """
     if not path.exists():
-        return {}
+        return []
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise UsageError(f"--output: cannot read {str(path)!r}: {exc.strerror}") from None
-    if text and not text.endswith("\n"):  # a batch killed while writing: drop the part line
-        text = text[: text.rfind("\n") + 1]
-        path.write_text(text, encoding="utf-8")
-    steps: dict[int, Step[Any]] = {}
-    for number, line in enumerate(text.split("\n")[:-1], 1):
-        if not line.strip():
+    end = data.rfind(b"\n") + 1
+    if end < len(data):  # a batch killed while writing: drop the part line
+        try:
+            os.truncate(path, end)
+        except OSError as exc:
+            raise UsageError(f"--output: cannot write {str(path)!r}: {exc.strerror}") from None
+    results: list[Result] = []
+    for number, raw in enumerate(data[:end].split(b"\n")[:-1], 1):
+        if not raw.strip():
             continue
         try:
-            data = json.loads(line)
-            steps[int(data["index"])] = Step[Any].model_validate(data["step"])
-        except (ValueError, KeyError, TypeError) as exc:
+            line = json.loads(raw.decode("utf-8"))
+            context = line["context"]
+            step = Step[Any].model_validate(line["step"])
+            result = Result(int(line["index"]), input_key(context), step)
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise UsageError(
                 f"--output: line {number} is not a batch result: {type(exc).__name__}"
             ) from None
-    return steps
+        if not isinstance(context, dict):
+            raise UsageError(f"--output: line {number} is not a batch result: its context")
+        results.append(result)
+    return results
 
 
-def _budgets(agent: SubAgent[Any], args: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    if args.max_turns is not None:
-        options["max_turns"] = args.max_turns
-    if args.return_retries is not None:
-        options["return_retries"] = args.return_retries
+@dataclass
+class Plan:
+    """What a batch reuses from its output and what it runs.
+
+    Attributes:
+        done: The reused results' Steps, by input index.
+        pending: The input indices to run, in order.
+        changed: Line numbers of inputs whose line's earlier result was for another input.
+        stale: Results matching no input (edited, removed, or superseded by a rerun).
+        rerun: Line numbers run again by ``--rerun-failed`` / ``--rerun-retryable``.
+        rerun_flags: Those of the two flags that were given.
+    """
+
+    done: dict[int, Step[Any]]
+    pending: list[int]
+    changed: list[int]
+    stale: int
+    rerun: list[int]
+    rerun_flags: str = ""
+
+    def notes(self, input_path: Path, output_path: Path) -> list[str]:
+        """What the batch tells on stderr before it runs."""
+        notes = []
+        if self.changed:
+            one = len(self.changed) == 1
+            notes.append(
+                f"{'line' if one else 'lines'} {_listed(self.changed)} of {input_path} changed "
+                f"since {'its result was' if one else 'their results were'} written: "
+                f"{'it runs' if one else 'they run'} again"
+            )
+        if self.stale:
+            notes.append(
+                f"{self.stale} result(s) in {output_path} match no input of {input_path} "
+                "(edited or removed since): kept in the file, not reused or counted"
+            )
+        if self.rerun:
+            notes.append(
+                f"{'line' if len(self.rerun) == 1 else 'lines'} {_listed(self.rerun)} of "
+                f"{input_path} run again ({self.rerun_flags})"
+            )
+        return notes
+
+
+def _listed(numbers: list[int]) -> str:
+    shown = ", ".join(str(number) for number in numbers[:_LISTED])
+    return shown + (f" and {len(numbers) - _LISTED} more" if len(numbers) > _LISTED else "")
+
+
+def plan_batch(
+    inputs: Sequence[Input],
+    results: Sequence[Result],
+    *,
+    rerun_failed: bool = False,
+    rerun_retryable: bool = False,
+) -> Plan:
+    """Match the output's results to the inputs by the inputs themselves.
+
+    A result serves an input when it was written for the same context (the same
+    :func:`input_key`), at the same index if there is one, else at any index (the file was
+    reordered); a later line for the same context and index supersedes an earlier one.
+    Each result serves one input at most, so duplicated inputs each run once. Inputs
+    without a result, and with ``rerun_failed`` / ``rerun_retryable`` those whose result
+    failed (retryably), are to run.
+    """
+    latest: dict[tuple[str, int], Result] = {}
+    for result in results:
+        latest[(result.key, result.index)] = result
+    matched: dict[int, Result] = {}
+    used: set[tuple[str, int]] = set()
+    for index, item in enumerate(inputs):
+        if (item.key, index) in latest:
+            matched[index] = latest[(item.key, index)]
+            used.add((item.key, index))
+    free: dict[str, list[tuple[str, int]]] = {}  # the results left, by key, last first
+    for slot in reversed(latest):
+        if slot not in used:
+            free.setdefault(slot[0], []).append(slot)
+    for index, item in enumerate(inputs):
+        if index not in matched and free.get(item.key):
+            slot = free[item.key].pop()
+            matched[index] = latest[slot]
+            used.add(slot)
+    unused = [slot for slot in latest if slot not in used]
+    written_at = {index for _, index in unused}
+    changed = [item.line for index, item in enumerate(inputs)
+               if index not in matched and index in written_at]  # fmt: skip
+    flags = [flag for flag, given in (("--rerun-failed", rerun_failed),
+                                      ("--rerun-retryable", rerun_retryable)) if given]  # fmt: skip
+    rerun = []
+    for index in sorted(matched):
+        step = matched[index].step
+        if (rerun_failed and not step.ok) or (rerun_retryable and step.retryable):
+            rerun.append(inputs[index].line)
+            del matched[index]
+    return Plan(
+        done={index: result.step for index, result in matched.items()},
+        pending=[index for index in range(len(inputs)) if index not in matched],
+        changed=changed,
+        stale=len(unused),
+        rerun=rerun,
+        rerun_flags=" ".join(flags),
+    )
+
+
+def _check_writable(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--output: cannot write {str(path)!r}: {exc.strerror}") from None
+
+
+def check_prompt(agent: SubAgent[Any], context: dict[str, Any], source: str) -> None:
+    """Render the agent's prompt with ``context`` before any model is called.
+
+    Raises:
+        UsageError: A variable the prompt needs is missing (or the prompt is empty).
+    """
+    try:
+        agent._opening(context, None)
+    except (ConfigurationError, TemplateError) as exc:
+        raise UsageError(f"{source}: {exc}") from None
+
+
+def _run_options(agent: SubAgent[Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The run options the flags give, checked as ``run()`` would check them."""
+    flags = {"max_turns": "--max-turns", "return_retries": "--return-retries",
+             "timeout": "--timeout", "mission_timeout": "--mission-timeout"}  # fmt: skip
+    options: dict[str, Any] = {
+        name: getattr(args, name) for name in flags if getattr(args, name) is not None
+    }
+    settings = {name: getattr(args, name) for name in ("temperature", "max_tokens")
+                if getattr(args, name) is not None}  # fmt: skip
+    if settings:
+        options["settings"] = settings
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise UsageError(f"--max-tokens: must be at least 1, got {args.max_tokens}")
     try:
         agent.check_options(**options, llm=_ModelChosenLater())
     except ConfigurationError as exc:
-        flag = {"max_turns": "--max-turns", "return_retries": "--return-retries"}
-        raise UsageError(f"{flag.get(exc.field, exc.field)}: {exc.message}") from None
+        raise UsageError(f"{flags.get(exc.field, exc.field)}: {exc.message}") from None
     return options
 
 
 class _ModelChosenLater:
-    """Stands for the model while the budgets are checked, before one is chosen."""
+    """Stands for the model while the options are checked, before one is chosen."""
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         raise NotImplementedError("the model is chosen after the arguments are checked")
@@ -416,41 +801,86 @@ class _ModelChosenLater:
 
 
 @contextlib.contextmanager
-def _model(agent: SubAgent[Any], local_model: str) -> Iterator[LLM]:
-    """The model for the runs: the environment's, else the agent's, else the local one."""
+def _model(agent: SubAgent[Any], args: argparse.Namespace) -> Iterator[LLM]:
+    """The model for the runs, announced on stderr with where it comes from.
+
+    ``--llm``, else the agent's own ``llm=``, else the environment's, else (asked for with
+    ``--local-model``) the local one. Explicit beats implicit.
+    """
+    if args.llm is not None:
+        try:
+            chosen = OpenAIChat.from_env({**os.environ, "SUBAGENT_LLM": args.llm},
+                                         text_tool_calls=True)  # fmt: skip
+        except ConfigurationError as exc:
+            raise UsageError(f"--llm: {exc.message}") from None
+        _announce(chosen, "--llm")
+        yield chosen
+        return
+    if agent.llm is not None:
+        _announce(agent.llm, "the agent's own llm=")
+        yield agent.llm
+        return
     if OpenAIChat.env_configured():
         try:
             configured = OpenAIChat.from_env(text_tool_calls=True)
         except ConfigurationError as exc:
             raise UsageError(str(exc)) from None
+        where = "SUBAGENT_LLM" if os.environ.get("SUBAGENT_LLM", "").strip() else "OPENAI_*"
+        _announce(configured, where)
         yield configured
         return
-    if agent.llm is not None:
-        yield agent.llm
-        return
     local = _local_llm_module()
-    if local is None:
-        raise UsageError(
-            "no model: set SUBAGENT_LLM (e.g. 'openai:gpt-4o-mini', or "
-            "'openai:local@http://127.0.0.1:8080/v1') or OPENAI_BASE_URL and OPENAI_MODEL"
+    if local is None or args.local_model is None:
+        local_hint = (
+            "; or --local-model qwen to build (minutes, the first time) and start the local "
+            "model of make demo"
+            if local is not None
+            else ""
         )
-    if local_model not in local.MODELS:
-        raise UsageError(f"--local-model: no local model {local_model!r}; there are: "
-                         f"{', '.join(local.MODELS)}")  # fmt: skip
+        raise UsageError(
+            "no model: pass --llm or set SUBAGENT_LLM (e.g. 'openai:gpt-4o-mini', or "
+            "'openai:local@http://127.0.0.1:8080/v1'), or OPENAI_BASE_URL and OPENAI_MODEL"
+            + local_hint
+        )
     print(
-        f"no SUBAGENT_LLM or OPENAI_BASE_URL set: starting the local model {local_model!r} "
-        "(scripts/local_llm.py; the first time it builds and downloads)",
+        f"starting the local model {args.local_model!r} (scripts/local_llm.py; the first "
+        "time it builds the server and downloads the weights, several minutes)",
         file=sys.stderr,
     )
-    local.setup([local_model])
-    with local.running(local_model) as server:
-        yield OpenAIChat(
+    local.setup([args.local_model])
+    with local.running(args.local_model) as server:
+        started = OpenAIChat(
             model=local.MODEL_ALIAS,
             base_url=server.base_url,
             timeout=180,
             text_tool_calls=True,
             _environ={},
         )
+        _announce(started, f"--local-model {args.local_model}")
+        yield started
+
+
+def _announce(llm: LLM, where: str) -> None:
+    print(f"model: {describe_model(llm)} ({where})", file=sys.stderr)
+
+
+def describe_model(llm: LLM) -> str:
+    """The model's name and, for an HTTP one, its server: never a key or URL credentials."""
+    if isinstance(llm, OpenAIChat):
+        return f"{llm.model_name} at {safe_url(llm.base_url)}"
+    name = getattr(llm, "model_name", None)
+    return name if isinstance(name, str) and name else type(llm).__name__
+
+
+def safe_url(url: str) -> str:
+    """``url`` without user, password, query or fragment (where credentials may hide)."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        return "(an invalid URL)"
+    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
+    port = f":{parsed.port}" if parsed.port else ""
+    return f"{parsed.scheme}://{host}{port}{parsed.path}"
 
 
 def _local_llm_module() -> ModuleType | None:
@@ -481,14 +911,19 @@ async def _opened(llm: LLM) -> AsyncIterator[None]:
 
 
 @contextlib.contextmanager
-def _tracing(enabled: bool) -> Iterator[tuple[Any, Callable[[], None]]]:
-    """``(tracer provider or None, print the span tree)`` for ``--trace``."""
-    if not enabled:
+def _tracing(mode: str | None) -> Iterator[tuple[Any, Callable[[], None]]]:
+    """``(tracer provider or None, report)`` for ``--trace console|otlp``.
+
+    The spans are kept in memory; after the run ``report`` prints their tree (console) or
+    exports them all at once and says whether the receiver took them (otlp).
+    """
+    if mode is None:
         yield None, lambda: None
         return
     try:
+        from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
         from subagent import tracing
@@ -497,25 +932,54 @@ def _tracing(enabled: bool) -> Iterator[tuple[Any, Callable[[], None]]]:
             "--trace: needs the OpenTelemetry SDK, which comes with the otlp "
             "extra: pip install 'subagent-runtime[otlp]'"
         ) from None
-    if any(os.environ.get(name, "").strip() for name in _OTLP_VARIABLES):
-        handle = tracing.configure(
-            service_name=os.environ.get("OTEL_SERVICE_NAME") or "subagent-cli",
-            console=False,
-            set_global=False,
-        )
+    report: Callable[[], None]
+    memory = InMemorySpanExporter()
+    if mode == "console":
+        provider = TracerProvider()
+
+        def report() -> None:
+            print(span_tree(memory.get_finished_spans()), file=sys.stderr)
+
+    else:
         try:
-            yield (
-                handle.provider,
-                lambda: print(f"spans exported to {handle.endpoint}", file=sys.stderr),
+            protocol = tracing._resolve_protocol(None)
+        except ValueError as exc:
+            raise UsageError(f"--trace otlp: {exc}") from None
+        url, endpoint = tracing._resolve_endpoint(None, protocol)
+        if url is None:
+            raise UsageError(
+                "--trace otlp: no receiver: set OTEL_EXPORTER_OTLP_ENDPOINT (or "
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT); --trace alone prints the tree"
             )
-        finally:
-            handle.shutdown()
-        return
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
+        try:
+            exporter = tracing._otlp_exporter(protocol, endpoint)
+        except ImportError as exc:
+            raise UsageError(f"--trace otlp: {exc}") from None
+        service = os.environ.get("OTEL_SERVICE_NAME") or "subagent-cli"
+        provider = TracerProvider(resource=Resource.create({"service.name": service}))
+        target = f"{safe_url(url)} (OTLP/{protocol})"
+
+        def report() -> None:
+            spans = memory.get_finished_spans()
+            try:
+                outcome = exporter.export(spans)
+            except Exception as exc:  # an exporter that raises instead of reporting
+                outcome = SpanExportResult.FAILURE
+                print(f"--trace otlp: {_described(exc)}", file=sys.stderr)
+            finally:
+                exporter.shutdown()
+            if outcome is SpanExportResult.SUCCESS:
+                print(f"{len(spans)} spans exported to {target}", file=sys.stderr)
+            else:
+                print(
+                    f"--trace otlp: exporting {len(spans)} spans to {target} failed: the "
+                    "receiver was unreachable or refused them (none were exported)",
+                    file=sys.stderr,
+                )
+
+    provider.add_span_processor(SimpleSpanProcessor(memory))
     try:
-        yield provider, lambda: print(span_tree(exporter.get_finished_spans()), file=sys.stderr)
+        yield provider, report
     finally:
         provider.shutdown()
 

@@ -27,3 +27,22 @@ own_model = SubAgent(name="own_model", prompt="Answer {{question}}", output=Answ
                      llm=FortyTwo())  # fmt: skip
 
 NOT_AN_AGENT = 3
+
+
+def broken_parser(text: str) -> object:
+    """A parser with a bug: the run raises ``ParserContractError`` (exit status 3)."""
+    raise RuntimeError("the parser has a bug")
+
+
+broken = SubAgent(name="broken", prompt="Answer {{question}}", output=broken_parser,
+                  max_turns=1)  # fmt: skip
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+with_tool = SubAgent(name="with_tool", prompt="Answer {{question}}", output=Answer, tools=[add],
+                     max_turns=1)  # fmt: skip
+"""A tool: the request shows the protocol (native tools, or ReAct text)."""
