@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import inspect
+import re
+import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Generic, TypedDict, cast
@@ -65,6 +69,68 @@ class RunArguments(TypedDict, total=False):
     tracer_provider: TracerProvider | None
     on_event: EventHandler | None
     on_text: Callable[[str], object] | None
+
+
+_RUN_OPTIONS: tuple[str, ...] = tuple(RunArguments.__annotations__)
+
+
+def _check_option_names(call: str, given: Mapping[str, Any]) -> None:
+    """Refuse a keyword that is no run option, naming the public call and the nearest one.
+
+    Raises:
+        TypeError: As Python does for an unexpected keyword argument.
+    """
+    for name in given:
+        if name not in _RUN_OPTIONS:
+            close = difflib.get_close_matches(str(name), _RUN_OPTIONS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(
+                f"{call} got an unexpected keyword argument {name!r}{hint} "
+                f"(the run options: {', '.join(_RUN_OPTIONS)})"
+            )
+
+
+# The rule Tool applies to names (subagent/tools); here to suggest one before Tool refuses.
+_TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+
+
+def _tool_name_from(name: str) -> str:
+    """A valid tool name close to an agent's name: other characters become ``_``."""
+    cleaned = re.sub(r"[^A-Za-z0-9_-]+", "_", name.strip()).strip("_") or "agent"
+    if not (cleaned[0].isalpha() or cleaned[0] == "_"):
+        cleaned = f"_{cleaned}"
+    return cleaned[:64]
+
+
+def _article(noun: str) -> str:
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
+
+
+def _is_type_form(output: object) -> bool:
+    """Whether ``output`` can be a type to validate against (not a value such as ``42``)."""
+    return (
+        inspect.isclass(output)
+        or typing.get_origin(output) is not None
+        or isinstance(output, types.UnionType | typing.TypeVar | typing.ForwardRef)
+        or type(output).__name__ == "TypeAliasType"
+    )
+
+
+def _check_output(output: object) -> None:
+    """Refuse an ``output`` that is a value, not a type or a parser (before pydantic does).
+
+    Raises:
+        ConfigurationError: ``output`` is an instance (``42``, ``Answer(...)``).
+    """
+    if output is None or callable(output) or _is_type_form(output):
+        return
+    raise ConfigurationError(
+        "output",
+        f"must be a type (a pydantic model such as Answer, or a type such as int or "
+        f"list[str]), None or str for text, or a parser function; got {output!r}, "
+        f"{_article(type(output).__name__)} instance (pass its class: "
+        f"output={type(output).__name__})",
+    )
 
 
 def _check_protocol(value: object) -> ReplyProtocol:
@@ -206,6 +272,7 @@ class SubAgent(Generic[OutputT]):
         except TemplateError as exc:
             raise ConfigurationError("prompt", str(exc)) from exc
         tools = build_tools(self.tools)
+        _check_output(self.output)
         contract = build_contract(
             self.output, self.parser_kwargs, max_reply_chars=self.max_reply_chars
         )
@@ -315,6 +382,7 @@ class SubAgent(Generic[OutputT]):
             ConfigurationError: An option is invalid.
             MissingVariableError: The prompt needs a variable the context lacks.
         """
+        _check_option_names("SubAgent.start()", options)
         return self._handle(context, options, stream=False)
 
     def stream(
@@ -338,6 +406,7 @@ class SubAgent(Generic[OutputT]):
             ConfigurationError: An option is invalid.
             MissingVariableError: The prompt needs a variable the context lacks.
         """
+        _check_option_names("SubAgent.stream()", options)
         return self._handle(context, options, stream=True)
 
     def check_options(self, **options: Unpack[RunArguments]) -> None:
@@ -346,6 +415,7 @@ class SubAgent(Generic[OutputT]):
         Raises:
             ConfigurationError: An option is invalid; the message names it.
         """
+        _check_option_names("SubAgent.check_options()", options)
         given: dict[str, Any] = dict(options)
         messages = given.pop("messages", None)
         self._options(**given)
@@ -381,7 +451,10 @@ class SubAgent(Generic[OutputT]):
 
         Raises:
             RuntimeError: Called while an event loop is running in this thread.
+            TypeError: An option is not one of :meth:`run`'s (the message names the
+                nearest).
         """
+        _check_option_names("SubAgent.run_sync()", options)
         try:
             library = sniffio.current_async_library()
         except sniffio.AsyncLibraryNotFoundError:
@@ -420,10 +493,21 @@ class SubAgent(Generic[OutputT]):
                 start this agent deeper is refused with a tool error the parent sees.
 
         Raises:
-            ConfigurationError: ``parameters`` leaves out a variable the prompt needs, or
-                ``max_depth`` is not an int >= 1.
+            ConfigurationError: ``parameters`` leaves out a variable the prompt needs,
+                ``max_depth`` is not an int >= 1, or the tool's name (the agent's, when
+                ``name`` is not given) is not a valid tool name: the message suggests one.
         """
         check_int("max_depth", max_depth, 1)
+        named = self.name if name is None else name
+        if not isinstance(named, str) or not _TOOL_NAME.match(named):
+            whose = f"agent {self.name!r}" if name is None else f"{name!r}"
+            suggestion = _tool_name_from(named if isinstance(named, str) else self.name)
+            raise ConfigurationError(
+                "name",
+                f"{whose} is not a valid tool name (letters, digits, _ and -, starting with "
+                f"a letter or _, at most 64 characters): give the tool one with "
+                f"as_tool(name={suggestion!r})",
+            )
         signature, model = _tool_signature(self._task.variables(), parameters)
         agent = self
 
@@ -543,8 +627,15 @@ class SubAgent(Generic[OutputT]):
         elif isinstance(context, Mapping):
             values = context
         else:
+            hint = (
+                ": to send this text as the task, pass it as messages= (run(messages=...)); "
+                "to fill the prompt's variables, pass context={name: value}"
+                if isinstance(context, str)
+                else ""
+            )
             raise ConfigurationError(
-                "context", f"must be a mapping or a pydantic model, got {type(context).__name__}"
+                "context",
+                f"must be a mapping or a pydantic model, got {type(context).__name__}{hint}",
             )
         if not self.prompt.strip():
             raise ConfigurationError(

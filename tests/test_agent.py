@@ -275,3 +275,80 @@ def test_max_reply_chars_none_parses_any_length() -> None:
     agent = SubAgent(name="a", prompt="p", max_turns=1, max_reply_chars=None)
     step = agent.run_sync(llm=ScriptedLLM(["y" * 1_000_001]))
     assert step.ok and step.output is not None and len(step.output) == 1_000_001
+
+
+# --- messages that say what to do ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("call", ["start", "stream", "check_options", "run_sync"])
+def test_an_unknown_run_option_names_the_public_call_and_the_nearest_option(call: str) -> None:
+    agent = SubAgent(name="a", prompt="p", llm=ScriptedLLM([]))
+    with pytest.raises(TypeError) as caught:
+        getattr(agent, call)(max_turn=3)
+    message = str(caught.value)
+    assert message.startswith(f"SubAgent.{call}() got an unexpected keyword argument 'max_turn'")
+    assert "did you mean 'max_turns'?" in message
+    assert "._options()" not in message
+
+
+def test_an_unknown_run_option_far_from_any_suggests_none_but_lists_them() -> None:
+    agent = SubAgent(name="a", prompt="p", llm=ScriptedLLM([]))
+    with pytest.raises(TypeError) as caught:
+        agent.check_options(zzz=1)
+    assert "did you mean" not in str(caught.value)
+    assert "return_retries" in str(caught.value)
+
+
+@pytest.mark.parametrize(("agent_name", "suggested"), [("my calc", "my_calc"), ("1st!", "_1st")])
+def test_as_tool_on_an_agent_name_that_is_no_tool_name_suggests_as_tool_name(
+    agent_name: str, suggested: str
+) -> None:
+    agent = SubAgent(name=agent_name, prompt="Add {{a}}")
+    with pytest.raises(ConfigurationError) as caught:
+        agent.as_tool()
+    assert caught.value.field == "name"
+    assert f"as_tool(name={suggested!r})" in str(caught.value)
+    assert "with Tool" not in str(caught.value)
+    assert agent.as_tool(name=suggested).name == suggested  # the suggestion is valid
+
+
+def test_as_tool_with_an_invalid_name_suggests_a_valid_one() -> None:
+    with pytest.raises(ConfigurationError, match=r"as_tool\(name='add_them'\)"):
+        SubAgent(name="adder", prompt="Add {{a}}").as_tool(name="add them")
+
+
+@pytest.mark.parametrize(
+    ("output", "shown"), [(42, "got 42, an int instance"), (Answer(x=1), "got Answer(x=1)")]
+)
+def test_an_output_value_instead_of_a_type_says_output_must_be_a_type(
+    output: object, shown: str
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        SubAgent(name="a", prompt="p", output=output)  # type: ignore[arg-type]
+    message = str(caught.value)
+    assert message.startswith("output: must be a type")
+    assert shown in message
+    assert "arbitrary_types_allowed" not in message
+
+
+def test_type_forms_that_are_not_classes_are_still_accepted_as_output() -> None:
+    from typing import Annotated, Any, Literal, Optional
+
+    from pydantic import Field
+    from typing_extensions import TypeAliasType
+
+    alias = TypeAliasType("alias", list[int])
+    forms: list[Any] = [
+        list[int], int | None, Optional[int], Literal["a", "b"],  # noqa: UP045
+        Annotated[int, Field(ge=0)], Any, alias, dict[str, Answer],
+    ]  # fmt: skip
+    for form in forms:
+        SubAgent(name="a", prompt="p", output=form)
+
+
+def test_a_string_given_as_context_points_to_messages() -> None:
+    agent = SubAgent(name="a", prompt="p", llm=ScriptedLLM([]))
+    with pytest.raises(ConfigurationError) as caught:
+        agent.run_sync("what is 1+2?")  # type: ignore[arg-type]
+    assert caught.value.field == "context"
+    assert "messages=" in str(caught.value) and "context={name: value}" in str(caught.value)

@@ -274,7 +274,7 @@ def test_service_name_argument_overrides_the_variable(monkeypatch: pytest.Monkey
 def test_configure_rejects_an_unknown_protocol_naming_its_source(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    with pytest.raises(ValueError, match=r"protocol=: unsupported OTLP protocol 'http/json'"):
+    with pytest.raises(ValueError, match=r"^protocol: unsupported OTLP protocol 'http/json'"):
         configure(protocol="http/json", set_global=False)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift")
     with pytest.raises(ValueError, match="OTEL_EXPORTER_OTLP_PROTOCOL: unsupported"):
