@@ -212,6 +212,10 @@ class SubAgent(Generic[OutputT]):
         max_reply_chars: Replies longer than this many characters get feedback without
             being parsed (default 1,000,000, see ``docs/reliability.md``); ``None``: no
             limit.
+        instructions: Your own system prompt text, added after the runtime's (which keeps
+            the tools and the answer's format): a string, used as it is, or a function of
+            the run's context (the values the prompt is rendered with; ``{}`` when there
+            are none) returning a string, called once per run before anything is sent.
     """
 
     name: str
@@ -237,6 +241,7 @@ class SubAgent(Generic[OutputT]):
     max_tool_result_chars: int = TOOL_RESULT_LIMIT
     correct_cut_replies: bool = True
     max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS
+    instructions: str | Callable[[Mapping[str, Any]], str] | None = None
     _parts: AgentParts = field(init=False, repr=False)
     _task: Template = field(init=False, repr=False)
     # The settings every run without overrides sends (one dict, read by adapters only).
@@ -286,9 +291,20 @@ class SubAgent(Generic[OutputT]):
         toolbox = Toolbox(tools, templates, prune_unknown_args=self.prune_unknown_args,
                           result_limit=self.max_tool_result_chars)  # fmt: skip
 
+        instructions = self.instructions
+        if not (instructions is None or isinstance(instructions, str) or callable(instructions)):
+            raise ConfigurationError(
+                "instructions",
+                f"must be a string or a function of the run's context returning one, "
+                f"got {instructions!r}",
+            )
+        static = instructions.strip() if isinstance(instructions, str) else ""
+
         def system(with_tools: bool) -> Message:
             listed = toolbox.definitions if with_tools else []
             text = protocol.system_prompt(templates, self.name, listed, contract)
+            if static:
+                text = f"{text}\n\n{static}"
             return Message(role="system", content=text)
 
         parts = AgentParts(
@@ -420,7 +436,7 @@ class SubAgent(Generic[OutputT]):
         messages = given.pop("messages", None)
         self._options(**given)
         if messages is not None:
-            self._opening(None, messages)
+            self._opening_as_given(None, messages, self._parts)
 
     def _handle(
         self,
@@ -598,6 +614,36 @@ class SubAgent(Generic[OutputT]):
         context: Mapping[str, Any] | BaseModel | None,
         messages: Sequence[Message | Mapping[str, Any]] | str | None,
     ) -> tuple[list[Message], AgentParts]:
+        parts = self._parts
+        if callable(self.instructions):
+            # The system prompt of this run: the runtime's, then the agent's instructions
+            # (then, below, any system text the caller's messages bring).
+            extra = self._run_instructions(context)
+            if extra:
+                parts = dataclasses.replace(
+                    parts,
+                    system_with_tools=_extend(parts.system_with_tools, extra),
+                    system_without_tools=_extend(parts.system_without_tools, extra),
+                )
+        return self._opening_as_given(context, messages, parts)
+
+    def _run_instructions(self, context: Mapping[str, Any] | BaseModel | None) -> str:
+        """The text of ``instructions=`` for one run, from its context."""
+        function = cast(Callable[[Mapping[str, Any]], object], self.instructions)
+        text = function(_values(context))
+        if not isinstance(text, str):
+            raise ConfigurationError(
+                "instructions",
+                f"the function must return a string, got {text!r} ({type(text).__name__})",
+            )
+        return text.strip()
+
+    def _opening_as_given(
+        self,
+        context: Mapping[str, Any] | BaseModel | None,
+        messages: Sequence[Message | Mapping[str, Any]] | str | None,
+        parts: AgentParts,
+    ) -> tuple[list[Message], AgentParts]:
         if messages is not None:
             try:
                 opening = messages_from(messages)
@@ -612,36 +658,42 @@ class SubAgent(Generic[OutputT]):
                 opening = [m for m in opening if m.role != "system"]
                 if not opening:
                     raise ConfigurationError("messages", "needs a message besides the system one")
-                parts = self._parts
                 parts = dataclasses.replace(
                     parts,
                     system_with_tools=_extend(parts.system_with_tools, extra),
                     system_without_tools=_extend(parts.system_without_tools, extra),
                 )
                 return opening, parts
-            return opening, self._parts
-        if isinstance(context, BaseModel):
-            values: Mapping[str, Any] = context.model_dump()
-        elif context is None:
-            values = {}
-        elif isinstance(context, Mapping):
-            values = context
-        else:
-            hint = (
-                ": to send this text as the task, pass it as messages= (run(messages=...)); "
-                "to fill the prompt's variables, pass context={name: value}"
-                if isinstance(context, str)
-                else ""
-            )
-            raise ConfigurationError(
-                "context",
-                f"must be a mapping or a pydantic model, got {type(context).__name__}{hint}",
-            )
+            return opening, parts
+        values = _values(context)
         if not self.prompt.strip():
             raise ConfigurationError(
                 "prompt", f"agent {self.name!r} has an empty prompt and no messages were given"
             )
-        return [user_message(self._task.render(values).strip())], self._parts
+        return [user_message(self._task.render(values).strip())], parts
+
+
+def _values(context: Mapping[str, Any] | BaseModel | None) -> Mapping[str, Any]:
+    """The values a run's prompt is rendered with (and ``instructions=`` is called with).
+
+    Raises:
+        ConfigurationError: ``context`` is neither a mapping nor a pydantic model.
+    """
+    if isinstance(context, BaseModel):
+        return context.model_dump()
+    if context is None:
+        return {}
+    if isinstance(context, Mapping):
+        return context
+    hint = (
+        ": to send this text as the task, pass it as messages= (run(messages=...)); "
+        "to fill the prompt's variables, pass context={name: value}"
+        if isinstance(context, str)
+        else ""
+    )
+    raise ConfigurationError(
+        "context", f"must be a mapping or a pydantic model, got {type(context).__name__}{hint}"
+    )
 
 
 def _tool_signature(

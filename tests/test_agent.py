@@ -104,9 +104,13 @@ def test_a_malformed_task_prompt_is_reported_under_prompt_at_construction(prompt
 
 def test_an_override_may_include_a_known_template() -> None:
     llm = ScriptedLLM(["ok"])
-    agent = SubAgent(name="a", prompt="p", prompts={"system": "Be brief. {{> tool_list}}"})
+    agent = SubAgent(
+        name="a", prompt="p", prompts={"system": "Be brief. {{> tool_list}}{{output_instructions}}"}
+    )
     assert agent.run_sync(llm=llm).ok
-    assert llm.requests[0].messages[0].content == "Be brief."
+    assert llm.requests[0].messages[0].content == (
+        "Be brief. When you have the answer, reply with it as plain text."
+    )
 
 
 def test_tool_with_var_args_is_rejected_naming_the_tool() -> None:
@@ -352,3 +356,91 @@ def test_a_string_given_as_context_points_to_messages() -> None:
         agent.run_sync("what is 1+2?")  # type: ignore[arg-type]
     assert caught.value.field == "context"
     assert "messages=" in str(caught.value) and "context={name: value}" in str(caught.value)
+
+
+# --- instructions= -------------------------------------------------------------------------------
+
+
+def test_static_instructions_follow_the_runtimes_system_prompt_and_keep_the_schema() -> None:
+    llm = ScriptedLLM(['{"x": 1}'])
+    agent = SubAgent(name="a", prompt="p", output=Answer, instructions="You are an accountant.")
+    assert agent.run_sync(llm=llm).ok
+    system = llm.requests[0].messages[0]
+    assert system.role == "system"
+    assert system.content.endswith("\n\nYou are an accountant.")
+    assert '"x"' in system.content and "JSON schema" in system.content  # the schema stays
+    assert system.content.startswith(SubAgent(name="a", prompt="p", output=Answer)._parts
+                                     .system_without_tools.content)  # fmt: skip
+
+
+def test_instructions_as_a_function_get_the_runs_context_in_every_phase() -> None:
+    seen: list[dict[str, object]] = []
+
+    def instructions(context: object) -> str:
+        seen.append(dict(context))  # type: ignore[call-overload]
+        return f"Answer in {context['lang']}."  # type: ignore[index]
+
+    llm = ScriptedLLM(["bad", '{"x": 1}'])
+    agent = SubAgent(name="a", prompt="Say {{lang}}", output=Answer, instructions=instructions)
+    step = agent.run_sync({"lang": "Danish"}, llm=llm, max_turns=1, return_retries=1)
+    assert step.ok and seen == [{"lang": "Danish"}]  # called once per run
+    for request in llm.requests:
+        assert request.messages[0].content.endswith("\n\nAnswer in Danish.")
+        assert "JSON schema" in request.messages[0].content
+
+
+def test_instructions_from_a_pydantic_context_and_beside_a_callers_system_message() -> None:
+    class Ctx(BaseModel):
+        lang: str
+
+    llm = ScriptedLLM(["ok"])
+    agent = SubAgent(name="a", prompt="p", instructions=lambda c: f"In {c['lang']}.")
+    agent.run_sync(Ctx(lang="Greek"), llm=llm)
+    assert llm.requests[0].messages[0].content.endswith("\n\nIn Greek.")
+    llm = ScriptedLLM(["ok"])
+    agent.run_sync(
+        Ctx(lang="Greek"), llm=llm,
+        messages=[{"role": "system", "content": "Caller."}, {"role": "user", "content": "hi"}],
+    )  # fmt: skip
+    assert llm.requests[0].messages[0].content.endswith("\n\nIn Greek.\n\nCaller.")
+
+
+def test_instructions_that_are_neither_text_nor_a_function_are_refused_at_construction() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        SubAgent(name="a", prompt="p", instructions=42)  # type: ignore[arg-type]
+    assert caught.value.field == "instructions"
+
+
+def test_an_instructions_function_returning_no_text_is_refused_before_any_call() -> None:
+    llm = ScriptedLLM(["ok"])
+    agent = SubAgent(name="a", prompt="p", instructions=lambda c: None)  # type: ignore[arg-type,return-value]
+    with pytest.raises(ConfigurationError, match=r"^instructions: the function must return"):
+        agent.run_sync(llm=llm)
+    assert llm.requests == []
+
+
+def test_a_system_override_without_output_instructions_is_refused_at_construction() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        SubAgent(name="a", prompt="p", output=Answer, prompts={"system": "Be brief."})
+    assert caught.value.field == "prompts"
+    assert "{{output_instructions}}" in str(caught.value) and "instructions=" in str(caught.value)
+
+
+def test_an_override_reading_an_unknown_variable_is_refused_at_construction_not_mid_run() -> None:
+    with pytest.raises(ConfigurationError, match=r"'must_return_warning' reads \{\{retries\}\}"):
+        SubAgent(name="a", prompt="p", prompts={"must_return_warning": "{{retries}} left"})
+
+
+def test_structured_context_values_reach_the_prompt_as_json_not_repr() -> None:
+    class Item(BaseModel):
+        name: str
+
+    class Ctx(BaseModel):
+        item: Item
+        tags: list[str]
+
+    llm = ScriptedLLM(["ok"])
+    SubAgent(name="a", prompt="{{item}} {{tags}} {{item.name}}").run_sync(
+        Ctx(item=Item(name="tea"), tags=["x"]), llm=llm
+    )
+    assert llm.requests[0].messages[-1].content == '{"name": "tea"} ["x"] tea'
