@@ -9,6 +9,7 @@ import inspect
 import re
 import types
 import typing
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Generic, TypedDict, cast
@@ -246,6 +247,8 @@ class SubAgent(Generic[OutputT]):
     _task: Template = field(init=False, repr=False)
     # The settings every run without overrides sends (one dict, read by adapters only).
     _settings: dict[str, Any] = field(init=False, repr=False)
+    # Whether a run with tools it can never use (max_turns=1) was warned about already.
+    _warned_unused_tools: bool = field(init=False, repr=False, default=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -366,6 +369,10 @@ class SubAgent(Generic[OutputT]):
             ConfigurationError: An option is invalid (nothing was sent to the model).
             MissingVariableError: The prompt needs a variable the context lacks.
             ParserContractError: The output parser or a validator is broken.
+
+        Warns:
+            UserWarning: The agent has tools but the run has ``max_turns=1``: its only turn
+                is ``must_return``, where tools are never offered (once per agent).
         """
         options = self._options(
             llm=llm, max_turns=max_turns, return_retries=return_retries,
@@ -373,6 +380,7 @@ class SubAgent(Generic[OutputT]):
             timeout=timeout, mission_timeout=mission_timeout, tracer_provider=tracer_provider,
             on_event=on_event, on_text=on_text,
         )  # fmt: skip
+        self._warn_if_tools_unused(options.max_turns, stacklevel=2)
         opening, parts = self._opening(context, messages)
         run = execute_run(parts, options, opening)
         del opening, parts, options  # the run keeps what it needs; this frame waits on it
@@ -434,7 +442,7 @@ class SubAgent(Generic[OutputT]):
         _check_option_names("SubAgent.check_options()", options)
         given: dict[str, Any] = dict(options)
         messages = given.pop("messages", None)
-        self._options(**given)
+        self._warn_if_tools_unused(self._options(**given).max_turns, stacklevel=2)
         if messages is not None:
             self._opening_as_given(None, messages, self._parts)
 
@@ -448,6 +456,8 @@ class SubAgent(Generic[OutputT]):
         given: dict[str, Any] = dict(arguments)
         messages = given.pop("messages", None)
         options = self._options(**given)
+        # stacklevel 3: the line that called start() / stream()
+        self._warn_if_tools_unused(options.max_turns, stacklevel=3)
         opening, parts = self._opening(context, messages)
         return AgentRun(parts, options, opening, stream=stream)
 
@@ -471,6 +481,8 @@ class SubAgent(Generic[OutputT]):
                 nearest).
         """
         _check_option_names("SubAgent.run_sync()", options)
+        if type(options.get("max_turns")) is int or options.get("max_turns") is None:
+            self._warn_if_tools_unused(options.get("max_turns"), stacklevel=2)
         try:
             library = sniffio.current_async_library()
         except sniffio.AsyncLibraryNotFoundError:
@@ -608,6 +620,20 @@ class SubAgent(Generic[OutputT]):
             on_event=on_event,
             on_text=on_text,
         )
+
+    def _warn_if_tools_unused(self, max_turns: object, stacklevel: int) -> None:
+        """Warn, once per agent, of a run whose tools can never be offered (max_turns=1)."""
+        if max_turns is None:
+            max_turns = self.max_turns
+        if max_turns == 1 and self._parts.toolbox and not self._warned_unused_tools:
+            object.__setattr__(self, "_warned_unused_tools", True)
+            warnings.warn(
+                f"agent {self.name!r} has tools but runs with max_turns=1: its only turn is "
+                f"must_return, where tools are never offered; give it max_turns >= 2 to let "
+                f"the model use them (warned once per agent)",
+                UserWarning,
+                stacklevel=stacklevel + 1,
+            )
 
     def _opening(
         self,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import anyio
 import pytest
 from pydantic import BaseModel
@@ -444,3 +446,59 @@ def test_structured_context_values_reach_the_prompt_as_json_not_repr() -> None:
         Ctx(item=Item(name="tea"), tags=["x"]), llm=llm
     )
     assert llm.requests[0].messages[-1].content == '{"name": "tea"} ["x"] tea'
+
+
+# --- tools that can never be offered --------------------------------------------------------------
+
+
+def _adder(name: str = "calc") -> SubAgent[Answer]:
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    return SubAgent(name=name, prompt="p", output=Answer, tools=[add])
+
+
+def test_running_an_agent_with_tools_at_max_turns_1_warns_once_per_agent() -> None:
+    agent = _adder()
+    with pytest.warns(UserWarning, match=r"agent 'calc' has tools but runs with max_turns=1"):
+        agent.run_sync(llm=ScriptedLLM(['{"x": 1}']), max_turns=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        agent.run_sync(llm=ScriptedLLM(['{"x": 1}']), max_turns=1)  # not again
+    with pytest.warns(UserWarning, match="max_turns=1"):
+        _adder("other").check_options(max_turns=1, llm=ScriptedLLM([]))
+
+
+def test_the_warning_points_at_the_callers_line() -> None:
+    agent = _adder()
+    with pytest.warns(UserWarning, match="max_turns=1") as caught:
+        agent.check_options(max_turns=1, llm=ScriptedLLM([]))
+    assert caught[0].filename == __file__
+
+
+def test_run_sync_warns_at_the_callers_line() -> None:
+    with pytest.warns(UserWarning, match="max_turns=1") as caught:
+        _adder().run_sync(llm=ScriptedLLM(['{"x": 1}']), max_turns=1)
+    assert caught[0].filename == __file__
+
+
+def test_no_warning_without_tools_or_with_more_than_one_turn() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _adder().run_sync(llm=ScriptedLLM(['{"x": 1}']), max_turns=2)
+        SubAgent(name="a", prompt="p", output=Answer).run_sync(
+            llm=ScriptedLLM(['{"x": 1}']), max_turns=1
+        )
+
+
+def test_start_warns_at_the_callers_line_too() -> None:
+    agent = _adder()
+
+    async def main() -> None:
+        async with agent.start(llm=ScriptedLLM(['{"x": 1}']), max_turns=1) as run:
+            await run.result()
+
+    with pytest.warns(UserWarning, match="max_turns=1") as caught:
+        anyio.run(main)
+    assert caught[0].filename == __file__
