@@ -99,8 +99,11 @@ def render_value(value: Any) -> str:
     dataclass instances as JSON (non-ASCII kept; values JSON has no form for, such as
     dates, as pydantic writes them, else as their ``str``); anything else as its ``str``.
     """
-    if type(value) is str:
+    kind = type(value)
+    if kind is str:
         return value
+    if kind is int or kind is float or kind is bool:  # the common case: counts and flags
+        return str(value)
     if isinstance(value, Mapping | list | tuple | set | frozenset | BaseModel) or (
         dataclasses.is_dataclass(value) and not isinstance(value, type)
     ):
