@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import chevron.tokenizer
 from pydantic import BaseModel
@@ -101,7 +101,7 @@ def render_value(value: Any) -> str:
     """
     kind = type(value)
     if kind is str:
-        return value
+        return cast(str, value)
     if kind is int or kind is float or kind is bool:  # the common case: counts and flags
         return str(value)
     if isinstance(value, Mapping | list | tuple | set | frozenset | BaseModel) or (
