@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-ray bench-peers eval eval-bfcl eval-report venv clean docs-screenshot
+.PHONY: demo test test-fast lint bench bench-ray bench-peers eval eval-bfcl eval-report venv clean docs-screenshot
 
 # BFCL's data and checker (docs/evaluation.md), without its declared dependencies (torch,
 # vendor SDKs...): grading needs none of them. The harness's tests use it too.
@@ -38,6 +38,11 @@ test: $(STAMP)
 	$(BIN)/python scripts/local_llm.py setup
 	$(BIN)/python scripts/phoenix_server.py install
 	$(BIN)/python -m pytest
+
+# The suite without the end-to-end tests (tests/e2e, marked e2e): no local model server and
+# no Phoenix to set up first. `make test` stays the whole suite.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not e2e"
 
 lint: $(STAMP)
 	$(BIN)/ruff check subagent tests examples bench scripts eval conftest.py

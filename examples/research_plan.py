@@ -93,7 +93,7 @@ async def main() -> None:
         oneoff,
         "Name the biggest risk. Put the answer between two lines of =====.",
         multi_section_parser,
-        max_retries=2,
+        max_corrections=1,
     )
     print(f"attempts: {len(oneoff.requests)}")
     print(f"answer: {answer}")

@@ -99,7 +99,9 @@ async def main() -> RetryLoopResult[Extraction]:
         f"extracted: {len(first.output.entities)} entities, {len(first.output.relations)} relations"
     )
 
-    result = await retry_loop(first.output, relations_use_known_entities, correct, max_retries=2)
+    result = await retry_loop(
+        first.output, relations_use_known_entities, correct, max_corrections=2
+    )
     print(f"valid={result.valid} corrections={result.count} exhausted={result.exhausted}")
     print(f"entities: {', '.join(result.value.entities)}")
     for r in result.value.relations:

@@ -71,7 +71,7 @@ async def never_answers(request: LLMRequest) -> str:
 
 async def stop_a_slow_run() -> Step[Answer]:
     llm = ScriptedLLM(['{"value": "forty-two"}', never_answers])
-    async with agent.start({"question": "17+25"}, llm=llm, max_turns=1, return_retries=2) as run:
+    async with agent.start({"question": "17+25"}, llm=llm, max_turns=2, return_retries=2) as run:
         with anyio.move_on_after(0.2):  # the user's patience
             await run.result()
         print("stopping the run")

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import inspect
+import re
 import time
+import types
+import typing
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Generic, TypedDict, cast
@@ -67,6 +72,68 @@ class RunArguments(TypedDict, total=False):
     tracer_provider: TracerProvider | None
     on_event: EventHandler | None
     on_text: Callable[[str], object] | None
+
+
+_RUN_OPTIONS: tuple[str, ...] = tuple(RunArguments.__annotations__)
+
+
+def _check_option_names(call: str, given: Mapping[str, Any]) -> None:
+    """Refuse a keyword that is no run option, naming the public call and the nearest one.
+
+    Raises:
+        TypeError: As Python does for an unexpected keyword argument.
+    """
+    for name in given:
+        if name not in _RUN_OPTIONS:
+            close = difflib.get_close_matches(str(name), _RUN_OPTIONS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(
+                f"{call} got an unexpected keyword argument {name!r}{hint} "
+                f"(the run options: {', '.join(_RUN_OPTIONS)})"
+            )
+
+
+# The rule Tool applies to names (subagent/tools); here to suggest one before Tool refuses.
+_TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+
+
+def _tool_name_from(name: str) -> str:
+    """A valid tool name close to an agent's name: other characters become ``_``."""
+    cleaned = re.sub(r"[^A-Za-z0-9_-]+", "_", name.strip()).strip("_") or "agent"
+    if not (cleaned[0].isalpha() or cleaned[0] == "_"):
+        cleaned = f"_{cleaned}"
+    return cleaned[:64]
+
+
+def _article(noun: str) -> str:
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
+
+
+def _is_type_form(output: object) -> bool:
+    """Whether ``output`` can be a type to validate against (not a value such as ``42``)."""
+    return (
+        inspect.isclass(output)
+        or typing.get_origin(output) is not None
+        or isinstance(output, types.UnionType | typing.TypeVar | typing.ForwardRef)
+        or type(output).__name__ == "TypeAliasType"
+    )
+
+
+def _check_output(output: object) -> None:
+    """Refuse an ``output`` that is a value, not a type or a parser (before pydantic does).
+
+    Raises:
+        ConfigurationError: ``output`` is an instance (``42``, ``Answer(...)``).
+    """
+    if output is None or callable(output) or _is_type_form(output):
+        return
+    raise ConfigurationError(
+        "output",
+        f"must be a type (a pydantic model such as Answer, or a type such as int or "
+        f"list[str]), None or str for text, or a parser function; got {output!r}, "
+        f"{_article(type(output).__name__)} instance (pass its class: "
+        f"output={type(output).__name__})",
+    )
 
 
 def _check_protocol(value: object) -> ReplyProtocol:
@@ -151,6 +218,10 @@ class SubAgent(Generic[OutputT]):
         max_reply_chars: Replies longer than this many characters get feedback without
             being parsed (default 1,000,000, see ``docs/reliability.md``); ``None``: no
             limit.
+        instructions: Your own system prompt text, added after the runtime's (which keeps
+            the tools and the answer's format): a string, used as it is, or a function of
+            the run's context (the values the prompt is rendered with; ``{}`` when there
+            are none) returning a string, called once per run before anything is sent.
     """
 
     name: str
@@ -177,10 +248,13 @@ class SubAgent(Generic[OutputT]):
     max_tool_calls_per_turn: int = TOOL_CALLS_PER_TURN
     correct_cut_replies: bool = True
     max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS
+    instructions: str | Callable[[Mapping[str, Any]], str] | None = None
     _parts: AgentParts = field(init=False, repr=False)
     _task: Template = field(init=False, repr=False)
     # The settings every run without overrides sends (one dict, read by adapters only).
     _settings: dict[str, Any] = field(init=False, repr=False)
+    # Whether a run with tools it can never use (max_turns=1) was warned about already.
+    _warned_unused_tools: bool = field(init=False, repr=False, default=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -212,6 +286,7 @@ class SubAgent(Generic[OutputT]):
         except TemplateError as exc:
             raise ConfigurationError("prompt", str(exc)) from exc
         tools = build_tools(self.tools)
+        _check_output(self.output)
         contract = build_contract(
             self.output, self.parser_kwargs, max_reply_chars=self.max_reply_chars
         )
@@ -227,9 +302,20 @@ class SubAgent(Generic[OutputT]):
                           result_limit=self.max_tool_result_chars,
                           call_limit=self.max_tool_calls_per_turn)  # fmt: skip
 
+        instructions = self.instructions
+        if not (instructions is None or isinstance(instructions, str) or callable(instructions)):
+            raise ConfigurationError(
+                "instructions",
+                f"must be a string or a function of the run's context returning one, "
+                f"got {instructions!r}",
+            )
+        static = instructions.strip() if isinstance(instructions, str) else ""
+
         def system(with_tools: bool) -> Message:
             listed = toolbox.definitions if with_tools else []
             text = protocol.system_prompt(templates, self.name, listed, contract)
+            if static:
+                text = f"{text}\n\n{static}"
             return Message(role="system", content=text)
 
         parts = AgentParts(
@@ -291,6 +377,10 @@ class SubAgent(Generic[OutputT]):
             ConfigurationError: An option is invalid (nothing was sent to the model).
             MissingVariableError: The prompt needs a variable the context lacks.
             ParserContractError: The output parser or a validator is broken.
+
+        Warns:
+            UserWarning: The agent has tools but the run has ``max_turns=1``: its only turn
+                is ``must_return``, where tools are never offered (once per agent).
         """
         options = self._options(
             llm=llm, max_turns=max_turns, return_retries=return_retries,
@@ -298,6 +388,7 @@ class SubAgent(Generic[OutputT]):
             timeout=timeout, mission_timeout=mission_timeout, tracer_provider=tracer_provider,
             on_event=on_event, on_text=on_text,
         )  # fmt: skip
+        self._warn_if_tools_unused(options.max_turns, stacklevel=2)
         opening, parts = self._opening(context, messages)
         run = execute_run(parts, options, opening)
         del opening, parts, options  # the run keeps what it needs; this frame waits on it
@@ -323,6 +414,7 @@ class SubAgent(Generic[OutputT]):
             ConfigurationError: An option is invalid.
             MissingVariableError: The prompt needs a variable the context lacks.
         """
+        _check_option_names("SubAgent.start()", options)
         return self._handle(context, options, stream=False)
 
     def stream(
@@ -346,6 +438,7 @@ class SubAgent(Generic[OutputT]):
             ConfigurationError: An option is invalid.
             MissingVariableError: The prompt needs a variable the context lacks.
         """
+        _check_option_names("SubAgent.stream()", options)
         return self._handle(context, options, stream=True)
 
     def check_options(self, **options: Unpack[RunArguments]) -> None:
@@ -354,11 +447,12 @@ class SubAgent(Generic[OutputT]):
         Raises:
             ConfigurationError: An option is invalid; the message names it.
         """
+        _check_option_names("SubAgent.check_options()", options)
         given: dict[str, Any] = dict(options)
         messages = given.pop("messages", None)
-        self._options(**given)
+        self._warn_if_tools_unused(self._options(**given).max_turns, stacklevel=2)
         if messages is not None:
-            self._opening(None, messages)
+            self._opening_as_given(None, messages, self._parts)
 
     def _handle(
         self,
@@ -370,6 +464,8 @@ class SubAgent(Generic[OutputT]):
         given: dict[str, Any] = dict(arguments)
         messages = given.pop("messages", None)
         options = self._options(**given)
+        # stacklevel 3: the line that called start() / stream()
+        self._warn_if_tools_unused(options.max_turns, stacklevel=3)
         opening, parts = self._opening(context, messages)
         return AgentRun(parts, options, opening, stream=stream)
 
@@ -389,7 +485,12 @@ class SubAgent(Generic[OutputT]):
 
         Raises:
             RuntimeError: Called while an event loop is running in this thread.
+            TypeError: An option is not one of :meth:`run`'s (the message names the
+                nearest).
         """
+        _check_option_names("SubAgent.run_sync()", options)
+        if type(options.get("max_turns")) is int or options.get("max_turns") is None:
+            self._warn_if_tools_unused(options.get("max_turns"), stacklevel=2)
         try:
             library = sniffio.current_async_library()
         except sniffio.AsyncLibraryNotFoundError:
@@ -430,10 +531,21 @@ class SubAgent(Generic[OutputT]):
                 start this agent deeper is refused with a tool error the parent sees.
 
         Raises:
-            ConfigurationError: ``parameters`` leaves out a variable the prompt needs, or
-                ``max_depth`` is not an int >= 1.
+            ConfigurationError: ``parameters`` leaves out a variable the prompt needs,
+                ``max_depth`` is not an int >= 1, or the tool's name (the agent's, when
+                ``name`` is not given) is not a valid tool name: the message suggests one.
         """
         check_int("max_depth", max_depth, 1)
+        named = self.name if name is None else name
+        if not isinstance(named, str) or not _TOOL_NAME.match(named):
+            whose = f"agent {self.name!r}" if name is None else f"{name!r}"
+            suggestion = _tool_name_from(named if isinstance(named, str) else self.name)
+            raise ConfigurationError(
+                "name",
+                f"{whose} is not a valid tool name (letters, digits, _ and -, starting with "
+                f"a letter or _, at most 64 characters): give the tool one with "
+                f"as_tool(name={suggestion!r})",
+            )
         signature, model = _tool_signature(self._task.variables(), parameters)
         agent = self
 
@@ -530,10 +642,54 @@ class SubAgent(Generic[OutputT]):
             on_text=on_text,
         )
 
+    def _warn_if_tools_unused(self, max_turns: object, stacklevel: int) -> None:
+        """Warn, once per agent, of a run whose tools can never be offered (max_turns=1)."""
+        if max_turns is None:
+            max_turns = self.max_turns
+        if max_turns == 1 and self._parts.toolbox and not self._warned_unused_tools:
+            object.__setattr__(self, "_warned_unused_tools", True)
+            warnings.warn(
+                f"agent {self.name!r} has tools but runs with max_turns=1: its only turn is "
+                f"must_return, where tools are never offered; give it max_turns >= 2 to let "
+                f"the model use them (warned once per agent)",
+                UserWarning,
+                stacklevel=stacklevel + 1,
+            )
+
     def _opening(
         self,
         context: Mapping[str, Any] | BaseModel | None,
         messages: Sequence[Message | Mapping[str, Any]] | str | None,
+    ) -> tuple[list[Message], AgentParts]:
+        parts = self._parts
+        if callable(self.instructions):
+            # The system prompt of this run: the runtime's, then the agent's instructions
+            # (then, below, any system text the caller's messages bring).
+            extra = self._run_instructions(context)
+            if extra:
+                parts = dataclasses.replace(
+                    parts,
+                    system_with_tools=_extend(parts.system_with_tools, extra),
+                    system_without_tools=_extend(parts.system_without_tools, extra),
+                )
+        return self._opening_as_given(context, messages, parts)
+
+    def _run_instructions(self, context: Mapping[str, Any] | BaseModel | None) -> str:
+        """The text of ``instructions=`` for one run, from its context."""
+        function = cast(Callable[[Mapping[str, Any]], object], self.instructions)
+        text = function(_values(context))
+        if not isinstance(text, str):
+            raise ConfigurationError(
+                "instructions",
+                f"the function must return a string, got {text!r} ({type(text).__name__})",
+            )
+        return text.strip()
+
+    def _opening_as_given(
+        self,
+        context: Mapping[str, Any] | BaseModel | None,
+        messages: Sequence[Message | Mapping[str, Any]] | str | None,
+        parts: AgentParts,
     ) -> tuple[list[Message], AgentParts]:
         if messages is not None:
             try:
@@ -549,29 +705,42 @@ class SubAgent(Generic[OutputT]):
                 opening = [m for m in opening if m.role != "system"]
                 if not opening:
                     raise ConfigurationError("messages", "needs a message besides the system one")
-                parts = self._parts
                 parts = dataclasses.replace(
                     parts,
                     system_with_tools=_extend(parts.system_with_tools, extra),
                     system_without_tools=_extend(parts.system_without_tools, extra),
                 )
                 return opening, parts
-            return opening, self._parts
-        if isinstance(context, BaseModel):
-            values: Mapping[str, Any] = context.model_dump()
-        elif context is None:
-            values = {}
-        elif isinstance(context, Mapping):
-            values = context
-        else:
-            raise ConfigurationError(
-                "context", f"must be a mapping or a pydantic model, got {type(context).__name__}"
-            )
+            return opening, parts
+        values = _values(context)
         if not self.prompt.strip():
             raise ConfigurationError(
                 "prompt", f"agent {self.name!r} has an empty prompt and no messages were given"
             )
-        return [user_message(self._task.render(values).strip())], self._parts
+        return [user_message(self._task.render(values).strip())], parts
+
+
+def _values(context: Mapping[str, Any] | BaseModel | None) -> Mapping[str, Any]:
+    """The values a run's prompt is rendered with (and ``instructions=`` is called with).
+
+    Raises:
+        ConfigurationError: ``context`` is neither a mapping nor a pydantic model.
+    """
+    if isinstance(context, BaseModel):
+        return context.model_dump()
+    if context is None:
+        return {}
+    if isinstance(context, Mapping):
+        return context
+    hint = (
+        ": to send this text as the task, pass it as messages= (run(messages=...)); "
+        "to fill the prompt's variables, pass context={name: value}"
+        if isinstance(context, str)
+        else ""
+    )
+    raise ConfigurationError(
+        "context", f"must be a mapping or a pydantic model, got {type(context).__name__}{hint}"
+    )
 
 
 def _tool_signature(

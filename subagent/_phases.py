@@ -82,8 +82,10 @@ class Budget:
 
     Attributes:
         state: The current phase's value (the attribute ``transitions`` drives).
-        work_remaining: Work turns left, the current one included.
-        retries_remaining: Correction turns left.
+        work_remaining: Work turns left: between turns, the next one included; after the
+            turn that ended the run, what that turn left (every turn spends one turn of its
+            phase's budget, the last one too).
+        retries_remaining: Correction turns left, counted the same way.
         retry_total: The correction budget the run started with.
         failure_reason: Why the run failed, set by the row that moved it to ``failed``.
     """
@@ -109,6 +111,16 @@ class Budget:
     def active(self) -> bool:
         """Whether another turn will be taken."""
         return self.state not in (Phase.DONE, Phase.FAILED)
+
+    def left_after_turn(self) -> tuple[int, int]:
+        """(work, retries) left once the current turn is spent, whatever it came to.
+
+        What a turn cut short (cancelled, a mission timeout) reports as left: the turn was
+        taken, so it counts, exactly as the table's rows count a turn that ended the run.
+        """
+        if self.state == Phase.RETRY:
+            return self.work_remaining, self.retries_remaining - 1
+        return self.work_remaining - 1, self.retries_remaining
 
     @property
     def retry_attempt(self) -> int:
@@ -171,12 +183,21 @@ _LAST_WORK_TURN = "tool turn or miss [work-1 == 1] / work -= 1"
 _ABORTED = "llm_error / timeout / cancelled"
 
 
+def _spends(phase: Phase) -> tuple[Callable[[EventData], None], ...]:
+    """What a turn in ``phase`` spends: a correction turn in ``retry``, else a work turn."""
+    return (_spend_retry,) if phase is Phase.RETRY else (_spend_work,)
+
+
 def _rows() -> tuple[Row, ...]:
+    # Every turn spends one turn of its phase's budget, the one that ends the run too: the
+    # budgets left on a Turn (and its span, its event, the console line) are what the run
+    # had not used. Spending on rows into done / failed changes no decision (the run ends).
     rows: list[Row] = []
     for phase in ACTIVE_PHASES:
-        rows.append(Row(Trigger.RETURNED, phase, Phase.DONE, label="valid return"))
-        rows.append(Row(Trigger.GAVE_UP, phase, Phase.FAILED, reason=FailReason.EXPLICIT_FAIL,
-                        label="explicit fail"))  # fmt: skip
+        rows.append(Row(Trigger.RETURNED, phase, Phase.DONE, None, _spends(phase),
+                        label="valid return"))  # fmt: skip
+        rows.append(Row(Trigger.GAVE_UP, phase, Phase.FAILED, None, _spends(phase),
+                        FailReason.EXPLICIT_FAIL, "explicit fail"))  # fmt: skip
     # A tool turn can only happen in normal (tools are not offered elsewhere, and a call
     # there is refused: a miss); in normal it spends a work turn exactly as a miss does.
     for trigger in (Trigger.USED_TOOLS, Trigger.MISSED):
@@ -201,7 +222,8 @@ def _rows() -> tuple[Row, ...]:
         (Trigger.STOPPED, FailReason.CANCELLED),
     ):
         for phase in ACTIVE_PHASES:
-            rows.append(Row(trigger, phase, Phase.FAILED, reason=reason, label=_ABORTED))
+            rows.append(Row(trigger, phase, Phase.FAILED, None, _spends(phase), reason,
+                            _ABORTED))  # fmt: skip
     return tuple(rows)
 
 

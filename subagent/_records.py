@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import StrEnum
 from functools import cached_property
-from typing import Annotated, Any, Generic, Self, TypeVar
+from typing import Annotated, Any, Generic, Self, TypeVar, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field
 
@@ -346,6 +346,19 @@ class Step(BaseModel, Generic[OutputT]):
         if self.failure is not None:
             raise RunFailedError(self)
         return self
+
+    def output_or_raise(self) -> OutputT:
+        """The output of a run that succeeded, typed as the agent's output (not ``| None``).
+
+        ``step.output`` is ``OutputT | None`` (a failed run has none); this narrows it:
+        ``answer: Answer = step.output_or_raise()``.
+
+        Raises:
+            RunFailedError: The run failed; the error carries this step.
+        """
+        if self.failure is not None:
+            raise RunFailedError(self)
+        return cast(OutputT, self.output)
 
     def summary(self) -> str:
         """A one-line description, e.g. ``done in 3 turns (normal, must_return, retry)``."""

@@ -373,8 +373,8 @@ class _Run:
                     stop_reason=response.stop_reason if response else None,
                     usage=response.usage if response else _NO_USAGE,
                     messages_sent=len(messages), messages_collapsed=collapsed,
-                    work_remaining=budget.work_remaining,
-                    retries_remaining=budget.retries_remaining,
+                    work_remaining=budget.left_after_turn()[0],
+                    retries_remaining=budget.left_after_turn()[1],
                     transport_retries=sink.retries,
                     duration_s=time.perf_counter() - started,
                 ))  # fmt: skip

@@ -4,28 +4,111 @@ chevron's own renderer HTML-escapes ``{{x}}`` (``"`` becomes ``&quot;``, corrupt
 feedback) and renders a missing variable as an empty string. Prompts need the opposite, so
 templates are tokenized once by chevron into a tree, and this module renders that tree:
 values are inserted verbatim, and a name that no scope defines raises
-:class:`~subagent.MissingVariableError` naming it.
+:class:`~subagent.MissingVariableError` naming it. A structured value (a dict, a list, a
+tuple, a set, a pydantic model, a dataclass) is inserted as JSON, not as its Python repr.
+
+Overrides are checked when they are set (:meth:`TemplateSet.with_overrides`, when an agent
+is built): each may read only the variables the runtime gives that template
+(:data:`TEMPLATE_VARIABLES`), and the system prompts must keep the answer's format
+(:data:`REQUIRED_VARIABLES`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import chevron.tokenizer
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
 from subagent._errors import MissingVariableError, TemplateError
 
-__all__ = ["Template", "TemplateSet", "default_templates", "prompts_dir"]
+__all__ = [
+    "REQUIRED_VARIABLES",
+    "TEMPLATE_VARIABLES",
+    "Template",
+    "TemplateSet",
+    "default_templates",
+    "prompts_dir",
+    "render_value",
+]
 
 _MISSING = object()
 _MEMOISABLE = frozenset({str, int, float, bool, type(None)})
 # Longer text (a tool result, a model's error) is unique to one render: not worth keeping.
 _MEMO_TEXT = 256
+
+
+# The top-level variables the runtime gives each shipped template when it renders it (a
+# partial sees the variables of the template including it: tool_list is system's). An
+# override may read these only; a test keeps the table true to the shipped templates.
+_SYSTEM = frozenset({"agent_name", "has_tools", "tools", "output_instructions"})
+TEMPLATE_VARIABLES: dict[str, frozenset[str]] = {
+    "answer_json": frozenset({"schema"}),
+    "answer_text": frozenset(),
+    "divider_empty": frozenset(),
+    "divider_missing": frozenset({"found_one"}),
+    "error_feedback": frozenset({"error_message", "final_turn", "turns_left", "has_tools"}),
+    "invalid_output": frozenset({"errors"}),
+    "json_not_found": frozenset(),
+    "json_syntax_error": frozenset({"message", "line", "column", "excerpt", "fence"}),
+    "must_return_warning": frozenset({"has_tools", "has_retries", "retry_count"}),
+    "non_finite_output": frozenset({"location"}),
+    "output_json": frozenset({"schema"}),
+    "output_text": frozenset(),
+    "react_invalid": frozenset({"problem"}),
+    "react_observation": frozenset({"results"}),
+    "react_system": frozenset(
+        {"agent_name", "has_tools", "tools", "example_tool", "answer_format"}
+    ),
+    "reply_too_long": frozenset({"length", "limit"}),
+    "retry_feedback": frozenset({"error_message", "current_retry", "total_retries", "repeated"}),
+    "sections_instructions": frozenset({"headers", "any", "regex"}),
+    "sections_missing": frozenset({"missing", "count", "example"}),
+    "sections_none_found": frozenset({"headers"}),
+    "system": _SYSTEM,
+    "tool_arguments_invalid": frozenset({"name", "errors"}),
+    "tool_error": frozenset({"name", "error", "fence"}),
+    "tool_final_invalid": frozenset({"name", "error"}),
+    "tool_list": _SYSTEM,
+    "tool_result": frozenset({"name", "content", "fence", "cut_chars", "total_chars"}),
+    "tools_unavailable": frozenset({"tool_names"}),
+    "truncated_reply": frozenset(),
+    "unknown_tool": frozenset({"name", "available"}),
+    "validation_failed": frozenset({"errors"}),
+}
+# What an override of a system prompt must keep: without it the model is never told the
+# answer's format (the JSON schema, or the parser's instructions).
+REQUIRED_VARIABLES: dict[str, str] = {
+    "system": "output_instructions",
+    "react_system": "answer_format",
+}
+
+
+def render_value(value: Any) -> str:
+    """How a value is written into a prompt: text as is, structured values as JSON.
+
+    Strings are inserted verbatim; dicts, lists, tuples, sets, pydantic models and
+    dataclass instances as JSON (non-ASCII kept; values JSON has no form for, such as
+    dates, as pydantic writes them, else as their ``str``); anything else as its ``str``.
+    """
+    kind = type(value)
+    if kind is str:
+        return cast(str, value)
+    if kind is int or kind is float or kind is bool:  # the common case: counts and flags
+        return str(value)
+    if isinstance(value, Mapping | list | tuple | set | frozenset | BaseModel) or (
+        dataclasses.is_dataclass(value) and not isinstance(value, type)
+    ):
+        return json.dumps(to_jsonable_python(value, fallback=str), ensure_ascii=False)
+    return str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +198,33 @@ class Template:
         """Top-level names the template reads outside any section."""
         return {node.key.partition(".")[0] for node in self._tree if node.kind != "literal"}
 
+    def free_names(self) -> set[str]:
+        """Top-level names the template reads from the data it is rendered with.
+
+        Names outside any section, section names, and names inside inverted sections
+        (which render in the same scope); not names inside a section, which may come from
+        the section's item.
+        """
+        found: set[str] = set()
+        stack = list(self._tree)
+        while stack:
+            node = stack.pop()
+            if node.kind in ("var", "section", "inverted") and node.parts:
+                found.add(node.parts[0])
+            if node.kind == "inverted":
+                stack.extend(node.children)
+        return found
+
+    def reads(self, name: str) -> bool:
+        """Whether the template reads ``name`` anywhere (in a section too)."""
+        stack = list(self._tree)
+        while stack:
+            node = stack.pop()
+            if node.kind != "literal" and node.parts[:1] == (name,):
+                return True
+            stack.extend(node.children)
+        return False
+
     def partials(self) -> set[str]:
         """Names of the templates this one includes (``{{> name}}``), at any depth."""
         found: set[str] = set()
@@ -172,7 +282,7 @@ class Template:
                 raise MissingVariableError(node.key, self.name)
             if kind == "var":
                 if value is not None:
-                    out.append(value if type(value) is str else str(value))
+                    out.append(value if type(value) is str else render_value(value))
             elif kind == "section":
                 if not value:
                     continue
@@ -269,7 +379,40 @@ class TemplateSet(Mapping[str, Template]):
             merged[name] = Template(name, source)
         for name in overrides:
             merged[name].check_partials(merged)
+            _check_override(merged[name])
         return TemplateSet(merged)
+
+
+def _check_override(template: Template) -> None:
+    """Refuse an override that would fail or mislead mid-run: found when it is set.
+
+    An override may read only the variables its template is given, and a system prompt
+    must keep the answer's format.
+
+    Raises:
+        TemplateError: Naming the template, the variable, and what it is given.
+    """
+    name = template.name
+    given = TEMPLATE_VARIABLES.get(name)
+    if given is None:
+        return
+    unknown = sorted(template.free_names() - given)
+    if unknown:
+        listed = ", ".join(f"{{{{{variable}}}}}" for variable in unknown)
+        offered = ", ".join(sorted(given)) or "none"
+        raise TemplateError(
+            f"prompt override {name!r} reads {listed}, which this template is not given "
+            f"(its variables: {offered})",
+            name,
+        )
+    required = REQUIRED_VARIABLES.get(name)
+    if required is not None and not template.reads(required):
+        raise TemplateError(
+            f"prompt override {name!r} leaves out {{{{{required}}}}}: the model would never "
+            f"be told the answer's format. Keep {{{{{required}}}}} in it; to add your own "
+            f"text to the system prompt, use SubAgent(instructions=...) instead",
+            name,
+        )
 
 
 @cache

@@ -410,7 +410,9 @@ def load_agent(reference: str) -> SubAgent[Any]:
             raise UsageError(f"MODULE:AGENT: {module_name!r} has no attribute {attribute!r}")
         found = getattr(found, part)
     if not isinstance(found, SubAgent):
-        raise UsageError(f"MODULE:AGENT: {reference!r} is a {type(found).__name__}, not a SubAgent")
+        kind = type(found).__name__
+        article = "an" if kind[:1].lower() in "aeiou" else "a"
+        raise UsageError(f"MODULE:AGENT: {reference!r} is {article} {kind}, not a SubAgent")
     return found
 
 

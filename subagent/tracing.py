@@ -200,7 +200,7 @@ def _first_env(names: tuple[str, ...]) -> tuple[str, str] | None:
 
 
 def _resolve_protocol(protocol: str | None) -> str:
-    source = "protocol="
+    source = "protocol"
     if protocol is None:
         found = _first_env(_PROTOCOL_VARIABLES)
         if found is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import anyio
 import pytest
 from pydantic import BaseModel
@@ -104,9 +106,13 @@ def test_a_malformed_task_prompt_is_reported_under_prompt_at_construction(prompt
 
 def test_an_override_may_include_a_known_template() -> None:
     llm = ScriptedLLM(["ok"])
-    agent = SubAgent(name="a", prompt="p", prompts={"system": "Be brief. {{> tool_list}}"})
+    agent = SubAgent(
+        name="a", prompt="p", prompts={"system": "Be brief. {{> tool_list}}{{output_instructions}}"}
+    )
     assert agent.run_sync(llm=llm).ok
-    assert llm.requests[0].messages[0].content == "Be brief."
+    assert llm.requests[0].messages[0].content == (
+        "Be brief. When you have the answer, reply with it as plain text."
+    )
 
 
 def test_tool_with_var_args_is_rejected_naming_the_tool() -> None:
@@ -275,3 +281,224 @@ def test_max_reply_chars_none_parses_any_length() -> None:
     agent = SubAgent(name="a", prompt="p", max_turns=1, max_reply_chars=None)
     step = agent.run_sync(llm=ScriptedLLM(["y" * 1_000_001]))
     assert step.ok and step.output is not None and len(step.output) == 1_000_001
+
+
+# --- messages that say what to do ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("call", ["start", "stream", "check_options", "run_sync"])
+def test_an_unknown_run_option_names_the_public_call_and_the_nearest_option(call: str) -> None:
+    agent = SubAgent(name="a", prompt="p", llm=ScriptedLLM([]))
+    with pytest.raises(TypeError) as caught:
+        getattr(agent, call)(max_turn=3)
+    message = str(caught.value)
+    assert message.startswith(f"SubAgent.{call}() got an unexpected keyword argument 'max_turn'")
+    assert "did you mean 'max_turns'?" in message
+    assert "._options()" not in message
+
+
+def test_an_unknown_run_option_far_from_any_suggests_none_but_lists_them() -> None:
+    agent = SubAgent(name="a", prompt="p", llm=ScriptedLLM([]))
+    with pytest.raises(TypeError) as caught:
+        agent.check_options(zzz=1)
+    assert "did you mean" not in str(caught.value)
+    assert "return_retries" in str(caught.value)
+
+
+@pytest.mark.parametrize(("agent_name", "suggested"), [("my calc", "my_calc"), ("1st!", "_1st")])
+def test_as_tool_on_an_agent_name_that_is_no_tool_name_suggests_as_tool_name(
+    agent_name: str, suggested: str
+) -> None:
+    agent = SubAgent(name=agent_name, prompt="Add {{a}}")
+    with pytest.raises(ConfigurationError) as caught:
+        agent.as_tool()
+    assert caught.value.field == "name"
+    assert f"as_tool(name={suggested!r})" in str(caught.value)
+    assert "with Tool" not in str(caught.value)
+    assert agent.as_tool(name=suggested).name == suggested  # the suggestion is valid
+
+
+def test_as_tool_with_an_invalid_name_suggests_a_valid_one() -> None:
+    with pytest.raises(ConfigurationError, match=r"as_tool\(name='add_them'\)"):
+        SubAgent(name="adder", prompt="Add {{a}}").as_tool(name="add them")
+
+
+@pytest.mark.parametrize(
+    ("output", "shown"), [(42, "got 42, an int instance"), (Answer(x=1), "got Answer(x=1)")]
+)
+def test_an_output_value_instead_of_a_type_says_output_must_be_a_type(
+    output: object, shown: str
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        SubAgent(name="a", prompt="p", output=output)  # type: ignore[arg-type]
+    message = str(caught.value)
+    assert message.startswith("output: must be a type")
+    assert shown in message
+    assert "arbitrary_types_allowed" not in message
+
+
+def test_type_forms_that_are_not_classes_are_still_accepted_as_output() -> None:
+    from typing import Annotated, Any, Literal, Optional
+
+    from pydantic import Field
+    from typing_extensions import TypeAliasType
+
+    alias = TypeAliasType("alias", list[int])
+    forms: list[Any] = [
+        list[int], int | None, Optional[int], Literal["a", "b"],  # noqa: UP045
+        Annotated[int, Field(ge=0)], Any, alias, dict[str, Answer],
+    ]  # fmt: skip
+    for form in forms:
+        SubAgent(name="a", prompt="p", output=form)
+
+
+def test_a_string_given_as_context_points_to_messages() -> None:
+    agent = SubAgent(name="a", prompt="p", llm=ScriptedLLM([]))
+    with pytest.raises(ConfigurationError) as caught:
+        agent.run_sync("what is 1+2?")  # type: ignore[arg-type]
+    assert caught.value.field == "context"
+    assert "messages=" in str(caught.value) and "context={name: value}" in str(caught.value)
+
+
+# --- instructions= -------------------------------------------------------------------------------
+
+
+def test_static_instructions_follow_the_runtimes_system_prompt_and_keep_the_schema() -> None:
+    llm = ScriptedLLM(['{"x": 1}'])
+    agent = SubAgent(name="a", prompt="p", output=Answer, instructions="You are an accountant.")
+    assert agent.run_sync(llm=llm).ok
+    system = llm.requests[0].messages[0]
+    assert system.role == "system"
+    assert system.content.endswith("\n\nYou are an accountant.")
+    assert '"x"' in system.content and "JSON schema" in system.content  # the schema stays
+    assert system.content.startswith(SubAgent(name="a", prompt="p", output=Answer)._parts
+                                     .system_without_tools.content)  # fmt: skip
+
+
+def test_instructions_as_a_function_get_the_runs_context_in_every_phase() -> None:
+    seen: list[dict[str, object]] = []
+
+    def instructions(context: object) -> str:
+        seen.append(dict(context))  # type: ignore[call-overload]
+        return f"Answer in {context['lang']}."  # type: ignore[index]
+
+    llm = ScriptedLLM(["bad", '{"x": 1}'])
+    agent = SubAgent(name="a", prompt="Say {{lang}}", output=Answer, instructions=instructions)
+    step = agent.run_sync({"lang": "Danish"}, llm=llm, max_turns=1, return_retries=1)
+    assert step.ok and seen == [{"lang": "Danish"}]  # called once per run
+    for request in llm.requests:
+        assert request.messages[0].content.endswith("\n\nAnswer in Danish.")
+        assert "JSON schema" in request.messages[0].content
+
+
+def test_instructions_from_a_pydantic_context_and_beside_a_callers_system_message() -> None:
+    class Ctx(BaseModel):
+        lang: str
+
+    llm = ScriptedLLM(["ok"])
+    agent = SubAgent(name="a", prompt="p", instructions=lambda c: f"In {c['lang']}.")
+    agent.run_sync(Ctx(lang="Greek"), llm=llm)
+    assert llm.requests[0].messages[0].content.endswith("\n\nIn Greek.")
+    llm = ScriptedLLM(["ok"])
+    agent.run_sync(
+        Ctx(lang="Greek"), llm=llm,
+        messages=[{"role": "system", "content": "Caller."}, {"role": "user", "content": "hi"}],
+    )  # fmt: skip
+    assert llm.requests[0].messages[0].content.endswith("\n\nIn Greek.\n\nCaller.")
+
+
+def test_instructions_that_are_neither_text_nor_a_function_are_refused_at_construction() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        SubAgent(name="a", prompt="p", instructions=42)  # type: ignore[arg-type]
+    assert caught.value.field == "instructions"
+
+
+def test_an_instructions_function_returning_no_text_is_refused_before_any_call() -> None:
+    llm = ScriptedLLM(["ok"])
+    agent = SubAgent(name="a", prompt="p", instructions=lambda c: None)  # type: ignore[arg-type,return-value]
+    with pytest.raises(ConfigurationError, match=r"^instructions: the function must return"):
+        agent.run_sync(llm=llm)
+    assert llm.requests == []
+
+
+def test_a_system_override_without_output_instructions_is_refused_at_construction() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        SubAgent(name="a", prompt="p", output=Answer, prompts={"system": "Be brief."})
+    assert caught.value.field == "prompts"
+    assert "{{output_instructions}}" in str(caught.value) and "instructions=" in str(caught.value)
+
+
+def test_an_override_reading_an_unknown_variable_is_refused_at_construction_not_mid_run() -> None:
+    with pytest.raises(ConfigurationError, match=r"'must_return_warning' reads \{\{retries\}\}"):
+        SubAgent(name="a", prompt="p", prompts={"must_return_warning": "{{retries}} left"})
+
+
+def test_structured_context_values_reach_the_prompt_as_json_not_repr() -> None:
+    class Item(BaseModel):
+        name: str
+
+    class Ctx(BaseModel):
+        item: Item
+        tags: list[str]
+
+    llm = ScriptedLLM(["ok"])
+    SubAgent(name="a", prompt="{{item}} {{tags}} {{item.name}}").run_sync(
+        Ctx(item=Item(name="tea"), tags=["x"]), llm=llm
+    )
+    assert llm.requests[0].messages[-1].content == '{"name": "tea"} ["x"] tea'
+
+
+# --- tools that can never be offered --------------------------------------------------------------
+
+
+def _adder(name: str = "calc") -> SubAgent[Answer]:
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    return SubAgent(name=name, prompt="p", output=Answer, tools=[add])
+
+
+def test_running_an_agent_with_tools_at_max_turns_1_warns_once_per_agent() -> None:
+    agent = _adder()
+    with pytest.warns(UserWarning, match=r"agent 'calc' has tools but runs with max_turns=1"):
+        agent.run_sync(llm=ScriptedLLM(['{"x": 1}']), max_turns=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        agent.run_sync(llm=ScriptedLLM(['{"x": 1}']), max_turns=1)  # not again
+    with pytest.warns(UserWarning, match="max_turns=1"):
+        _adder("other").check_options(max_turns=1, llm=ScriptedLLM([]))
+
+
+def test_the_warning_points_at_the_callers_line() -> None:
+    agent = _adder()
+    with pytest.warns(UserWarning, match="max_turns=1") as caught:
+        agent.check_options(max_turns=1, llm=ScriptedLLM([]))
+    assert caught[0].filename == __file__
+
+
+def test_run_sync_warns_at_the_callers_line() -> None:
+    with pytest.warns(UserWarning, match="max_turns=1") as caught:
+        _adder().run_sync(llm=ScriptedLLM(['{"x": 1}']), max_turns=1)
+    assert caught[0].filename == __file__
+
+
+def test_no_warning_without_tools_or_with_more_than_one_turn() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _adder().run_sync(llm=ScriptedLLM(['{"x": 1}']), max_turns=2)
+        SubAgent(name="a", prompt="p", output=Answer).run_sync(
+            llm=ScriptedLLM(['{"x": 1}']), max_turns=1
+        )
+
+
+def test_start_warns_at_the_callers_line_too() -> None:
+    agent = _adder()
+
+    async def main() -> None:
+        async with agent.start(llm=ScriptedLLM(['{"x": 1}']), max_turns=1) as run:
+            await run.result()
+
+    with pytest.warns(UserWarning, match="max_turns=1") as caught:
+        anyio.run(main)
+    assert caught[0].filename == __file__

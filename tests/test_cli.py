@@ -171,7 +171,7 @@ def test_no_model_anywhere_is_bad_usage_saying_what_to_set(
         (["run", "no_colon"], "MODULE:AGENT: expected 'module:name'"),
         (["run", "cli_agents_nowhere:answer"], "MODULE:AGENT: cannot import 'cli_agents_nowhere'"),
         (["run", "cli_agents:missing"], "MODULE:AGENT: 'cli_agents' has no attribute 'missing'"),
-        (["run", "cli_agents:NOT_AN_AGENT"], "'cli_agents:NOT_AN_AGENT' is a int, not a SubAgent"),
+        (["run", "cli_agents:NOT_AN_AGENT"], "'cli_agents:NOT_AN_AGENT' is an int, not a SubAgent"),
         (["run", "nowhere/agents.py:answer"], "MODULE:AGENT: no file 'nowhere/agents.py'"),
         (["run", "cli_agents:answer", "--context", "{nope"], "--context: not JSON"),
         (["run", "cli_agents:answer", "--context", "[1]"],

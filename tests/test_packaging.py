@@ -85,3 +85,19 @@ def test_the_architecture_page_maps_every_room_and_layer() -> None:
     names = [name.strip() for layer in layered["layers"] for name in layer.split("|")]
     shown = {name: f"`{name}/`" in layers_table or f"`{name}.py`" in layers_table for name in names}
     assert [name for name, found in shown.items() if not found] == []
+
+
+def test_make_test_fast_runs_the_suite_without_the_end_to_end_tests() -> None:
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    recipe = makefile.split("\ntest-fast:", 1)[1].split("\n\n", 1)[0]
+    assert '-m pytest -m "not e2e"' in recipe
+    test_recipe = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    assert test_recipe.rstrip().endswith("$(BIN)/python -m pytest")  # the whole suite
+    # Every test under tests/e2e carries the e2e mark, so "not e2e" leaves all of them out.
+    collect = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly",
+               str(ROOT / "tests" / "e2e")]  # fmt: skip
+    everything = subprocess.run(collect, capture_output=True, text=True, cwd=ROOT, check=False)
+    fast = subprocess.run([*collect, "-m", "not e2e"], capture_output=True, text=True, cwd=ROOT,
+                          check=False)  # fmt: skip
+    assert "::" in everything.stdout, everything.stdout + everything.stderr
+    assert "::" not in fast.stdout and "deselected" in fast.stdout, fast.stdout + fast.stderr

@@ -13,19 +13,32 @@ def test_initial_phase_depends_on_the_work_budget(max_turns: int, phase: Phase) 
     assert Budget.start(max_turns, 0).phase is phase
 
 
+# What a turn that ends the run leaves: it spends one turn of its phase's budget like any
+# other (a work turn in normal and must_return, a correction turn in retry).
+_LEFT_AFTER_THE_LAST_TURN = {Phase.NORMAL: (1, 3), Phase.MUST_RETURN: (1, 3), Phase.RETRY: (2, 2)}
+
+
 @pytest.mark.parametrize("phase", [Phase.NORMAL, Phase.MUST_RETURN, Phase.RETRY])
-def test_valid_return_is_done_from_every_active_phase(phase: Phase) -> None:
-    budget = Budget(phase.value, 1, 1, 1)
+def test_valid_return_is_done_from_every_active_phase_and_spends_the_turn(phase: Phase) -> None:
+    budget = Budget(phase.value, 2, 3, 3)
     assert advance(budget, Trigger.RETURNED) is Phase.DONE
-    assert (budget.work_remaining, budget.retries_remaining) == (1, 1)
+    assert (budget.work_remaining, budget.retries_remaining) == _LEFT_AFTER_THE_LAST_TURN[phase]
 
 
 @pytest.mark.parametrize("phase", [Phase.NORMAL, Phase.MUST_RETURN, Phase.RETRY])
-def test_explicit_fail_fails_from_every_active_phase_without_spending(phase: Phase) -> None:
+def test_explicit_fail_fails_from_every_active_phase_and_spends_the_turn(phase: Phase) -> None:
     budget = Budget(phase.value, 2, 3, 3)
     assert advance(budget, Trigger.GAVE_UP) is Phase.FAILED
     assert budget.failure_reason is FailReason.EXPLICIT_FAIL
-    assert (budget.work_remaining, budget.retries_remaining) == (2, 3)
+    assert (budget.work_remaining, budget.retries_remaining) == _LEFT_AFTER_THE_LAST_TURN[phase]
+
+
+@pytest.mark.parametrize("phase", ACTIVE_PHASES)
+def test_left_after_turn_is_what_the_table_leaves_after_a_turn_that_ends_the_run(
+    phase: Phase,
+) -> None:
+    budget = Budget(phase.value, 2, 3, 3)
+    assert budget.left_after_turn() == _LEFT_AFTER_THE_LAST_TURN[phase]
 
 
 @pytest.mark.parametrize(
@@ -40,10 +53,10 @@ def test_explicit_fail_fails_from_every_active_phase_without_spending(phase: Pha
 def test_abort_fails_from_every_active_phase_with_its_reason(
     phase: Phase, trigger: Trigger, reason: FailReason
 ) -> None:
-    budget = Budget(phase.value, 2, 1, 1)
+    budget = Budget(phase.value, 2, 3, 3)
     assert advance(budget, trigger) is Phase.FAILED
     assert budget.failure_reason is reason
-    assert (budget.work_remaining, budget.retries_remaining) == (2, 1)
+    assert (budget.work_remaining, budget.retries_remaining) == _LEFT_AFTER_THE_LAST_TURN[phase]
 
 
 def test_every_row_into_failed_says_why_and_no_other_row_does() -> None:

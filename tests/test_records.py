@@ -162,6 +162,20 @@ def test_raise_for_failure_raises_with_the_step() -> None:
     assert caught.value.step is step and caught.value.reason is FailReason.BUDGET_EXHAUSTED
 
 
+def test_output_or_raise_returns_the_output_of_a_successful_step() -> None:
+    step = a_run()
+    assert step.output is not None
+    assert step.output_or_raise() is step.output
+
+
+def test_output_or_raise_raises_with_the_step_when_the_run_failed() -> None:
+    agent = SubAgent(name="a", prompt="p", output=Answer)
+    step = agent.run_sync(llm=ScriptedLLM(["nope"]), max_turns=1)
+    with pytest.raises(RunFailedError, match=r"run failed \(budget_exhausted\)") as caught:
+        step.output_or_raise()
+    assert caught.value.step is step
+
+
 def test_summary_names_outcome_and_turn_types() -> None:
     assert a_run().summary() == "done in 3 turns (normal, must_return, retry)"
 

@@ -42,7 +42,7 @@ async def test_a_valid_value_is_returned_without_correction() -> None:
 
 async def test_an_invalid_value_is_corrected_then_revalidated() -> None:
     correct = Corrector()
-    result = await retry_loop(2, at_least(3), correct, max_retries=2)
+    result = await retry_loop(2, at_least(3), correct, max_corrections=2)
     assert result.valid
     assert result.value == 3
     assert result.count == 1
@@ -51,9 +51,9 @@ async def test_an_invalid_value_is_corrected_then_revalidated() -> None:
     assert correct.calls == [(2, ("2 is below 3",))]
 
 
-async def test_the_loop_stops_after_max_retries_corrections() -> None:
+async def test_the_loop_stops_after_max_corrections_corrections() -> None:
     correct = Corrector()
-    result = await retry_loop(0, at_least(10), correct, max_retries=3)
+    result = await retry_loop(0, at_least(10), correct, max_corrections=3)
     assert not result.valid
     assert result.exhausted
     assert result.count == 3
@@ -65,7 +65,7 @@ async def test_the_loop_stops_after_max_retries_corrections() -> None:
 
 async def test_zero_retries_only_validates() -> None:
     correct = Corrector()
-    result = await retry_loop(0, at_least(1), correct, max_retries=0)
+    result = await retry_loop(0, at_least(1), correct, max_corrections=0)
     assert (result.valid, result.exhausted, result.count) == (False, True, 0)
     assert correct.calls == []
 
@@ -91,7 +91,7 @@ async def test_several_validators_merge_their_errors() -> None:
         return Validation.ok() if value % 2 == 0 else Validation.fail("odd")
 
     correct = Corrector()
-    result = await retry_loop(1, [at_least(4), is_even], correct, max_retries=3)
+    result = await retry_loop(1, [at_least(4), is_even], correct, max_corrections=3)
     assert correct.calls[0] == (1, ("1 is below 4", "odd"))
     assert (result.valid, result.value, result.count) == (True, 4, 3)
 
@@ -102,7 +102,7 @@ async def test_a_correction_that_raises_ends_the_loop_keeping_the_last_value() -
             raise TimeoutError("model unavailable")
         return value + 1
 
-    result = await retry_loop(0, at_least(5), correct, max_retries=4)
+    result = await retry_loop(0, at_least(5), correct, max_corrections=4)
     assert not result.valid
     assert not result.exhausted
     assert result.value == 1
@@ -139,7 +139,7 @@ async def test_retry_delay_waits_before_each_correction(monkeypatch: pytest.Monk
         delays.append(seconds)
 
     monkeypatch.setattr("subagent.patterns._retry_loop.anyio.sleep", fake_sleep)
-    await retry_loop(0, at_least(2), Corrector(), max_retries=5, retry_delay=0.25)
+    await retry_loop(0, at_least(2), Corrector(), max_corrections=5, retry_delay=0.25)
     assert delays == [0.25, 0.25]
 
 
@@ -148,23 +148,23 @@ async def test_no_delay_means_no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("slept")
 
     monkeypatch.setattr("subagent.patterns._retry_loop.anyio.sleep", fail_sleep)
-    assert (await retry_loop(0, at_least(2), Corrector(), max_retries=5)).valid
+    assert (await retry_loop(0, at_least(2), Corrector(), max_corrections=5)).valid
 
 
 async def test_a_retry_loop_object_is_reusable() -> None:
-    loop: RetryLoop[int] = RetryLoop(at_least(3), Corrector(), max_retries=5)
+    loop: RetryLoop[int] = RetryLoop(at_least(3), Corrector(), max_corrections=5)
     assert (await loop.run(0)).count == 3
     assert (await loop.run(7)).count == 0
-    assert "max_retries=5" in repr(loop)
+    assert "max_corrections=5" in repr(loop)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
-        ({"max_retries": -1}, "max_retries"),
-        ({"max_retries": 1.0}, "max_retries"),
-        ({"max_retries": True}, "max_retries"),
-        ({"max_retries": "2"}, "max_retries"),
+        ({"max_corrections": -1}, "max_corrections"),
+        ({"max_corrections": 1.0}, "max_corrections"),
+        ({"max_corrections": True}, "max_corrections"),
+        ({"max_corrections": "2"}, "max_corrections"),
         ({"retry_delay": -0.1}, "retry_delay"),
         ({"retry_delay": True}, "retry_delay"),
         ({"retry_delay": float("nan")}, "retry_delay"),
@@ -194,7 +194,7 @@ async def test_each_validation_and_correction_is_a_span(
 ) -> None:
     set_capture(monkeypatch, capture)
     provider, exporter = traced.provider, traced.exporter
-    await retry_loop(1, at_least(3), Corrector(), max_retries=3, tracer_provider=provider)
+    await retry_loop(1, at_least(3), Corrector(), max_corrections=3, tracer_provider=provider)
     finished = exporter.get_finished_spans()
     assert [s.name for s in finished] == [
         "retry_loop.validate",
@@ -261,3 +261,43 @@ async def test_no_global_tracer_provider_is_installed() -> None:
     before = trace.get_tracer_provider()
     await retry_loop(0, at_least(1), Corrector())
     assert trace.get_tracer_provider() is before
+
+
+# --- the deprecated spelling ---------------------------------------------------------------
+
+
+async def test_max_retries_is_deprecated_with_the_same_meaning() -> None:
+    with pytest.warns(DeprecationWarning, match="pass max_corrections") as caught:
+        result = await retry_loop(0, at_least(10), Corrector(), max_retries=3)
+    assert caught[0].filename == __file__
+    assert (result.count, result.exhausted) == (3, True)
+
+
+def test_retry_loop_object_takes_the_deprecated_spelling_too() -> None:
+    with pytest.warns(DeprecationWarning, match="max_corrections") as caught:
+        loop: RetryLoop[int] = RetryLoop(at_least(3), Corrector(), max_retries=4)
+    assert caught[0].filename == __file__
+    assert loop.max_corrections == 4
+    with pytest.warns(DeprecationWarning, match="read max_corrections"):
+        assert loop.max_retries == 4
+
+
+def test_an_invalid_deprecated_max_retries_is_refused_naming_it() -> None:
+    with (
+        pytest.warns(DeprecationWarning, match="max_corrections"),
+        pytest.raises(ConfigurationError, match=r"^max_retries"),
+    ):
+        RetryLoop(at_least(3), Corrector(), max_retries=-1)
+
+
+async def test_both_spellings_at_once_are_refused() -> None:
+    with (
+        pytest.warns(DeprecationWarning, match="max_corrections"),
+        pytest.raises(ConfigurationError, match="not both"),
+    ):
+        await retry_loop(0, at_least(3), Corrector(), max_corrections=1, max_retries=1)
+
+
+async def test_the_default_is_one_correction() -> None:
+    result = await retry_loop(0, at_least(10), Corrector())
+    assert (result.count, result.exhausted) == (1, True)

@@ -137,6 +137,27 @@ async def test_worst_case_is_exactly_max_turns_plus_return_retries_calls(
     assert llm.remaining == 0
 
 
+@pytest.mark.parametrize(
+    ("max_turns", "return_retries", "script", "left"),
+    [(3, 1, [], (2, 1)), (1, 1, [], (0, 1)), (1, 2, [BAD], (0, 1)), (1, 1, [BAD], (0, 0))],
+    ids=["normal", "must_return", "retry-one-of-two", "retry-the-last"],
+)
+async def test_the_turn_that_returns_reports_what_is_left_after_it(
+    wire: Wire, max_turns: int, return_retries: int, script: list[str], left: tuple[int, int]
+) -> None:
+    llm = ScriptedLLM([*(wire.answer(text) for text in script), wire.answer(GOOD)])
+    step = await wire.agent().run(llm=llm, max_turns=max_turns, return_retries=return_retries)
+    assert step.ok
+    last = step.turns[-1]
+    assert (last.work_remaining, last.retries_remaining) == left
+
+
+async def test_explicit_fail_reports_the_turn_it_spent(wire: Wire) -> None:
+    llm = ScriptedLLM([wire.answer('{"fail": "the data is not there"}')])
+    step = await wire.agent().run(llm=llm, max_turns=3, return_retries=1)
+    assert (step.turns[0].work_remaining, step.turns[0].retries_remaining) == (2, 1)
+
+
 async def test_budget_exhausted_failure_names_the_last_error(wire: Wire) -> None:
     script = [wire.answer(BAD), wire.answer('{"x": "still_bad"}')]
     step = await wire.agent().run(llm=ScriptedLLM(script), max_turns=1, return_retries=1)
@@ -189,7 +210,7 @@ async def test_retry_miss_with_retries_left_stays_in_retry(wire: Wire) -> None:
         return_retries=2,
     )
     assert [t.phase_after for t in step.turns] == ["retry", "retry", "done"]
-    assert [t.retries_remaining for t in step.turns] == [2, 1, 1]
+    assert [t.retries_remaining for t in step.turns] == [2, 1, 0]
 
 
 async def test_retry_miss_on_last_retry_fails(wire: Wire) -> None:
@@ -205,7 +226,7 @@ async def test_tool_turn_in_normal_spends_a_work_turn(wire: Wire) -> None:
         llm=ScriptedLLM([wire.tool(), wire.tool(), wire.answer(GOOD)]), max_turns=4
     )
     assert [t.outcome for t in step.turns] == [TurnOutcome.CONTINUE] * 2 + [TurnOutcome.SUCCESS]
-    assert [t.work_remaining for t in step.turns] == [3, 2, 2]
+    assert [t.work_remaining for t in step.turns] == [3, 2, 1]
 
 
 @pytest.mark.parametrize(

@@ -142,7 +142,7 @@ async def test_run_that_recovers_through_a_retry_has_an_unset_run_status_and_a_r
         "subagent.phase.before": "retry",
         "subagent.phase.after": "done",
         "subagent.budget.work_remaining": 0,
-        "subagent.budget.retries_remaining": 1,
+        "subagent.budget.retries_remaining": 0,  # the retry turn spent the one correction
         "subagent.turn.tools_offered": 0,
         "subagent.retry.attempt": 1,
         "subagent.retry.total": 1,
@@ -520,7 +520,8 @@ async def test_cancelled_run_ends_every_span_as_cancelled_without_detach_errors(
     assert attrs(run)["subagent.outcome"] == "failed"
     assert attrs(run)["subagent.failure.reason"] == "cancelled"
     turn = traced.one("agent_turn normal")
-    assert attrs(turn)["subagent.budget.work_remaining"] == 5
+    # The turn cut short counts: 4 of the 5 work turns are left after it, as on its record.
+    assert attrs(turn)["subagent.budget.work_remaining"] == 4
     assert DETACH_ERROR not in caplog.text
     assert [r for r in caplog.records if r.name == "opentelemetry.context"] == []
 
@@ -758,6 +759,8 @@ async def test_on_event_delivers_typed_events_with_the_span_fields() -> None:
     assert isinstance(second_end, TurnEnded)
     assert second_end.outcome is TurnOutcome.SUCCESS and second_end.error is None
     assert second_end.phase_after == "done"
+    # What is left after the successful correction: one of the two corrections.
+    assert (second_end.work_remaining, second_end.retries_remaining) == (0, 1)
     assert isinstance(run_ended, RunEnded)
     assert run_ended.agent == "calc" and run_ended.step is step
     assert run_ended.failure_reason is None

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from subagent import MissingVariableError, TemplateError
-from subagent._templates import Template, TemplateSet, default_templates, prompts_dir
+from subagent._templates import (
+    REQUIRED_VARIABLES,
+    TEMPLATE_VARIABLES,
+    Template,
+    TemplateSet,
+    default_templates,
+    prompts_dir,
+)
 
 
 def test_values_are_never_html_escaped() -> None:
@@ -91,11 +98,98 @@ def test_retry_feedback_says_correction_attempt_m_of_n() -> None:
 
 
 def test_overrides_replace_templates_by_name() -> None:
-    templates = default_templates().with_overrides({"truncated_reply": "Too long, {{nothing}}"})
-    assert templates["truncated_reply"].source == "Too long, {{nothing}}"
+    templates = default_templates().with_overrides({"truncated_reply": "Too long, shorter!"})
+    assert templates["truncated_reply"].source == "Too long, shorter!"
     assert default_templates()["truncated_reply"].source != templates["truncated_reply"].source
 
 
 def test_unknown_override_name_is_rejected_listing_known_names() -> None:
     with pytest.raises(TemplateError, match=r"unknown prompt template\(s\) \['sytem'\]"):
         default_templates().with_overrides({"sytem": "x"})
+
+
+# --- overrides checked when they are set ---------------------------------------------------
+
+
+def test_the_variables_table_names_every_shipped_template_and_what_it_reads() -> None:
+    templates = default_templates()
+    assert set(TEMPLATE_VARIABLES) == set(templates)
+    for name, template in templates.items():
+        assert template.free_names() <= TEMPLATE_VARIABLES[name], name
+
+
+def test_every_shipped_template_passes_the_override_check() -> None:
+    templates = default_templates()
+    overridden = templates.with_overrides({name: t.source for name, t in templates.items()})
+    assert set(overridden) == set(templates)
+
+
+def test_an_override_reading_a_variable_its_template_is_not_given_is_refused() -> None:
+    with pytest.raises(TemplateError) as caught:
+        default_templates().with_overrides({"retry_feedback": "Fix: {{error}} {{error_message}}"})
+    message = str(caught.value)
+    assert "'retry_feedback' reads {{error}}" in message
+    assert "current_retry, error_message, repeated, total_retries" in message
+    assert caught.value.template == "retry_feedback"
+
+
+def test_names_inside_an_inverted_section_are_checked_but_a_sections_items_are_not() -> None:
+    with pytest.raises(TemplateError, match=r"reads \{\{oops\}\}"):
+        default_templates().with_overrides(
+            {"divider_missing": "{{^found_one}}{{oops}}{{/found_one}}"}
+        )
+    # Inside {{#errors}}, {{location}} is read from each error: allowed.
+    default_templates().with_overrides({"invalid_output": "{{#errors}}{{location}}{{/errors}}"})
+
+
+@pytest.mark.parametrize(("name", "required"), list(REQUIRED_VARIABLES.items()))
+def test_a_system_override_that_drops_the_answers_format_is_refused(
+    name: str, required: str
+) -> None:
+    with pytest.raises(TemplateError) as caught:
+        default_templates().with_overrides({name: "You are {{agent_name}}. Be brief."})
+    assert f"leaves out {{{{{required}}}}}" in str(caught.value)
+    assert "instructions=" in str(caught.value)
+    kept = default_templates().with_overrides({name: f"Be brief.\n{{{{{required}}}}}"})
+    assert kept[name].reads(required)
+
+
+# --- structured values as JSON ------------------------------------------------------------------
+
+
+def test_structured_values_are_rendered_as_json_not_as_python_repr() -> None:
+    import dataclasses
+
+    from pydantic import BaseModel
+
+    class Item(BaseModel):
+        name: str
+        tags: list[str]
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+        y: int
+
+    template = Template("t", "{{d}} | {{l}} | {{m}} | {{p}} | {{t}} | {{n}} | {{b}}")
+    text = template.render({
+        "d": {"city": "Zürich", "ok": True, "none": None}, "l": ["a", 1],
+        "m": Item(name="x", tags=["y"]), "p": Point(1, 2), "t": ("u",), "n": 3, "b": False,
+    })  # fmt: skip
+    assert text == (
+        '{"city": "Zürich", "ok": true, "none": null} | ["a", 1] | '
+        '{"name": "x", "tags": ["y"]} | {"x": 1, "y": 2} | ["u"] | 3 | False'
+    )
+
+
+def test_a_value_json_cannot_hold_is_written_as_pydantic_writes_it_or_as_its_str() -> None:
+    import datetime
+
+    text = Template("t", "{{v}}").render({"v": {"when": datetime.date(2024, 5, 1), "what": object}})
+    assert text == '{"when": "2024-05-01", "what": "<class \'object\'>"}'
+
+
+def test_dotted_names_still_reach_into_structured_values() -> None:
+    assert Template("t", "{{d.city}} {{l.0}}").render({"d": {"city": "Oslo"}, "l": ["a"]}) == (
+        "Oslo a"
+    )

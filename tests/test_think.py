@@ -52,10 +52,10 @@ async def test_a_failed_parse_is_fed_back_and_the_correction_returned() -> None:
     assert "- [Timeline]" in second[-1].content
 
 
-async def test_max_retries_counts_total_attempts_and_exhaustion_raises() -> None:
+async def test_max_corrections_counts_corrections_after_the_first_attempt() -> None:
     llm = ScriptedLLM(["a", "b", "c", GOOD])
     with pytest.raises(ThinkError) as info:
-        await think_with_retry(llm, "Plan it.", sections_parser(HEADERS), max_retries=3)
+        await think_with_retry(llm, "Plan it.", sections_parser(HEADERS), max_corrections=2)
     assert len(llm.requests) == 3
     error = info.value
     assert isinstance(error, RunFailedError)
@@ -71,7 +71,7 @@ async def test_max_retries_counts_total_attempts_and_exhaustion_raises() -> None
 async def test_every_attempt_records_its_reply_and_feedback() -> None:
     llm = ScriptedLLM(["[Plan]\nx", "[Timeline]\ny"])
     with pytest.raises(ThinkError) as info:
-        await think_with_retry(llm, "Plan it.", sections_parser(HEADERS), max_retries=2)
+        await think_with_retry(llm, "Plan it.", sections_parser(HEADERS), max_corrections=1)
     first, second = info.value.attempts
     assert first.reply == "[Plan]\nx"
     assert first.feedback is not None
@@ -81,16 +81,16 @@ async def test_every_attempt_records_its_reply_and_feedback() -> None:
     assert "- [Plan]" in second.error
 
 
-async def test_one_attempt_means_no_correction() -> None:
+async def test_no_correction_means_one_attempt() -> None:
     llm = ScriptedLLM(["wrong"])
     with pytest.raises(ThinkError, match="after 1 attempt "):
-        await think_with_retry(llm, "Plan it.", sections_parser(HEADERS), max_retries=1)
+        await think_with_retry(llm, "Plan it.", sections_parser(HEADERS), max_corrections=0)
     assert len(llm.requests) == 1
 
 
 async def test_corrections_collapse_older_failed_attempts() -> None:
     llm = ScriptedLLM(["first miss", "second miss", GOOD])
-    await think_with_retry(llm, "Plan it.", sections_parser(HEADERS), max_retries=3)
+    await think_with_retry(llm, "Plan it.", sections_parser(HEADERS), max_corrections=2)
     second, third = llm.requests[1].messages, llm.requests[2].messages
     assert len(third) == len(second)
     assert all(message.content != "first miss" for message in third)
@@ -139,9 +139,56 @@ async def test_a_parser_that_raises_is_a_contract_error_carrying_its_turns() -> 
     assert [turn.reply for turn in info.value.turns] == ["first", "second"]
 
 
-@pytest.mark.parametrize("max_retries", [0, -1, True, 1.5, "3"])
-async def test_invalid_max_retries_is_rejected_before_any_call(max_retries: Any) -> None:
+@pytest.mark.parametrize("max_corrections", [-1, True, 1.5, "3"])
+async def test_invalid_max_corrections_is_rejected_before_any_call(max_corrections: Any) -> None:
     llm = ScriptedLLM([GOOD])
-    with pytest.raises(ConfigurationError, match="max_retries"):
+    with pytest.raises(ConfigurationError, match=r"^max_corrections: "):
+        await think_with_retry(
+            llm, "Plan it.", sections_parser(HEADERS), max_corrections=max_corrections
+        )
+    assert llm.requests == []
+
+
+async def test_the_default_is_two_corrections_three_attempts() -> None:
+    llm = ScriptedLLM(["a", "b", "c", GOOD])
+    with pytest.raises(ThinkError, match="after 3 attempts"):
+        await think_with_retry(llm, "Plan it.", sections_parser(HEADERS))
+
+
+async def test_max_retries_is_deprecated_and_still_counts_total_attempts() -> None:
+    llm = ScriptedLLM(["a", "b", GOOD])
+    with (
+        pytest.warns(DeprecationWarning, match=r"max_corrections=N - 1") as caught,
+        pytest.raises(ThinkError, match="after 2 attempts"),
+    ):
+        await think_with_retry(llm, "Plan it.", sections_parser(HEADERS), max_retries=2)
+    assert caught[0].filename == __file__
+    assert len(llm.requests) == 2
+
+
+async def test_max_retries_given_positionally_keeps_its_meaning_and_warns() -> None:
+    llm = ScriptedLLM(["a", GOOD])
+    with pytest.warns(DeprecationWarning, match="max_corrections"):
+        assert await think_with_retry(llm, "Plan it.", sections_parser(HEADERS), 2) is not None
+    assert len(llm.requests) == 2
+
+
+@pytest.mark.parametrize("max_retries", [0, -1, True, 1.5, "3"])
+async def test_an_invalid_deprecated_max_retries_is_rejected_naming_it(max_retries: Any) -> None:
+    llm = ScriptedLLM([GOOD])
+    with (
+        pytest.warns(DeprecationWarning, match="max_corrections"),
+        pytest.raises(ConfigurationError, match=r"^max_retries"),
+    ):
         await think_with_retry(llm, "Plan it.", sections_parser(HEADERS), max_retries=max_retries)
     assert llm.requests == []
+
+
+async def test_both_spellings_at_once_are_refused() -> None:
+    with (
+        pytest.warns(DeprecationWarning, match="max_corrections"),
+        pytest.raises(ConfigurationError, match="not both"),
+    ):
+        await think_with_retry(
+            ScriptedLLM([]), "Plan it.", sections_parser(HEADERS), max_retries=2, max_corrections=1
+        )

@@ -274,7 +274,7 @@ def test_service_name_argument_overrides_the_variable(monkeypatch: pytest.Monkey
 def test_configure_rejects_an_unknown_protocol_naming_its_source(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    with pytest.raises(ValueError, match=r"protocol=: unsupported OTLP protocol 'http/json'"):
+    with pytest.raises(ValueError, match=r"^protocol: unsupported OTLP protocol 'http/json'"):
         configure(protocol="http/json", set_global=False)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "thrift")
     with pytest.raises(ValueError, match="OTEL_EXPORTER_OTLP_PROTOCOL: unsupported"):
@@ -348,7 +348,7 @@ async def test_without_endpoint_configure_prints_one_line_per_turn_and_run() -> 
     assert bodies(out.getvalue()) == [
         "calc  turn 1 normal  continue  work=1 retries=1",
         "calc  turn 2 must_return  error  invalid_output  work=0 retries=1",
-        "calc  turn 3 retry  success  work=0 retries=1",
+        "calc  turn 3 retry  success  work=0 retries=0",
         "calc  done  3 turns  tokens in=0 out=0",
     ]
 
@@ -375,7 +375,7 @@ async def test_console_summary_reports_failures_and_indents_nested_runs() -> Non
         "  adder  turn 1 must_return  error  invalid_output  work=0 retries=0",
         "  adder  failed budget_exhausted  1 turn  tokens in=0 out=0",
         "boss  turn 1 normal  error  tool_error  work=1 retries=0",
-        "boss  turn 2 must_return  success  work=1 retries=0",
+        "boss  turn 2 must_return  success  work=0 retries=0",
         "boss  done  2 turns  tokens in=0 out=0",
     ]
 
@@ -441,7 +441,7 @@ def test_tracing_demo_prints_the_console_summary_without_an_endpoint() -> None:
     assert bodies(result.stderr) == [
         "calc  turn 1 normal  continue  work=1 retries=1",
         "calc  turn 2 must_return  error  invalid_output  work=0 retries=1",
-        "calc  turn 3 retry  success  work=0 retries=1",
+        "calc  turn 3 retry  success  work=0 retries=0",
         "calc  done  3 turns  tokens in=723 out=38",
     ]
 

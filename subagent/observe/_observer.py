@@ -163,8 +163,9 @@ class Observer:
         Args:
             index: The 1-based turn number.
             turn_type: The phase the turn starts in.
-            work_remaining: Work turns left, this one included.
-            retries_remaining: Correction turns left.
+            work_remaining: Work turns left, this one included (a ``normal`` or
+                ``must_return`` turn spends one).
+            retries_remaining: Correction turns left, this one included on ``retry`` turns.
             retry_attempt: The 1-based correction attempt on ``retry`` turns, else ``None``.
             retry_total: The correction budget on ``retry`` turns, else ``None``.
             tools_offered: Tools offered to the model in this turn.

@@ -285,7 +285,7 @@ class _TurnSpan(_SpanScope):
 
     def __init__(self, span: Span, capture: bool, budget: tuple[int, int]):
         super().__init__(span, capture)
-        self._budget = budget  # (work, retries) at the start: what is left if cut short
+        self._budget = budget  # (work, retries) left if the turn is cut short
 
     def ended(self, turn: Turn) -> None:
         self._described = True
@@ -443,7 +443,14 @@ class SpanObserver(Observer):
         span = self._tracer.start_span(
             f"agent_turn {type_name}", kind=SpanKind.INTERNAL, attributes=attributes
         )
-        return _TurnSpan(span, self._capture, (work_remaining, retries_remaining))
+        # What is left if the turn is cut short: the turn counts (a turn spends one turn of
+        # its phase's budget, a correction turn in retry), as on the Turn record.
+        left = (
+            (work_remaining, retries_remaining - 1)
+            if turn_type is TurnType.RETRY
+            else (work_remaining - 1, retries_remaining)
+        )
+        return _TurnSpan(span, self._capture, left)
 
     def _chat_base(self, request: LLMRequest) -> dict[str, AttributeValue]:
         """The chat attributes that stay the same for the whole run (computed once)."""

@@ -2,7 +2,8 @@
 
 No LLM of its own: ``validate`` checks a value (``Validation`` or ``{valid, errors}``),
 ``correct`` makes a new value from the old one and the errors (often by calling an agent),
-and the loop repeats until the value is valid or ``max_retries`` corrections are spent. A
+and the loop repeats until the value is valid or ``max_corrections`` corrections are spent
+(``max_retries``, the former name, is accepted and deprecated). A
 ``correct`` that raises ends the loop with the error recorded and the last validated value
 kept. Each validation and correction is an OpenTelemetry span when tracing is on.
 """
@@ -10,6 +11,7 @@ kept. Each validation and correction is an OpenTelemetry span when tracing is on
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -65,7 +67,7 @@ class RetryLoopResult(Generic[T]):
         value: The final value: the last one validated (a failed correction produces none).
         count: Corrections made (successful ``correct`` calls).
         errors: The errors of the last validation (empty when valid).
-        exhausted: Invalid after all ``max_retries`` corrections.
+        exhausted: Invalid after all ``max_corrections`` corrections.
         error: Set when ``correct`` raised; the loop stopped there.
     """
 
@@ -85,23 +87,29 @@ class RetryLoop(Generic[T]):
             (sync or async), or a sequence of them (all run; their errors are merged).
         correct: ``(value, errors) -> new value`` (sync or async); ``errors`` is a tuple of
             messages from the last validation.
-        max_retries: Corrections allowed (>= 0; 0 only validates).
+        max_corrections: Corrections allowed (>= 0; 0 only validates).
         retry_delay: Seconds to wait before each correction (>= 0).
+        max_retries: Deprecated spelling of ``max_corrections`` (the same meaning).
         tracer_provider: Where spans go (default: the global provider).
 
     Raises:
         ConfigurationError: An argument is invalid; the message names it.
+
+    Warns:
+        DeprecationWarning: ``max_retries`` was given.
     """
 
     def __init__(
         self,
         validate: Validator | Sequence[Validator],
         correct: Corrector,
-        max_retries: int = 1,
+        max_corrections: int | None = None,
         retry_delay: float = 0,
         *,
+        max_retries: int | None = None,
         tracer_provider: TracerProvider | None = None,
     ):
+        corrections = _corrections(max_corrections, max_retries)
         validators = (
             tuple(validate)
             if isinstance(validate, Sequence) and not isinstance(validate, str)
@@ -113,20 +121,29 @@ class RetryLoop(Generic[T]):
             )
         if not callable(correct):
             raise ConfigurationError("correct", f"must be callable, got {correct!r}")
-        check_int("max_retries", max_retries, 0)
         delay = check_seconds("retry_delay", retry_delay, allow_zero=True)
         if delay is None:
             raise ConfigurationError("retry_delay", "must be a number of seconds >= 0, got None")
         self.validators = validators
         self.correct = correct
-        self.max_retries = max_retries
+        self.max_corrections: int = corrections
         self.retry_delay = delay
         self._tracer = trace.get_tracer(
             "subagent.retry_loop", __version__, tracer_provider=tracer_provider
         )
 
+    @property
+    def max_retries(self) -> int:
+        """Deprecated: :attr:`max_corrections`."""
+        warnings.warn(
+            "RetryLoop.max_retries is deprecated: read max_corrections",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.max_corrections
+
     async def run(self, value: T) -> RetryLoopResult[T]:
-        """Validate ``value``, correcting it up to ``max_retries`` times until it is valid.
+        """Validate ``value``, correcting it up to ``max_corrections`` times until it is valid.
 
         Raises:
             ParserContractError: A validator raised or broke its contract (a bug, not a
@@ -135,7 +152,7 @@ class RetryLoop(Generic[T]):
         capture = capture_enabled()  # validators' and correctors' words reach spans only so
         verdict = await self._validate(value, 0, capture)
         count = 0
-        while not verdict.valid and count < self.max_retries:
+        while not verdict.valid and count < self.max_corrections:
             if self.retry_delay:
                 await anyio.sleep(self.retry_delay)
             attempt = count + 1
@@ -183,7 +200,7 @@ class RetryLoop(Generic[T]):
         names = ", ".join(callable_name(v) for v in self.validators)
         return (
             f"RetryLoop(validate=[{names}], correct={callable_name(self.correct)}, "
-            f"max_retries={self.max_retries}, retry_delay={self.retry_delay})"
+            f"max_corrections={self.max_corrections}, retry_delay={self.retry_delay})"
         )
 
 
@@ -199,26 +216,55 @@ def _mark_error(span: Span, exc: BaseException, capture: bool) -> None:
     span.set_status(Status(StatusCode.ERROR, shorten(text, ERROR_TEXT_LIMIT)))
 
 
+def _corrections(max_corrections: int | None, max_retries: int | None) -> int:
+    """The correction budget from the new spelling or the deprecated one (default 1).
+
+    Called by the public callers only (the warning points at their caller's line).
+
+    Raises:
+        ConfigurationError: Both are given, or the one given is not an integer >= 0.
+    """
+    if max_retries is None:
+        return check_int("max_corrections", 1 if max_corrections is None else max_corrections, 0)
+    warnings.warn(
+        "max_retries is deprecated: pass max_corrections (the same meaning: corrections "
+        "after a failed validation)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    if max_corrections is not None:
+        raise ConfigurationError(
+            "max_corrections", "give max_corrections or the deprecated max_retries, not both"
+        )
+    return check_int("max_retries", max_retries, 0)
+
+
 async def retry_loop(
     value: T,
     validate: Validator | Sequence[Validator],
     correct: Corrector,
-    max_retries: int = 1,
+    max_corrections: int | None = None,
     retry_delay: float = 0,
     *,
+    max_retries: int | None = None,
     tracer_provider: TracerProvider | None = None,
 ) -> RetryLoopResult[T]:
     """Validate ``value`` and correct it until valid; a one-shot :class:`RetryLoop`.
 
+    ``max_corrections`` (default 1) counts corrections after a failed validation;
+    ``max_retries`` is its deprecated spelling (a ``DeprecationWarning``).
+
     Example:
-        ``result = await retry_loop(draft, check_citations, fix_citations, max_retries=2)``
-        then ``result.valid``, ``result.value``, ``result.errors``, ``result.count``.
+        ``result = await retry_loop(draft, check_citations, fix_citations,
+        max_corrections=2)`` then ``result.valid``, ``result.value``, ``result.errors``,
+        ``result.count``.
 
     Raises:
         ConfigurationError: An argument is invalid (before anything runs).
         ParserContractError: A validator raised or broke its contract.
     """
+    corrections = _corrections(max_corrections, max_retries)
     loop: RetryLoop[T] = RetryLoop(
-        validate, correct, max_retries, retry_delay, tracer_provider=tracer_provider
+        validate, correct, corrections, retry_delay, tracer_provider=tracer_provider
     )
     return await loop.run(value)

@@ -1,16 +1,22 @@
 """``think_with_retry``: one question, one parser, and correction turns until it parses.
 
 A single-call micro-agent, as a thin layer over a single-shot
-:class:`~subagent.SubAgent` (``max_turns=1``, ``return_retries=max_retries - 1``): the same
+:class:`~subagent.SubAgent` (``max_turns=1``, ``return_retries=max_corrections``): the same
 state machine, collapsed context on corrections, turn records and spans as any run.
+
+Across the library a *retry* is a correction after a failed attempt (``return_retries``,
+``retry_loop(max_corrections=)``); ``think_with_retry(max_retries=)`` once counted total
+attempts, and is accepted, deprecated, with that meaning.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from subagent._agent import SubAgent
+from subagent._checks import check_int
 from subagent._errors import ConfigurationError, RunFailedError
 from subagent._records import FailReason, Step, Turn
 from subagent.llm import LLM, Message
@@ -46,11 +52,16 @@ class ThinkError(RunFailedError):
         self.reason: FailReason = failure.reason
 
 
+_UNSET: Any = object()
+
+
 async def think_with_retry(
     llm: LLM,
     messages: str | Sequence[Message | Mapping[str, Any]],
     parser: Callable[..., Any],
-    max_retries: int = 3,
+    max_retries: int = _UNSET,
+    *,
+    max_corrections: int | None = None,
     **parser_kwargs: Any,
 ) -> Any:
     """Ask ``llm``, parse the reply with ``parser``, and feed failures back until it parses.
@@ -66,7 +77,10 @@ async def think_with_retry(
         parser: ``(text, **parser_kwargs) -> ParseResult`` (or the dict form
             ``{"status": "success", "data": ...}``). Its ``instructions`` attribute, if
             any, goes into the system prompt.
-        max_retries: Total attempts, the first included (>= 1).
+        max_retries: Deprecated: total attempts, the first included (>= 1); use
+            ``max_corrections=max_retries - 1``.
+        max_corrections: Corrections after a reply that did not parse (>= 0; default 2,
+            so at most 3 attempts): the run's ``return_retries``.
         **parser_kwargs: Passed to ``parser`` on every attempt.
 
     Returns:
@@ -75,20 +89,40 @@ async def think_with_retry(
     Raises:
         ThinkError: No attempt parsed (or the model gave up, or the LLM failed); carries
             every attempt.
-        ConfigurationError: ``max_retries`` is not an integer >= 1, or another argument is
-            invalid.
+        ConfigurationError: ``max_corrections`` is not an integer >= 0 (``max_retries``
+            not one >= 1), both are given, or another argument is invalid.
         ParserContractError: The parser raised or broke its contract.
+
+    Warns:
+        DeprecationWarning: ``max_retries`` was given.
     """
-    if type(max_retries) is not int or max_retries < 1:
-        raise ConfigurationError(
-            "max_retries", f"must be an integer >= 1 (total attempts), got {max_retries!r}"
+    if max_retries is not _UNSET:
+        warnings.warn(
+            "think_with_retry(max_retries=N) counts total attempts and is deprecated: pass "
+            "max_corrections=N - 1 (corrections after a failed attempt, the meaning of "
+            "'retries' everywhere else)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if max_corrections is not None:
+            raise ConfigurationError(
+                "max_corrections", "give max_corrections or the deprecated max_retries, not both"
+            )
+        if type(max_retries) is not int or max_retries < 1:
+            raise ConfigurationError(
+                "max_retries", f"must be an integer >= 1 (total attempts), got {max_retries!r}"
+            )
+        corrections = max_retries - 1
+    else:
+        corrections = check_int(
+            "max_corrections", 2 if max_corrections is None else max_corrections, 0
         )
     agent: SubAgent[Any] = SubAgent(
         name="think_with_retry",
         output=parser,
         parser_kwargs=parser_kwargs or None,
         max_turns=1,
-        return_retries=max_retries - 1,
+        return_retries=corrections,
     )
     step = await agent.run(llm=llm, messages=messages)
     if step.failure is not None:
