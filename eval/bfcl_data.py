@@ -230,14 +230,21 @@ def grade(case: Case, calls: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
         return (False, "no function was called")
     from bfcl_eval.constants.enums import Language
 
-    language = {"python": Language.PYTHON, "java": Language.JAVA,
-                "javascript": Language.JAVASCRIPT}[case.language]  # fmt: skip
+    language = {
+        "python": Language.PYTHON,
+        "java": Language.JAVA,
+        "javascript": Language.JAVASCRIPT,
+    }[case.language]
     output = [{call["name"]: call.get("arguments") or {}} for call in calls]
     try:
         result = checker()(
-            list(case.functions), output, list(case.answer or ()), language,
-            case.category, GRADING_MODEL,
-        )  # fmt: skip
+            list(case.functions),
+            output,
+            list(case.answer or ()),
+            language,
+            case.category,
+            GRADING_MODEL,
+        )
     except Exception as exc:  # the checker's own failure on malformed output is a wrong answer
         return (False, f"checker: {type(exc).__name__}: {exc}")
     errors = result.get("error") or []

@@ -43,9 +43,12 @@ async def _pydantic_ai(case: Case, server: Server) -> Outcome:
         return ""
 
     tools = [
-        Tool.from_schema(never_run, name=t["function"]["name"],
-                         description=t["function"].get("description"),
-                         json_schema=t["function"]["parameters"])  # fmt: skip
+        Tool.from_schema(
+            never_run,
+            name=t["function"]["name"],
+            description=t["function"].get("description"),
+            json_schema=t["function"]["parameters"],
+        )
         for t in openai_tools(case.functions)
     ]
     model = OpenAIChatModel(
@@ -61,15 +64,19 @@ async def _pydantic_ai(case: Case, server: Server) -> Outcome:
             if Agent.is_call_tools_node(node):
                 for part in node.model_response.parts:
                     if isinstance(part, ToolCallPart):
-                        calls.append({"name": part.tool_name,
-                                      "arguments": _arguments(part.args)})  # fmt: skip
+                        calls.append({"name": part.tool_name, "arguments": _arguments(part.args)})
                     elif isinstance(part, TextPart):
                         text += part.content
                 break
         usage = run.usage()
-    return Outcome(calls=calls, text=text, llm_calls=usage.requests,
-                   prompt_tokens=usage.input_tokens, completion_tokens=usage.output_tokens,
-                   turns=[{"text": text, "calls": calls}])  # fmt: skip
+    return Outcome(
+        calls=calls,
+        text=text,
+        llm_calls=usage.requests,
+        prompt_tokens=usage.input_tokens,
+        completion_tokens=usage.output_tokens,
+        turns=[{"text": text, "calls": calls}],
+    )
 
 
 async def _openai_agents(case: Case, server: Server) -> Outcome:
@@ -90,10 +97,13 @@ async def _openai_agents(case: Case, server: Server) -> Outcome:
         return ""
 
     tools = [
-        FunctionTool(name=t["function"]["name"],
-                     description=t["function"].get("description", ""),
-                     params_json_schema=t["function"]["parameters"],
-                     on_invoke_tool=never_run, strict_json_schema=False)  # fmt: skip
+        FunctionTool(
+            name=t["function"]["name"],
+            description=t["function"].get("description", ""),
+            params_json_schema=t["function"]["parameters"],
+            on_invoke_tool=never_run,
+            strict_json_schema=False,
+        )
         for t in openai_tools(case.functions)
     ]
     client = AsyncOpenAI(base_url=server.base_url, api_key="local")
@@ -104,8 +114,9 @@ async def _openai_agents(case: Case, server: Server) -> Outcome:
         model=OpenAIChatCompletionsModel(server.model, client),
         tools=tools,
         tool_use_behavior="stop_on_first_tool",
-        model_settings=ModelSettings(temperature=TEMPERATURE, max_tokens=MAX_TOKENS,
-                                     extra_args={"seed": SEED}),  # fmt: skip
+        model_settings=ModelSettings(
+            temperature=TEMPERATURE, max_tokens=MAX_TOKENS, extra_args={"seed": SEED}
+        ),
     )
     try:
         result = await Runner.run(agent, user, max_turns=2)
@@ -116,14 +127,23 @@ async def _openai_agents(case: Case, server: Server) -> Outcome:
     for item in result.new_items:
         if isinstance(item, ToolCallItem):
             raw = item.raw_item
-            calls.append({"name": getattr(raw, "name", ""),
-                          "arguments": _arguments(getattr(raw, "arguments", "{}"))})  # fmt: skip
+            calls.append(
+                {
+                    "name": getattr(raw, "name", ""),
+                    "arguments": _arguments(getattr(raw, "arguments", "{}")),
+                }
+            )
         elif isinstance(item, MessageOutputItem):
             text += "".join(getattr(c, "text", "") for c in item.raw_item.content)
     usage = result.context_wrapper.usage
-    return Outcome(calls=calls, text=text, llm_calls=usage.requests,
-                   prompt_tokens=usage.input_tokens, completion_tokens=usage.output_tokens,
-                   turns=[{"text": text, "calls": calls}])  # fmt: skip
+    return Outcome(
+        calls=calls,
+        text=text,
+        llm_calls=usage.requests,
+        prompt_tokens=usage.input_tokens,
+        completion_tokens=usage.output_tokens,
+        turns=[{"text": text, "calls": calls}],
+    )
 
 
 async def run_peer(name: str, case: Case, server: Server) -> Outcome:

@@ -14,10 +14,10 @@ Writes the part of ``docs/evaluation.md`` between the ``bfcl-report`` markers, a
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +34,8 @@ __all__ = ["Row", "render", "rows_from", "wilson", "write_report"]
 
 PAGE = ROOT / "docs" / "evaluation.md"
 PLOT = ROOT / "docs" / "images" / "bfcl.png"
-START, END = "<!-- bfcl-report:start (make eval-report writes this part) -->", "<!-- bfcl-report:end -->"
+START = "<!-- bfcl-report:start (make eval-report writes this part) -->"
+END = "<!-- bfcl-report:end -->"
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -88,7 +89,7 @@ def _lenient(outcome: Mapping[str, Any], case: Case) -> list[dict[str, Any]]:
 
 def _verbatim_repeats(turns: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
     """(correction turns that repeat the previous reply verbatim, correction turns)."""
-    later = list(zip(turns, turns[1:], strict=False))
+    later = list(itertools.pairwise(turns))
     return sum(1 for a, b in later if a.get("text") and a.get("text") == b.get("text")), len(later)
 
 
@@ -134,9 +135,11 @@ def _fmt(row: Row) -> str:
     per_correct = f"{row.tokens / row.correct:,.0f}" if row.correct else "n/a"
     salvage = f"{row.salvaged}/{row.first_wrong}" if row.first_wrong else "n/a"
     repeats = f"{row.repeats}/{row.corrections}" if row.corrections else "-"
-    return (f"| {row.category} | `{row.system}` | {row.correct}/{row.n} | "
-            f"{row.accuracy:.0%} ({low:.0%}-{high:.0%}) | {row.llm_calls / row.n:.2f} | "
-            f"{row.prompt_tokens / row.n:,.0f} | {per_correct} | {salvage} | {repeats} |")  # fmt: skip
+    return (
+        f"| {row.category} | `{row.system}` | {row.correct}/{row.n} | "
+        f"{row.accuracy:.0%} ({low:.0%}-{high:.0%}) | {row.llm_calls / row.n:.2f} | "
+        f"{row.prompt_tokens / row.n:,.0f} | {per_correct} | {salvage} | {repeats} |"
+    )
 
 
 def render(rows: Sequence[Row], meta: Mapping[str, Any] | None) -> str:
@@ -151,8 +154,10 @@ def render(rows: Sequence[Row], meta: Mapping[str, Any] | None) -> str:
             f"{meta['seconds'] / 60:.0f} min."
         )
         lines.append("")
-    lines.append("| category | system@set-up | correct | accuracy (95% CI) | LLM calls / case | "
-                 "prompt tokens / case | tokens / correct | salvaged | verbatim repeats |")  # fmt: skip
+    lines.append(
+        "| category | system@set-up | correct | accuracy (95% CI) | LLM calls / case | "
+        "prompt tokens / case | tokens / correct | salvaged | verbatim repeats |"
+    )
     lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     lines += [_fmt(row) for row in rows]
     return "\n".join(lines)

@@ -114,8 +114,11 @@ def calls_in_text(text: str, names: Sequence[str]) -> list[dict[str, Any]]:
     decoder = json.JSONDecoder()
     calls: list[dict[str, Any]] = []
     position = 0
-    while (start := min((i for i in (text.find("{", position), text.find("[", position))
-                         if i >= 0), default=-1)) >= 0:  # fmt: skip
+    while (
+        start := min(
+            (i for i in (text.find("{", position), text.find("[", position)) if i >= 0), default=-1
+        )
+    ) >= 0:
         try:
             value, end = decoder.raw_decode(text, start)
         except ValueError:
@@ -202,9 +205,11 @@ def _schema_problems(call: Call, schemas: Mapping[str, Mapping[str, Any]]) -> li
     import jsonschema
 
     if call.name not in schemas:
-        return [f"there is no function named {call.name!r} (the functions are: "
-                f"{', '.join(schemas)}). If none of them does what the user asks, "
-                "answer with an empty list []."]  # fmt: skip
+        return [
+            f"there is no function named {call.name!r} (the functions are: "
+            f"{', '.join(schemas)}). If none of them does what the user asks, "
+            "answer with an empty list []."
+        ]
     validator = jsonschema.Draft202012Validator(schemas[call.name])
     problems = []
     for error in sorted(validator.iter_errors(call.arguments), key=lambda e: list(e.path)):
@@ -212,11 +217,15 @@ def _schema_problems(call: Call, schemas: Mapping[str, Mapping[str, Any]]) -> li
         argument = f"argument {where!r}" if where else "the arguments"
         if error.validator == "enum":
             allowed = ", ".join(json.dumps(v) for v in error.validator_value)
-            problems.append(f"{call.name}: {argument} is {json.dumps(error.instance)}; "
-                            f"allowed values: {allowed}")  # fmt: skip
+            problems.append(
+                f"{call.name}: {argument} is {json.dumps(error.instance)}; "
+                f"allowed values: {allowed}"
+            )
         elif error.validator == "type":
-            problems.append(f"{call.name}: {argument} must be of type {error.validator_value}, "
-                            f"got {json.dumps(error.instance)}")  # fmt: skip
+            problems.append(
+                f"{call.name}: {argument} must be of type {error.validator_value}, "
+                f"got {json.dumps(error.instance)}"
+            )
         elif error.validator == "required":
             problems.append(f"{call.name}: {error.message} (a required argument)")
         else:
@@ -225,8 +234,10 @@ def _schema_problems(call: Call, schemas: Mapping[str, Mapping[str, Any]]) -> li
 
 
 def _validator(case: Case) -> Callable[[Any], Any]:
-    schemas = {tool["function"]["name"]: tool["function"]["parameters"]
-               for tool in openai_tools(case.functions)}  # fmt: skip
+    schemas = {
+        tool["function"]["name"]: tool["function"]["parameters"]
+        for tool in openai_tools(case.functions)
+    }
 
     def check_calls(calls: Calls) -> Any:
         from subagent import Validation
@@ -256,13 +267,16 @@ def _step_outcome(step: Any, first_calls: list[dict[str, Any]] | None) -> Outcom
     for turn in step.turns:
         prompt += turn.usage.input_tokens
         completion += turn.usage.output_tokens
-        turns.append({
-            "phase_after": turn.phase_after,
-            "text": turn.reply,
-            "calls": [{"name": c.name, "arguments": _arguments(c.arguments)}
-                      for c in turn.tool_calls],
-            "feedback": turn.feedback or turn.error,
-        })  # fmt: skip
+        turns.append(
+            {
+                "phase_after": turn.phase_after,
+                "text": turn.reply,
+                "calls": [
+                    {"name": c.name, "arguments": _arguments(c.arguments)} for c in turn.tool_calls
+                ],
+                "feedback": turn.feedback or turn.error,
+            }
+        )
     output = step.output
     calls = [c.model_dump() for c in output.root] if output is not None else []
     return Outcome(
@@ -388,8 +402,9 @@ def _subagent_contract(n: int) -> System:
     async def run(case: Case, server: Server, llm: Any) -> Outcome:
         return await run_subagent_contract(case, server, llm, return_retries=n)
 
-    return System(f"subagent-r{n}", f"subagent, the call as output, return_retries={n}",
-                  "subagent", run)  # fmt: skip
+    return System(
+        f"subagent-r{n}", f"subagent, the call as output, return_retries={n}", "subagent", run
+    )
 
 
 def _subagent_tools(protocol: str, n: int) -> System:
@@ -398,8 +413,9 @@ def _subagent_tools(protocol: str, n: int) -> System:
 
     label = "native tool calls" if protocol == "native" else "ReAct"
     prefix = "subagent-tools" if protocol == "native" else "subagent-react"
-    return System(f"{prefix}-r{n}", f"subagent, {label}, max_turns=2, return_retries={n}",
-                  "subagent", run)  # fmt: skip
+    return System(
+        f"{prefix}-r{n}", f"subagent, {label}, max_turns=2, return_retries={n}", "subagent", run
+    )
 
 
 async def _raw(case: Case, server: Server, client: Any) -> Outcome:

@@ -40,6 +40,7 @@ __all__ = ["RESULTS", "finished", "pending", "read_lines", "record_path", "run_c
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bfcl"
 SETUPS = ("template", "tools")
+CHUNK = 10
 
 
 def record_path(results: Path, system: str, setup: str) -> Path:
@@ -84,8 +85,13 @@ async def _client_for(system: System, server: Server) -> Any:
     if system.kind == "subagent":
         from subagent import OpenAIChat
 
-        return OpenAIChat(model=server.model, base_url=server.base_url, timeout=300,
-                          text_tool_calls=True, _environ={})  # fmt: skip
+        return OpenAIChat(
+            model=server.model,
+            base_url=server.base_url,
+            timeout=300,
+            text_tool_calls=True,
+            _environ={},
+        )
     return system.name
 
 
@@ -107,32 +113,56 @@ async def run_cases(
             except Exception as exc:
                 outcome = Outcome(error=f"{type(exc).__name__}: {str(exc)[:300]}")
             outcome.seconds = elapsed(started)
-            _append(path, {"system": system.name, "setup": setup, "category": case.category,
-                           "id": case.id, "digest": case.digest,
-                           "outcome": outcome.to_json()})  # fmt: skip
+            _append(
+                path,
+                {
+                    "system": system.name,
+                    "setup": setup,
+                    "category": case.category,
+                    "id": case.id,
+                    "digest": case.digest,
+                    "outcome": outcome.to_json(),
+                },
+            )
             done += 1
-            print(f"  {system.name} {case.id}: {len(outcome.calls)} call(s) "
-                  f"{outcome.seconds:.1f}s{' ERROR ' + outcome.error if outcome.error else ''}",
-                  flush=True)  # fmt: skip
+            print(
+                f"  {system.name} {case.id}: {len(outcome.calls)} call(s) "
+                f"{outcome.seconds:.1f}s{' ERROR ' + outcome.error if outcome.error else ''}",
+                flush=True,
+            )
     finally:
         if hasattr(client, "aclose"):
             await client.aclose()
     return done
 
 
-async def _run_all(systems: Sequence[System], categories: Sequence[str], cases_per: int | None,
-                   base_url: str, setup: str, results: Path) -> None:  # fmt: skip
+async def _run_all(
+    systems: Sequence[System],
+    categories: Sequence[str],
+    cases_per: int | None,
+    base_url: str,
+    setup: str,
+    results: Path,
+) -> None:
+    """Every system on every category, :data:`CHUNK` cases at a time, system after system.
+
+    Interleaved so that a run stopped part-way leaves every system measured on the same
+    cases (the report compares like with like), and a resumed run fills the gaps in order.
+    """
     server = Server(base_url=base_url)
-    for system in systems:
-        path = record_path(results, system.name, setup)
-        for category in categories:
-            todo = pending(load_cases(category, cases_per), path)
-            if not todo:
-                continue
-            print(f"{system.name}@{setup} {category}: {len(todo)} cases to go", flush=True)
-            started = time.perf_counter()
-            await run_cases(system, todo, server, path, setup)
-            _add_provenance(results, len(todo), time.perf_counter() - started)
+    for category in categories:
+        sample = load_cases(category, cases_per)
+        for start in range(0, len(sample), CHUNK):
+            chunk = sample[start : start + CHUNK]
+            for system in systems:
+                path = record_path(results, system.name, setup)
+                todo = pending(chunk, path)
+                if not todo:
+                    continue
+                print(f"{system.name}@{setup} {category} {start}+: {len(todo)} cases", flush=True)
+                started = time.perf_counter()
+                await run_cases(system, todo, server, path, setup)
+                _add_provenance(results, len(todo), time.perf_counter() - started)
 
 
 def _add_provenance(results: Path, cases: int, seconds: float) -> None:
@@ -178,14 +208,16 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as exc:
             parser.error(f"--categories: {exc}")
     if args.base_url:
-        anyio.run(_run_all, systems, categories, args.cases, args.base_url, args.setup,
-                  args.results)  # fmt: skip
+        anyio.run(
+            _run_all, systems, categories, args.cases, args.base_url, args.setup, args.results
+        )
         return
     import local_llm
 
     with local_llm.running(tools=args.setup == "tools") as server:
-        anyio.run(_run_all, systems, categories, args.cases, server.base_url, args.setup,
-                  args.results)  # fmt: skip
+        anyio.run(
+            _run_all, systems, categories, args.cases, server.base_url, args.setup, args.results
+        )
 
 
 if __name__ == "__main__":
