@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Annotated, Any, Generic, Self, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field
+from pydantic_core import PydanticSerializationError
 
 from subagent._errors import ErrorKind, RunFailedError
 from subagent._text import scrub_surrogates
@@ -322,6 +323,27 @@ class Step(BaseModel, Generic[OutputT]):
         large): the same run would fail the same way. The table is in ``docs/scale.md``.
         """
         return self.failure is not None and self.failure.retryable
+
+    def __eq__(self, other: object) -> bool:
+        """Whether two Steps record the same run: whether their JSON forms are equal.
+
+        A Step's JSON does not name the types of the outputs in it: read back, an output is
+        typed only as the reader asks (``Step[Answer].model_validate_json``), and the Steps
+        of agents run as tools (``ToolResult.step``) hold their outputs as plain JSON data.
+        Comparing the JSON forms makes a Step equal to itself read back, nested Steps
+        included, wherever it was stored or shipped (a Ray worker, a file).
+        """
+        if not isinstance(other, Step):
+            return NotImplemented
+        if super().__eq__(other) is True:
+            return True
+        try:
+            return self.model_dump(mode="json") == other.model_dump(mode="json")
+        except PydanticSerializationError:  # an output with no JSON form: only itself
+            return False
+
+    # A Step is mutable: unhashable, as pydantic makes it (defining __eq__ would drop it).
+    __hash__ = None  # type: ignore[assignment]
 
     @property
     def llm_calls(self) -> int:
