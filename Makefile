@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-ray bench-peers eval eval-report venv clean docs-screenshot
+.PHONY: demo test lint bench bench-ray bench-peers eval eval-report venv clean docs-screenshot dist
 
 venv: $(STAMP)
 
@@ -33,6 +33,14 @@ test: $(STAMP)
 	$(BIN)/python scripts/local_llm.py setup
 	$(BIN)/python scripts/phoenix_server.py install
 	$(BIN)/python -m pytest
+
+# The wheel and the sdist, in dist/ (or DIST=...): built by hatchling, the build backend,
+# which the dev extras install (no network, no isolated build environment). Until a release
+# is on the index, install the wheel from here: pip install dist/subagent_runtime-*.whl
+DIST ?= dist
+dist: $(STAMP)
+	rm -rf $(DIST)
+	$(BIN)/hatchling build --directory $(DIST)
 
 lint: $(STAMP)
 	$(BIN)/ruff check subagent tests examples bench scripts eval conftest.py
