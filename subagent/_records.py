@@ -42,10 +42,13 @@ _Text = Annotated[str, AfterValidator(scrub_surrogates)]
 class FailReason(StrEnum):
     """Why a run failed.
 
-    The state table decides all of them but ``error``: a batch (``run_many``) records a run
-    that raised an exception (a parser that broke its contract, a script that ran out) as
-    a failed Step with this reason and its turns, so its other runs go on; a single
-    ``run()`` raises instead.
+    The state table decides all of them but ``error`` and ``worker_lost``: a batch
+    (``run_many``) records a run that raised an exception (a parser that broke its
+    contract, a script that ran out) as a failed Step with ``error`` and its turns, so its
+    other runs go on; a single ``run()`` raises instead. ``worker_lost``: a run of a batch
+    on Ray (``subagent.ray``) that never finished because the worker process running it
+    died (killed, out of memory, its node lost) and was not resubmitted; running it again
+    may succeed, so its Step is ``retryable``.
     """
 
     BUDGET_EXHAUSTED = "budget_exhausted"
@@ -54,6 +57,7 @@ class FailReason(StrEnum):
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
     ERROR = "error"
+    WORKER_LOST = "worker_lost"
 
 
 class TurnType(StrEnum):
@@ -198,6 +202,8 @@ class Failure(BaseModel):
     @property
     def retryable(self) -> bool:
         """Whether running the same run again could help (see :attr:`Step.retryable`)."""
+        if self.reason is FailReason.WORKER_LOST:
+            return True
         return self.reason is FailReason.LLM_ERROR and self.error_kind in RETRYABLE_KINDS
 
 
@@ -317,7 +323,8 @@ class Step(BaseModel, Generic[OutputT]):
 
         Only a run that failed on a transient transport failure is (``llm_error`` of kind
         ``rate_limit``, ``server_error``, ``connection`` or ``invalid_response``, the
-        transport's own retries spent). Not a run that succeeded, exhausted its budgets,
+        transport's own retries spent), or one whose Ray worker died before it finished
+        (``worker_lost``). Not a run that succeeded, exhausted its budgets,
         failed explicitly, timed out, was cancelled, did not fit the context window, or
         was refused (authentication, permission, bad request, content filter, a reply too
         large): the same run would fail the same way. The table is in ``docs/scale.md``.

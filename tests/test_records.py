@@ -170,7 +170,8 @@ def test_json_carries_ok_and_the_failure_reason_as_strings() -> None:
 def test_fail_reason_compares_equal_to_its_string() -> None:
     assert FailReason.BUDGET_EXHAUSTED == "budget_exhausted"
     assert {reason.value for reason in FailReason} == {
-        "budget_exhausted", "explicit_fail", "llm_error", "timeout", "cancelled", "error"
+        "budget_exhausted", "explicit_fail", "llm_error", "timeout", "cancelled", "error",
+        "worker_lost",
     }  # fmt: skip
 
 
@@ -399,6 +400,8 @@ def test_any_scripted_conversation_yields_a_step_that_round_trips(
         (FailReason.BUDGET_EXHAUSTED, None, False),
         (FailReason.EXPLICIT_FAIL, None, False),
         (FailReason.CANCELLED, None, False),
+        (FailReason.ERROR, None, False),
+        (FailReason.WORKER_LOST, None, True),
     ],
 )
 def test_a_step_says_whether_running_it_again_could_help(
