@@ -376,7 +376,7 @@ class RayBatch(Generic[OutputT]):
             propagate.inject(self._carrier, context=trace.set_span_in_context(self._span))
         else:  # whatever the caller has current travels on
             propagate.inject(self._carrier)
-        self._remote = _remote_shard(ray).options(**self._task_options)
+        self._remote = _remote_shard(ray).options(num_returns="streaming", **self._task_options)
         self._batch_ref = ray.put(self._shared)
         for index, (start, end) in enumerate(_bounds(len(self.contexts), self._count)):
             self._submit(_Task(index, list(range(start, end)), self._resubmits))
@@ -433,13 +433,20 @@ class RayBatch(Generic[OutputT]):
                     continue
                 try:
                     local, text, attempts = ray.get(ref)
-                    step = self._step_type.model_validate_json(text)
-                except (ray.exceptions.RayError, ValueError) as exc:
+                except ray.exceptions.RayError as exc:  # the task's end, or a Step lost
                     del self._pending[generator]
+                    with contextlib.suppress(Exception):
+                        ray.cancel(generator)  # whatever it still runs is run again or failed
                     for item in self._ended(task, exc):
                         yield item
                     continue
                 task.received.add(local)
+                try:
+                    step = self._step_type.model_validate_json(text)
+                except ValueError as exc:  # this input's Step only: the shard goes on
+                    text = f"shard {task.shard} sent a Step that does not validate: "
+                    step = _failed_step(self._shared, FailReason.ERROR, text + _error_text(exc))
+                    attempts = 0
                 yield self._item(task.positions[local], step, attempts)
 
     def _item(self, index: int, step: Step[Any], attempts: int) -> BatchItem[OutputT]:
@@ -468,7 +475,13 @@ class RayBatch(Generic[OutputT]):
             left = task.resubmits - 1 if task.resubmits > 0 else -1
             self._submit(_Task(task.shard, unfinished, left))
             return []
-        failed = _shard_failed(self._shared, task.shard, exc, lost=lost)
+        if lost:
+            reason = FailReason.WORKER_LOST
+            text = f"shard {task.shard} lost its worker before this run finished: "
+        else:
+            reason = FailReason.ERROR
+            text = f"shard {task.shard} failed: "
+        failed = _failed_step(self._shared, reason, text + _error_text(exc))
         return [self._item(index, failed, 0) for index in unfinished]
 
 
@@ -483,6 +496,9 @@ def _task_options(options: Mapping[str, Any] | None) -> tuple[dict[str, Any], in
         raise ConfigurationError("task_options", "retry_exceptions is not supported: a shard "
                                  "that raises is not sent again (its runs' own failures are "
                                  "Steps; see rerun_retryable)")  # fmt: skip
+    if "num_returns" in chosen:
+        raise ConfigurationError("task_options", "num_returns is not supported: a shard's "
+                                 "task sends one Step per run (a streaming generator)")  # fmt: skip
     resubmits = chosen.pop("max_retries", _RAY_MAX_RETRIES)
     check_int("task_options max_retries", resubmits, -1)
     chosen["max_retries"] = 0  # never Ray's rerun of a whole shard: only its unfinished inputs
@@ -578,16 +594,11 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _shard_failed(shared: _Batch, index: int, exc: BaseException, *, lost: bool) -> Step[Any]:
+def _failed_step(shared: _Batch, reason: FailReason, text: str) -> Step[Any]:
+    """The Step of an input whose run never came back (or came back unreadable)."""
     agent = shared.agent if isinstance(shared.agent, SubAgent) else _agent_of(shared.agent)
     max_turns = shared.options.get("max_turns") or agent.max_turns
     return_retries = shared.options.get("return_retries")
-    if lost:
-        reason = FailReason.WORKER_LOST
-        text = f"shard {index} lost its worker before this run finished: {_error_text(exc)}"
-    else:
-        reason = FailReason.ERROR
-        text = f"shard {index} failed: {_error_text(exc)}"
     return build_step(
         agent=agent.name,
         output=None,

@@ -244,6 +244,8 @@ async def test_configuration_errors_come_before_any_task() -> None:
         await run_on_ray(double, numbers([1]), task_options={"max_retries": -2})
     with pytest.raises(ConfigurationError, match="retry_exceptions is not supported"):
         await run_on_ray(double, numbers([1]), task_options={"retry_exceptions": True})
+    with pytest.raises(ConfigurationError, match="num_returns is not supported"):
+        await run_on_ray(double, numbers([1]), task_options={"num_returns": 2})
     assert await run_on_ray(double, []) == []
 
 
