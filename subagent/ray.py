@@ -399,7 +399,10 @@ class RayBatch(Generic[OutputT]):
             "subagent.batch.failed": self._failed,
             "subagent.batch.failed_shards": len(self._errors),
         })  # fmt: skip
-        if self._errors:
+        if exc is not None:  # the caller's code, or a cancellation, ended the batch early
+            self._span.set_attribute("error.type", type(exc).__name__)
+            self._span.set_status(Status(StatusCode.ERROR, f"left early: {type(exc).__name__}"))
+        elif self._errors:
             kinds = sorted({type(error).__name__ for error in self._errors})
             description = f"{len(self._errors)} shard tasks failed: {', '.join(kinds)}"
             self._span.set_attribute("error.type", kinds[0])
