@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench bench-ray bench-peers eval eval-bfcl eval-report venv clean docs-screenshot
+.PHONY: demo test test-fast lint bench bench-ray bench-peers eval eval-bfcl eval-report venv clean docs-screenshot dist
 
 # BFCL's data and checker (docs/evaluation.md), without its declared dependencies (torch,
 # vendor SDKs...): grading needs none of them. The harness's tests use it too.
@@ -43,6 +43,14 @@ test: $(STAMP)
 # no Phoenix to set up first. `make test` stays the whole suite.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not e2e"
+
+# The wheel and the sdist, in dist/ (or DIST=...): built by hatchling, the build backend,
+# which the dev extras install (no network, no isolated build environment). Until a release
+# is on the index, install the wheel from here: pip install dist/subagent_runtime-*.whl
+DIST ?= dist
+dist: $(STAMP)
+	rm -rf $(DIST)
+	$(BIN)/hatchling build --directory $(DIST)
 
 lint: $(STAMP)
 	$(BIN)/ruff check subagent tests examples bench scripts eval conftest.py

@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Annotated, Any, Generic, Self, TypeVar, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field
+from pydantic_core import PydanticSerializationError
 
 from subagent._errors import ErrorKind, RunFailedError
 from subagent._text import scrub_surrogates
@@ -41,10 +42,13 @@ _Text = Annotated[str, AfterValidator(scrub_surrogates)]
 class FailReason(StrEnum):
     """Why a run failed.
 
-    The state table decides all of them but ``error``: a batch (``run_many``) records a run
-    that raised an exception (a parser that broke its contract, a script that ran out) as
-    a failed Step with this reason and its turns, so its other runs go on; a single
-    ``run()`` raises instead.
+    The state table decides all of them but ``error`` and ``worker_lost``: a batch
+    (``run_many``) records a run that raised an exception (a parser that broke its
+    contract, a script that ran out) as a failed Step with ``error`` and its turns, so its
+    other runs go on; a single ``run()`` raises instead. ``worker_lost``: a run of a batch
+    on Ray (``subagent.ray``) that never finished because the worker process running it
+    died (killed, out of memory, its node lost) and was not resubmitted; running it again
+    may succeed, so its Step is ``retryable``.
     """
 
     BUDGET_EXHAUSTED = "budget_exhausted"
@@ -53,6 +57,7 @@ class FailReason(StrEnum):
     TIMEOUT = "timeout"
     CANCELLED = "cancelled"
     ERROR = "error"
+    WORKER_LOST = "worker_lost"
 
 
 class TurnType(StrEnum):
@@ -199,6 +204,8 @@ class Failure(BaseModel):
     @property
     def retryable(self) -> bool:
         """Whether running the same run again could help (see :attr:`Step.retryable`)."""
+        if self.reason is FailReason.WORKER_LOST:
+            return True
         return self.reason is FailReason.LLM_ERROR and self.error_kind in RETRYABLE_KINDS
 
 
@@ -318,12 +325,34 @@ class Step(BaseModel, Generic[OutputT]):
 
         Only a run that failed on a transient transport failure is (``llm_error`` of kind
         ``rate_limit``, ``server_error``, ``connection`` or ``invalid_response``, the
-        transport's own retries spent). Not a run that succeeded, exhausted its budgets,
+        transport's own retries spent), or one whose Ray worker died before it finished
+        (``worker_lost``). Not a run that succeeded, exhausted its budgets,
         failed explicitly, timed out, was cancelled, did not fit the context window, or
         was refused (authentication, permission, bad request, content filter, a reply too
         large): the same run would fail the same way. The table is in ``docs/scale.md``.
         """
         return self.failure is not None and self.failure.retryable
+
+    def __eq__(self, other: object) -> bool:
+        """Whether two Steps record the same run: whether their JSON forms are equal.
+
+        A Step's JSON does not name the types of the outputs in it: read back, an output is
+        typed only as the reader asks (``Step[Answer].model_validate_json``), and the Steps
+        of agents run as tools (``ToolResult.step``) hold their outputs as plain JSON data.
+        Comparing the JSON forms makes a Step equal to itself read back, nested Steps
+        included, wherever it was stored or shipped (a Ray worker, a file).
+        """
+        if not isinstance(other, Step):
+            return NotImplemented
+        if super().__eq__(other) is True:
+            return True
+        try:
+            return self.model_dump(mode="json") == other.model_dump(mode="json")
+        except PydanticSerializationError:  # an output with no JSON form: only itself
+            return False
+
+    # A Step is mutable: unhashable, as pydantic makes it (defining __eq__ would drop it).
+    __hash__ = None  # type: ignore[assignment]
 
     @property
     def llm_calls(self) -> int:

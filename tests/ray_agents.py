@@ -6,10 +6,15 @@ Workers find this module because Ray gives them the driver's ``sys.path`` (pytes
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import anyio
+import ray
 from pydantic import BaseModel
 
 from subagent import LLMRequest, LLMResponse, SubAgent
@@ -77,6 +82,44 @@ class OpenedDoubler(Doubler):
         if not self.open:
             raise RuntimeError("the model was not opened")
         return await super().complete(request)
+
+
+class DiesOnce(Doubler):
+    """A Doubler that logs every call and, the first time it is asked to double ``at``,
+    waits for ``signal`` (if any) and then kills its worker process (``os._exit``).
+
+    ``flag`` (a file) marks that it died once: the input's next run answers. ``log`` gets
+    one line per call, the number asked for.
+    """
+
+    def __init__(self, at: int, flag: Path, log: Path, signal: Any = None):
+        super().__init__()
+        self.at, self.flag, self.log, self.signal = at, flag, log, signal
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        n = _number(request)
+        with self.log.open("a", encoding="utf-8") as log:
+            log.write(f"{n}\n")
+        if n == self.at and not self.flag.exists():
+            self.flag.touch()
+            if self.signal is not None:
+                await self.signal.wait.remote()
+            os._exit(1)
+        return await super().complete(request)
+
+
+@ray.remote
+class Signal:
+    """Holds a caller until the test sends it (a Ray async actor: its loop is asyncio)."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    async def send(self) -> None:
+        self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
 
 
 double = SubAgent(name="double", prompt="Double {{n}}", output=Doubled, max_turns=1,

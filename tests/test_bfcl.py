@@ -61,7 +61,7 @@ def test_the_ground_truth_grades_correct_and_a_wrong_value_does_not() -> None:
     case = load_cases("simple_python")[0]
     calls = right_calls(case)
     assert grade(case, calls) == (True, "")
-    ((key, value),) = list(calls[0]["arguments"].items())[:1]
+    ((key, _value),) = list(calls[0]["arguments"].items())[:1]
     wrong = [{"name": calls[0]["name"], "arguments": {**calls[0]["arguments"], key: "nonsense"}}]
     ok, why = grade(case, wrong)
     assert not ok
@@ -97,9 +97,11 @@ def test_function_docs_become_openai_tools_with_json_schema_types() -> None:
 
 def test_calls_are_read_leniently_from_fences_tags_and_prose() -> None:
     names = ["get_weather", "add"]
-    text = ('Sure!\n```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```\n'
-            'and <tool_call>{"name": "add", "parameters": {"a": 1}}</tool_call> '
-            '{"name": "unknown", "arguments": {}}')  # fmt: skip
+    text = (
+        'Sure!\n```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```\n'
+        'and <tool_call>{"name": "add", "parameters": {"a": 1}}</tool_call> '
+        '{"name": "unknown", "arguments": {}}'
+    )
     assert calls_in_text(text, names) == [
         {"name": "get_weather", "arguments": {"city": "Paris"}},
         {"name": "add", "arguments": {"a": 1}},
@@ -111,10 +113,25 @@ async def test_raw_takes_the_native_tool_calls_of_one_completion() -> None:
     case = load_cases("simple_python")[0]
     call = right_calls(case)[0]
     with running_server() as server:
-        server.script(Reply(body=completion(None, tool_calls=[{
-            "id": "c1", "type": "function",
-            "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])},
-        }], prompt_tokens=120, completion_tokens=30)))  # fmt: skip
+        server.script(
+            Reply(
+                body=completion(
+                    None,
+                    tool_calls=[
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {
+                                "name": call["name"],
+                                "arguments": json.dumps(call["arguments"]),
+                            },
+                        }
+                    ],
+                    prompt_tokens=120,
+                    completion_tokens=30,
+                )
+            )
+        )
         import httpx
 
         async with httpx.AsyncClient() as client:
@@ -136,8 +153,9 @@ async def test_subagent_corrects_a_call_with_feedback_naming_the_argument_and_ty
     )
     wrong = {**call, "arguments": {**call["arguments"], key: "a string"}}
     with running_server() as server:
-        server.script(Reply(body=completion(json.dumps(wrong))),
-                      Reply(body=completion(json.dumps([call]))))  # fmt: skip
+        server.script(
+            Reply(body=completion(json.dumps(wrong))), Reply(body=completion(json.dumps([call])))
+        )
         async with OpenAIChat(model="local", base_url=server.base_url, _environ={}) as llm:
             outcome = await run_subagent_contract(
                 case, Server(server.base_url), llm, return_retries=1
@@ -199,11 +217,23 @@ async def test_a_system_that_raises_is_recorded_as_an_error_and_the_run_goes_on(
 def test_the_report_grades_records_and_derives_raw_lenient_from_raw_text() -> None:
     case = load_cases("simple_python")[0]
     call = right_calls(case)[0]
-    record = {"system": "raw", "setup": "template", "category": case.category, "id": case.id,
-              "digest": case.digest,
-              "outcome": {"calls": [], "first_calls": None, "text": json.dumps(call),
-                          "llm_calls": 1, "prompt_tokens": 100, "completion_tokens": 20,
-                          "turns": [], "error": None}}  # fmt: skip
+    record = {
+        "system": "raw",
+        "setup": "template",
+        "category": case.category,
+        "id": case.id,
+        "digest": case.digest,
+        "outcome": {
+            "calls": [],
+            "first_calls": None,
+            "text": json.dumps(call),
+            "llm_calls": 1,
+            "prompt_tokens": 100,
+            "completion_tokens": 20,
+            "turns": [],
+            "error": None,
+        },
+    }
     edited = {**record, "digest": "stale"}
     rows = {row.system: row for row in rows_from([record, edited])}
     assert rows["raw@template"].correct == 0 and rows["raw@template"].n == 1
@@ -214,11 +244,24 @@ def test_the_report_grades_records_and_derives_raw_lenient_from_raw_text() -> No
 def test_the_salvage_rate_counts_wrong_first_attempts_that_ended_correct() -> None:
     case = load_cases("simple_python")[0]
     call = right_calls(case)[0]
-    outcome = {"calls": [call], "first_calls": [], "text": "", "llm_calls": 2,
-               "prompt_tokens": 10, "completion_tokens": 1,
-               "turns": [{"text": "x"}, {"text": "x"}], "error": None}  # fmt: skip
-    record = {"system": "subagent-r1", "setup": "template", "category": case.category,
-              "id": case.id, "digest": case.digest, "outcome": outcome}  # fmt: skip
+    outcome = {
+        "calls": [call],
+        "first_calls": [],
+        "text": "",
+        "llm_calls": 2,
+        "prompt_tokens": 10,
+        "completion_tokens": 1,
+        "turns": [{"text": "x"}, {"text": "x"}],
+        "error": None,
+    }
+    record = {
+        "system": "subagent-r1",
+        "setup": "template",
+        "category": case.category,
+        "id": case.id,
+        "digest": case.digest,
+        "outcome": outcome,
+    }
     (row,) = rows_from([record])
     assert (row.first_wrong, row.salvaged) == (1, 1)
     assert (row.repeats, row.corrections) == (1, 1)

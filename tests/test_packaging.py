@@ -28,14 +28,19 @@ print("ok", len(list(prompts_dir().glob("*.mustache"))))
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``make dist`` into a temporary directory, with this interpreter's tools (no venv set-up)."""
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", str(out), str(ROOT)],
-        check=True, timeout=300,
-    )  # fmt: skip
-    (built,) = out.glob("subagent_runtime-*.whl")
+    bin_dir = Path(sys.executable).parent
+    subprocess.run(["make", "--no-print-directory", "-C", str(ROOT), "dist", "STAMP=",
+                    f"BIN={bin_dir}", f"DIST={out}"],
+                   check=True, timeout=300, capture_output=True)  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def wheel(dist: Path) -> Path:
+    (built,) = dist.glob("subagent_runtime-*.whl")
     return built
 
 
@@ -64,6 +69,55 @@ def test_installed_wheel_finds_its_templates(wheel: Path, tmp_path: Path) -> Non
                             cwd=tmp_path, timeout=120, check=False)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["ok", str(len(list((ROOT / "prompts").glob("*.mustache"))))]
+
+
+IMPORT_EVERY_MODULE = """
+import importlib, pkgutil, subagent
+failed = []
+for module in pkgutil.walk_packages(subagent.__path__, "subagent."):
+    try:
+        importlib.import_module(module.name)
+    except ImportError as exc:
+        failed.append(f"{module.name}: {exc}")
+print(*failed, sep="\\n")
+"""
+
+
+def test_make_dist_builds_a_wheel_that_installs_in_a_fresh_venv_and_runs_the_quickstart(
+    dist: Path, wheel: Path, tmp_path: Path
+) -> None:
+    # README's install instructions: `make dist`, then `pip install dist/<wheel>` in any
+    # environment. The wheel's own dependency list must be enough: the fresh venv gets
+    # nothing from this one (its dependencies come from the configured package index).
+    assert [path.name for path in dist.glob("*.tar.gz")] == [
+        wheel.name.replace("-py3-none-any.whl", ".tar.gz")
+    ]
+    env_dir = tmp_path / "fresh"
+    subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True, timeout=120)
+    python = env_dir / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", str(wheel)],
+                   check=True, timeout=600, capture_output=True)  # fmt: skip
+
+    quickstart = ROOT / "examples" / "quickstart.py"
+    installed = subprocess.run([str(python), str(quickstart)], capture_output=True, text=True,
+                               cwd=tmp_path, timeout=120, check=False)  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    checkout = subprocess.run([sys.executable, str(quickstart)], capture_output=True, text=True,
+                              cwd=ROOT, timeout=120, check=True)  # fmt: skip
+    assert installed.stdout == checkout.stdout
+    assert "done in 3 turns (normal, must_return, retry)" in installed.stdout
+
+    # Every module imports with the declared dependencies alone, but the one extra module.
+    imported = subprocess.run([str(python), "-c", IMPORT_EVERY_MODULE], capture_output=True,
+                              text=True, cwd=tmp_path, timeout=120, check=True)  # fmt: skip
+    (failed,) = imported.stdout.splitlines()
+    assert failed.startswith("subagent.tracing: ") and "`otlp` extra" in failed
+    where = subprocess.run([str(python), "-c", "import subagent; print(subagent.__file__)"],
+                           capture_output=True, text=True, cwd=tmp_path, check=True)  # fmt: skip
+    assert Path(where.stdout.strip()).is_relative_to(env_dir)
+    cli = subprocess.run([str(env_dir / "bin" / "subagent"), "--help"], capture_output=True,
+                         text=True, timeout=120, check=False)  # fmt: skip
+    assert cli.returncode == 0 and "usage: subagent" in cli.stdout
 
 
 def test_the_architecture_page_maps_every_room_and_layer() -> None:

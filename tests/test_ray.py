@@ -11,6 +11,7 @@ import importlib
 import os
 import re
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,10 @@ from typing import Any
 import pytest
 import ray
 from otlp_receiver import Receiver, http_receiver, wire_attributes
-from ray_agents import CRASH, Doubled, double, no_model
+from ray_agents import CRASH, DiesOnce, Doubled, Signal, double, no_model
 
 from subagent import ConfigurationError, FailReason, Step, tracing
-from subagent.ray import RayRunArguments, run_on_ray
+from subagent.ray import RayRunArguments, run_on_ray, stream_on_ray
 
 pytestmark = pytest.mark.anyio
 
@@ -80,16 +81,67 @@ async def test_a_shard_whose_runs_fail_keeps_its_failed_steps(cluster: None) -> 
         assert step.turns[0].error is not None
 
 
-async def test_a_failed_shard_does_not_lose_the_others(cluster: None) -> None:
-    steps = await run_on_ray("ray_agents:double", numbers([1, 2, 3, CRASH, 5, 6]), shards=2)
-    assert [step.output.value for step in steps[:3] if step.output] == [2, 4, 6]
-    for step in steps[3:]:
-        assert step.failure is not None
-        assert step.failure.reason is FailReason.ERROR
-        assert step.failure.message.startswith("shard 1 failed: ")
-        assert "ShardCrash" in step.failure.message
-        assert not step.retryable
-        assert step.agent == "double"
+async def test_a_shard_that_raises_keeps_its_finished_runs_and_the_other_shards(
+    cluster: None,
+) -> None:
+    steps = await run_on_ray("ray_agents:double", numbers([1, 2, 3, 4, 5, CRASH]), shards=2,
+                             concurrency=1)  # fmt: skip
+    assert [step.output.value for step in steps[:5] if step.output] == [2, 4, 6, 8, 10]
+    failure = steps[5].failure
+    assert failure is not None and failure.reason is FailReason.ERROR
+    assert failure.message.startswith("shard 1 failed: ")
+    assert "ShardCrash" in failure.message
+    assert not steps[5].retryable
+    assert steps[5].agent == "double"
+
+
+async def kill_a_worker_mid_shard(
+    tmp_path: Path, **task_options: Any
+) -> tuple[list[int], dict[int, Step[Any]], Counter[int]]:
+    """Eight inputs in one shard, one run at a time; the run of input 4 kills its worker
+    once the caller has received the Steps of inputs 0 to 3. Returns the order the Steps
+    arrived in, the Steps by input, and how many times each input called the model."""
+    signal = Signal.remote()  # type: ignore[attr-defined]
+    log = tmp_path / "calls.log"
+    llm = DiesOnce(at=4, flag=tmp_path / "died", log=log, signal=signal)
+    arrived: list[int] = []
+    steps: dict[int, Step[Any]] = {}
+    batch = stream_on_ray("ray_agents:double", numbers(list(range(8))), shards=1,
+                          concurrency=1, llm=llm, task_options=task_options)  # fmt: skip
+    async with batch:
+        async for item in batch:
+            arrived.append(item.index)
+            steps[item.index] = item.step
+            if len(arrived) == 4:
+                signal.send.remote()
+    calls = Counter(int(line) for line in log.read_text(encoding="utf-8").split())
+    return arrived, steps, calls
+
+
+async def test_a_worker_killed_mid_shard_sends_only_its_unfinished_runs_again(
+    cluster: None, tmp_path: Path
+) -> None:
+    arrived, steps, calls = await kill_a_worker_mid_shard(tmp_path)
+    assert arrived[:4] == [0, 1, 2, 3] and sorted(arrived) == list(range(8))
+    outputs = [steps[n].output for n in range(8)]
+    assert [output.value for output in outputs if output] == [2 * n for n in range(8)]
+    # Finished runs are never run again: only input 4, whose run the worker died in.
+    assert calls == Counter({4: 2, 0: 1, 1: 1, 2: 1, 3: 1, 5: 1, 6: 1, 7: 1})
+
+
+async def test_without_retries_a_dead_workers_unfinished_runs_fail_retryably(
+    cluster: None, tmp_path: Path
+) -> None:
+    arrived, steps, calls = await kill_a_worker_mid_shard(tmp_path, max_retries=0)
+    assert arrived[:4] == [0, 1, 2, 3] and sorted(arrived) == list(range(8))
+    assert all(steps[n].ok for n in range(4))
+    for n in range(4, 8):
+        failure = steps[n].failure
+        assert failure is not None and failure.reason is FailReason.WORKER_LOST
+        assert failure.message.startswith("shard 0 lost its worker before this run finished: ")
+        assert "WorkerCrashedError" in failure.message
+        assert steps[n].retryable
+    assert calls == Counter({0: 1, 1: 1, 2: 1, 3: 1, 4: 1})
 
 
 async def test_a_model_factory_runs_in_the_worker_opened_around_the_shard(
@@ -188,6 +240,12 @@ async def test_configuration_errors_come_before_any_task() -> None:
         await run_on_ray(double, numbers([1]), max_turns=0)
     with pytest.raises(ConfigurationError, match="contexts"):
         await run_on_ray(double, {"n": 1})
+    with pytest.raises(ConfigurationError, match="task_options max_retries"):
+        await run_on_ray(double, numbers([1]), task_options={"max_retries": -2})
+    with pytest.raises(ConfigurationError, match="retry_exceptions is not supported"):
+        await run_on_ray(double, numbers([1]), task_options={"retry_exceptions": True})
+    with pytest.raises(ConfigurationError, match="num_returns is not supported"):
+        await run_on_ray(double, numbers([1]), task_options={"num_returns": 2})
     assert await run_on_ray(double, []) == []
 
 

@@ -133,6 +133,31 @@ def test_step_round_trips_through_json_typed() -> None:
     assert restored.usage.by_type.keys() == {TurnType.NORMAL, TurnType.MUST_RETURN, TurnType.RETRY}
 
 
+@pytest.mark.parametrize("reader", [Step, Step[Answer], Step[Any]], ids=str)
+def test_a_step_with_nested_steps_reads_back_equal_from_json(reader: type[Step[Any]]) -> None:
+    step = a_nested_run()
+    restored = reader.model_validate_json(step.model_dump_json())
+    assert restored == step and step == restored
+    # Equal as records: the child's output comes back as its JSON data, not its type.
+    child = restored.turns[0].tool_results[0].step
+    assert child is not None and child.output == {"value": 3}
+    assert restored.turns[0] == step.turns[0]
+
+
+def test_steps_that_record_different_runs_are_not_equal() -> None:
+    step = a_nested_run()
+    text = step.model_dump_json()
+    other = Step.model_validate_json(text.replace('"value":3', '"value":4', 1))
+    assert other != step and step != other
+    assert step != a_run() and step != "step" and step != step.model_dump(mode="json")
+
+
+def test_a_step_whose_output_has_no_json_form_equals_only_an_equal_step() -> None:
+    first = Step[Any](agent="a", max_turns=1, return_retries=0, output={1, object()})
+    assert first == first.model_copy()
+    assert first != Step[Any](agent="a", max_turns=1, return_retries=0, output={2, object()})
+
+
 def test_json_carries_ok_and_the_failure_reason_as_strings() -> None:
     agent = SubAgent(name="a", prompt="p", output=Answer)
     step = agent.run_sync(llm=ScriptedLLM(['{"fail": "no data"}']))
@@ -145,7 +170,8 @@ def test_json_carries_ok_and_the_failure_reason_as_strings() -> None:
 def test_fail_reason_compares_equal_to_its_string() -> None:
     assert FailReason.BUDGET_EXHAUSTED == "budget_exhausted"
     assert {reason.value for reason in FailReason} == {
-        "budget_exhausted", "explicit_fail", "llm_error", "timeout", "cancelled", "error"
+        "budget_exhausted", "explicit_fail", "llm_error", "timeout", "cancelled", "error",
+        "worker_lost",
     }  # fmt: skip
 
 
@@ -388,6 +414,8 @@ def test_any_scripted_conversation_yields_a_step_that_round_trips(
         (FailReason.BUDGET_EXHAUSTED, None, False),
         (FailReason.EXPLICIT_FAIL, None, False),
         (FailReason.CANCELLED, None, False),
+        (FailReason.ERROR, None, False),
+        (FailReason.WORKER_LOST, None, True),
     ],
 )
 def test_a_step_says_whether_running_it_again_could_help(

@@ -833,3 +833,14 @@ async def test_a_one_turn_run_sends_the_final_turn_notice_inside_the_task_messag
     assert (
         llm.requests[0].messages[1].content.startswith("Say one.\n\nIMPORTANT: This is your final")
     )
+
+
+async def test_worst_case_requests_are_turns_times_max_attempts() -> None:
+    """The documented request bound: (max_turns + return_retries) * max_attempts, exactly."""
+    server_error = LLMError(ErrorKind.SERVER_ERROR, "oops", status_code=503)
+    llm = ScriptedLLM([server_error, server_error, BAD] * 3)
+    policy = RetryPolicy(max_attempts=3, initial_delay=0.001, jitter=0)
+    step = await agent().run(llm=llm, max_turns=2, return_retries=1, retry_policy=policy)
+    assert step.failure is not None and step.failure.reason == FailReason.BUDGET_EXHAUSTED
+    assert [turn.type for turn in step.turns] == [N, M, R]
+    assert len(llm.requests) == (2 + 1) * 3 and llm.remaining == 0

@@ -7,7 +7,9 @@ Phoenix does not keep) are checked as sent.
 
 from __future__ import annotations
 
+import ast
 import importlib
+import inspect
 import io
 import os
 import re
@@ -587,3 +589,17 @@ def test_jaeger_env_points_configure_at_the_compose_receiver(
         assert f'"127.0.0.1:{port}:{port}"' in compose
     assert "receivers.otlp.protocols.grpc.endpoint=0.0.0.0:4317" in compose
     assert "receivers.otlp.protocols.http.endpoint=0.0.0.0:4318" in compose
+
+
+def test_configure_in_detail_block_shows_every_argument_at_its_default() -> None:
+    """docs/tracing.md's "in detail" block is copied as is: each value is the real default."""
+    page = (ROOT / "docs" / "tracing.md").read_text(encoding="utf-8")
+    section = page.split("## `configure()` in detail", 1)[1]
+    block = section.split("```python\n", 1)[1].split("```", 1)[0]
+    call = ast.parse(block).body[0]
+    assert isinstance(call, ast.Assign) and isinstance(call.value, ast.Call)
+    shown = {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.value.keywords}
+    parameters = inspect.signature(configure).parameters
+    assert set(shown) == set(parameters)
+    assert shown.pop("service_name") == "calc-app"  # the one example value, not a default
+    assert shown == {name: parameters[name].default for name in shown}
