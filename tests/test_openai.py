@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import time
 import tracemalloc
+import zlib
 from collections.abc import Callable
 from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
@@ -997,6 +999,75 @@ async def test_by_default_a_60_mb_reply_is_refused_without_being_held_whole(
     # Chunked, the first 32 MiB (the default limit) are read and dropped; with a declared
     # length nothing is read. Reading the whole body took 3-4 times its size.
     assert peak < (1_000_000 if declare_length else 40_000_000), f"peak {peak:,} bytes"
+
+
+def gzip_bomb(size: int, unit: bytes = b"a") -> bytes:
+    """``size`` bytes of ``unit`` repeated, gzip-compressed (about 1,000:1)."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    block = unit * ((1 << 20) // len(unit))
+    parts = [compressor.compress(block[: size - start]) for start in range(0, size, len(block))]
+    return b"".join([*parts, compressor.flush()])
+
+
+BOMB = gzip_bomb(300_000_000)  # 300 MB decoded from about 290 KB
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_gzip_bomb_is_refused_having_held_little_more_than_the_limit(
+    server: ScriptedServer, streamed: bool
+) -> None:
+    content_type = "text/event-stream" if streamed else "application/json"
+    reply = Reply(body=BOMB, headers={"Content-Encoding": "gzip"}, content_type=content_type)
+    server.script(reply)
+    tracemalloc.start()
+    try:
+        async with make_llm(server, max_response_bytes=1_000_000) as llm:
+            call = drain(llm) if streamed else llm.complete(ask())
+            with pytest.raises(LLMError) as caught:
+                await call
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert caught.value.kind is ErrorKind.RESPONSE_TOO_LARGE
+    # Decoded in 64 KiB pieces, counted as they come: about the 1 MB limit is ever held.
+    # httpx inflates each network read whole (a 64 KiB read is 64 MiB here).
+    assert peak < 6_000_000, f"peak {peak:,} bytes"
+
+
+async def test_the_adapter_asks_only_for_encodings_it_decodes_in_pieces(
+    server: ScriptedServer,
+) -> None:
+    server.script(Reply.json(completion("ok")), Reply.sse([sse_chunk("ok", finish_reason="stop")]))
+    async with make_llm(server) as llm:
+        await llm.complete(ask())
+        await drain(llm)
+    assert [r.headers["accept-encoding"] for r in server.requests] == ["gzip, deflate"] * 2
+
+
+async def test_a_gzipped_reply_and_stream_are_read(server: ScriptedServer) -> None:
+    body = json.dumps(completion("squeezed")).encode()
+    events = (
+        b"".join(
+            b"data: " + json.dumps(sse_chunk(piece)).encode() + b"\n\n" for piece in ("a", "b")
+        )
+        + b"data: "
+        + json.dumps(sse_chunk(None, finish_reason="stop")).encode()
+        + b"\n\n"
+    )
+    gzipped = {"Content-Encoding": "gzip"}
+    server.script(
+        Reply(body=gzip.compress(body), headers=gzipped),
+        Reply(body=gzip.compress(events), headers=gzipped, content_type="text/event-stream"),
+    )
+    async with make_llm(server) as llm:
+        assert (await llm.complete(ask())).text == "squeezed"
+        assert [delta.text for delta in await drain(llm)][:2] == ["a", "b"]
+
+
+async def test_a_corrupt_gzip_body_is_an_invalid_response(server: ScriptedServer) -> None:
+    corrupt = gzip.compress(json.dumps(completion("x")).encode())[:20] + b"\xff" * 40
+    error = await fail(server, Reply(body=corrupt, headers={"Content-Encoding": "gzip"}))
+    assert error.kind is ErrorKind.INVALID_RESPONSE
 
 
 async def test_an_endless_stream_ends_at_max_stream_bytes(server: ScriptedServer) -> None:

@@ -5,8 +5,9 @@ What lives here:
 - ``_protocol``: the :class:`LLM` protocol and its records (:class:`LLMRequest`,
   :class:`LLMResponse`, :class:`Message`, :class:`ToolCall`, :class:`Usage`...).
 - ``_openai``: :class:`OpenAIChat`, the adapter for OpenAI-compatible servers; ``_wire`` its
-  JSON bodies and error classification, ``_sse`` its streamed replies, ``_redact`` the
-  secrets it keeps out of what servers send back.
+  JSON bodies and error classification, ``_sse`` its streamed replies, ``_decode`` bodies
+  decompressed in bounded pieces, ``_redact`` the secrets it keeps out of what servers send
+  back.
 - ``_retry_policy`` and ``_transport``: :class:`RetryPolicy` and :func:`call_with_retries`,
   the transient failures of one call repeated inside the same turn.
 - ``_reasoning``: :func:`split_reasoning` and :class:`ReasoningSplitter`, ``<think>`` blocks

@@ -36,6 +36,7 @@ import httpx
 
 from subagent._checks import check_int, check_seconds
 from subagent._errors import ConfigurationError, ErrorKind, LLMError
+from subagent.llm._decode import ACCEPT_ENCODING
 from subagent.llm._protocol import LLMRequest, LLMResponse, StopReason, StreamDelta
 from subagent.llm._redact import Redactor
 from subagent.llm._sse import SSEEvents, StreamAccumulator, read_body
@@ -244,7 +245,12 @@ class OpenAIChat:
         self.default_settings: dict[str, Any] = dict(default_settings or {})
         self._endpoint = f"{self.base_url}/chat/completions"
         self._timeout = httpx.Timeout(self.timeout)
-        self._headers: dict[str, str] = {"Accept": "application/json"}
+        # Only encodings decoded in bounded pieces (see _decode): a gzip bomb is counted
+        # as it inflates, never inflated whole first.
+        self._headers: dict[str, str] = {
+            "Accept": "application/json",
+            "Accept-Encoding": ACCEPT_ENCODING,
+        }
         if resolved_key:
             self._headers["Authorization"] = f"Bearer {resolved_key}"
         self._headers.update(headers or {})

@@ -86,7 +86,6 @@ class RetryPolicy:
             delay *= 1 + random.uniform(-self.jitter, self.jitter)
         return max(0.0, min(delay, self.max_delay))
 
-
     def _backoff(self, attempt: int) -> float:
         """``initial_delay * multiplier ** (attempt - 1)``, without overflowing.
 

@@ -11,6 +11,7 @@ import anyio
 import httpx
 
 from subagent._errors import ErrorKind, LLMError
+from subagent.llm._decode import decoded_chunks, finish_response
 from subagent.llm._protocol import LLMResponse, ToolCall, Usage
 from subagent.llm._wire import (
     content_text,
@@ -177,7 +178,7 @@ class SSEEvents:
         max_total_bytes: int | None = None,
     ) -> None:
         self._response = response
-        self._chunks: AsyncIterator[bytes] = response.aiter_bytes()
+        self._chunks: AsyncIterator[bytes] = decoded_chunks(response)
         self._buffer = b""
         self._scanned = 0  # bytes of the buffer known to hold no newline
         self._data: list[str] = []
@@ -258,20 +259,6 @@ class SSEEvents:
         await finish_response(self._response, self._chunks)
 
 
-async def finish_response(response: httpx.Response, chunks: AsyncIterator[bytes]) -> None:
-    """Close ``response`` and finish ``chunks``, its byte iterator, when it was not read out."""
-    await response.aclose()
-    # The response is closed, so resuming its iterator fails at once (or returns what was
-    # already buffered): either way every generator in httpx's chain finishes.
-    for _ in range(10_000):
-        try:
-            await chunks.__anext__()
-        except StopAsyncIteration:
-            return
-        except Exception:  # a read from the closed stream: expected
-            return
-
-
 async def read_body(response: httpx.Response, limit: int | None, *, truncate: bool = False) -> str:
     """The body of a streaming ``response`` as text, reading at most ``limit`` bytes.
 
@@ -295,7 +282,7 @@ async def read_body(response: httpx.Response, limit: int | None, *, truncate: bo
             f"max_response_bytes={limit:,}; it was not read",
             response.status_code,
         )
-    chunks = response.aiter_bytes()
+    chunks = decoded_chunks(response)
     parts: list[bytes] = []
     size = 0
     finished = False
