@@ -1070,6 +1070,21 @@ async def test_a_corrupt_gzip_body_is_an_invalid_response(server: ScriptedServer
     assert error.kind is ErrorKind.INVALID_RESPONSE
 
 
+async def test_a_gzipped_flood_of_keep_alives_ends_at_the_total_timeout(
+    server: ScriptedServer,
+) -> None:
+    # 50 MB of ":\n" in 50 KB: read a line at a time with a copy of the rest per line, this
+    # held the event loop for minutes, past any deadline (1.5 MB took 20 s).
+    flood = gzip_bomb(50_000_000, b":\n")
+    headers = {"Content-Encoding": "gzip"}
+    server.script(Reply(body=flood, headers=headers, content_type="text/event-stream"))
+    async with make_llm(server, total_timeout=0.3) as llm:
+        with pytest.raises(LLMError) as caught:
+            await drain(llm)
+    assert caught.value.kind is ErrorKind.TIMEOUT
+    assert "total_timeout=0.3" in caught.value.message
+
+
 async def test_an_endless_stream_ends_at_max_stream_bytes(server: ScriptedServer) -> None:
     server.script(Reply.sse([sse_chunk("a")], forever=True))
     async with make_llm(server, max_stream_bytes=50_000) as llm:

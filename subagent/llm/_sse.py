@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import httpx
 
 from subagent._errors import ErrorKind, LLMError
@@ -179,8 +180,9 @@ class SSEEvents:
     ) -> None:
         self._response = response
         self._chunks: AsyncIterator[bytes] = decoded_chunks(response)
-        self._buffer = b""
-        self._scanned = 0  # bytes of the buffer known to hold no newline
+        self._buffer = bytearray()
+        self._start = 0  # where the next line starts in the buffer
+        self._scanned = 0  # the buffer holds no newline between _start and this
         self._data: list[str] = []
         self._data_size = 0
         self._body_done = False
@@ -192,9 +194,13 @@ class SSEEvents:
         return self
 
     async def __anext__(self) -> str:
+        # Linear in the bytes received: a line is read where it lies (the buffer is trimmed
+        # once per chunk, not once per line), and the loop gets a turn between chunks.
         while True:
-            newline = self._buffer.find(b"\n", self._scanned)
+            newline = self._buffer.find(b"\n", max(self._start, self._scanned))
             if newline < 0:
+                del self._buffer[: self._start]
+                self._start = 0
                 self._scanned = len(self._buffer)
                 if self._body_done:
                     if self._data:
@@ -203,15 +209,15 @@ class SSEEvents:
                 self._check_event_size(len(self._buffer))
                 await self._read()
                 continue
-            raw, self._buffer = self._buffer[:newline], self._buffer[newline + 1 :]
-            self._scanned = 0
+            raw = self._buffer[self._start : newline]
+            self._start = newline + 1
+            if raw[:1] == b":":
+                continue  # a comment, used as keep-alive
             line = raw.removesuffix(b"\r").decode("utf-8", "replace")
             if not line:
                 if self._data:
                     return self._event()
                 continue
-            if line.startswith(":"):
-                continue  # a comment, used as keep-alive
             name, _, value = line.partition(":")
             if name == "data":
                 self._data.append(value.removeprefix(" "))
@@ -249,6 +255,7 @@ class SSEEvents:
                     status_code=self._response.status_code,
                 )
             self._buffer += chunk
+            await anyio.lowlevel.checkpoint()  # a burst of chunks never holds the loop
 
     async def aclose(self) -> None:
         """Close the response; if it was not read to the end, finish httpx's iterators."""
