@@ -73,8 +73,9 @@ _CONTEXT_LENGTH_RE: Final = re.compile(
     re.IGNORECASE,
 )
 
-_TOOL_CALL_TAG_RE: Final = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
-_FENCE_RE: Final = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
+_OPEN_TAG: Final = "<tool_call>"
+_CLOSE_TAG: Final = "</tool_call>"
+_FENCE: Final = "```"
 
 
 # -- serialisation ---------------------------------------------------------------------------
@@ -307,9 +308,9 @@ def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
     if not stripped:
         return []
     candidates: list[object] = []
-    if "<tool_call>" in stripped:
-        blocks = _TOOL_CALL_TAG_RE.findall(stripped)
-        if _TOOL_CALL_TAG_RE.sub("", stripped).strip():
+    if _OPEN_TAG in stripped:
+        blocks = _tagged_blocks(stripped)
+        if blocks is None:
             return []  # text besides the calls: leave it to the output contract
         for block in blocks:
             try:
@@ -317,8 +318,7 @@ def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
             except ValueError:
                 return []
     else:
-        fenced = _FENCE_RE.match(stripped)
-        body = fenced.group(1).strip() if fenced else stripped
+        body = _unfenced(stripped)
         if not body.startswith(("{", "[")):
             return []
         try:
@@ -336,6 +336,46 @@ def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
             return []
         calls.append(ToolCall(name=str(name), arguments=decode_arguments(arguments)))
     return calls
+
+
+def _tagged_blocks(text: str) -> list[str] | None:
+    """The bodies of ``<tool_call>...</tool_call>`` blocks making up ``text``, stripped.
+
+    The last block may lack its closing tag (it runs to the end). ``None`` when anything but
+    whitespace lies outside the blocks. One pass of ``str.find``: linear in the text, where
+    a regular expression with lazy and greedy whitespace backtracked quadratically.
+    """
+    blocks: list[str] = []
+    position = 0
+    while (start := text.find(_OPEN_TAG, position)) >= 0:
+        if text[position:start].strip():
+            return None
+        body = start + len(_OPEN_TAG)
+        end = text.find(_CLOSE_TAG, body)
+        if end < 0:
+            blocks.append(text[body:].strip())
+            return blocks
+        blocks.append(text[body:end].strip())
+        position = end + len(_CLOSE_TAG)
+    if text[position:].strip():
+        return None
+    return blocks
+
+
+def _unfenced(text: str) -> str:
+    """``text`` out of its code fence (```` ```json ... ``` ````), stripped; else ``text``.
+
+    Linear: the fence is the text's first and last three backticks, the language tag the
+    letters after the first.
+    """
+    if len(text) < 2 * len(_FENCE) or not (text.startswith(_FENCE) and text.endswith(_FENCE)):
+        return text
+    inner = text[len(_FENCE) : -len(_FENCE)]
+    letters = len(inner) - len(inner.lstrip(_LETTERS))
+    return inner[letters:].strip()
+
+
+_LETTERS: Final = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 # -- errors ----------------------------------------------------------------------------------
