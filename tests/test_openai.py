@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import socket
@@ -13,6 +14,7 @@ from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -950,6 +952,65 @@ async def test_secret_headers_are_redacted_and_short_values_are_not(
     server.script(Reply.error(401, "key local is wrong"))
     error = await fail(server, api_key="local")  # too short to redact without damage
     assert error.message == "key local is wrong"
+
+
+URL_USER, URL_PASSWORD = "gateway-user-1", "s3cret/pass@word"
+URL_TOKEN = base64.b64encode(f"{URL_USER}:{URL_PASSWORD}".encode()).decode()
+
+
+def url_with_credentials(server: ScriptedServer) -> str:
+    return server.base_url.replace("//", f"//{URL_USER}:{quote(URL_PASSWORD, safe='')}@", 1)
+
+
+def echo_credentials(recorded: RecordedRequest) -> str:
+    """Everything a careless gateway could echo of Basic auth."""
+    auth = recorded.headers["authorization"]
+    decoded = base64.b64decode(auth.removeprefix("Basic ")).decode()
+    return f"you sent {auth} ({decoded}); password {decoded.partition(':')[2]}"
+
+
+async def test_url_credentials_are_sent_as_basic_auth_and_never_shown(
+    server: ScriptedServer,
+) -> None:
+    def echo_error(recorded: RecordedRequest) -> Reply:
+        return Reply.error(500, echo_credentials(recorded))
+
+    def echo_reply(recorded: RecordedRequest) -> Reply:
+        return Reply.json(completion(echo_credentials(recorded)))
+
+    server.script(echo_error, echo_reply)
+    llm = OpenAIChat(base_url=url_with_credentials(server), api_key="sk-also-set", _environ={})
+    agent = SubAgent(name="echo", prompt="hi", max_turns=1)
+    async with llm:
+        step = await agent.run(llm=llm, retry_policy=RetryPolicy(initial_delay=0, jitter=0))
+
+    assert [r.headers["authorization"] for r in server.requests] == [f"Basic {URL_TOKEN}"] * 2
+    assert step.ok and step.output == (
+        "you sent Basic [REDACTED] ([REDACTED]:[REDACTED]); password [REDACTED]"
+    )
+    assert "password [REDACTED]" in step.turns[0].transport_retries[0].message
+    assert llm.base_url == server.base_url
+    shown = [repr(llm), str(llm), llm.base_url, str(step), step.summary(), step.model_dump_json()]
+    for text in shown:
+        for secret in (URL_PASSWORD, quote(URL_PASSWORD, safe=""), URL_TOKEN, URL_USER):
+            assert secret not in text
+
+
+@pytest.mark.parametrize(
+    ("base_url", "environ"),
+    [
+        ("ftp://user:hunter2@gateway/v1", {}),
+        (None, {"SUBAGENT_LLM": "openai:m@ftp://user:hunter2@gateway/v1"}),
+        (None, {"SUBAGENT_LLM": "other:m@http://user:hunter2@gateway/v1"}),
+    ],
+)
+def test_a_configuration_error_never_quotes_url_credentials(
+    base_url: str | None, environ: dict[str, str]
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        OpenAIChat(base_url=base_url, _environ=environ)
+    assert "hunter2" not in str(caught.value)
+    assert "[REDACTED]@gateway" in str(caught.value)
 
 
 # -- sizes and deadlines ----------------------------------------------------------------------

@@ -22,6 +22,7 @@ The JSON sent and read, and the classification of errors, live in
 
 from __future__ import annotations
 
+import base64
 import functools
 import math
 import os
@@ -38,7 +39,7 @@ from subagent._checks import check_int, check_seconds
 from subagent._errors import ConfigurationError, ErrorKind, LLMError
 from subagent.llm._decode import ACCEPT_ENCODING
 from subagent.llm._protocol import LLMRequest, LLMResponse, StopReason, StreamDelta
-from subagent.llm._redact import Redactor
+from subagent.llm._redact import Redactor, redact_url_credentials
 from subagent.llm._sse import SSEEvents, StreamAccumulator, read_body
 from subagent.llm._wire import (
     parse_completion,
@@ -101,7 +102,8 @@ def parse_subagent_llm(spec: str) -> tuple[str, str | None, str | None]:
     if not colon or provider.lower() not in _SPEC_PROVIDERS:
         raise ConfigurationError(
             _ENV_SPEC,
-            f"expected 'openai:MODEL', 'openai:MODEL@BASE_URL' or 'openai:@BASE_URL', got {spec!r}",
+            f"expected 'openai:MODEL', 'openai:MODEL@BASE_URL' or 'openai:@BASE_URL', "
+            f"got {redact_url_credentials(spec)!r}",
         )
     at = max(rest.rfind("@http://"), rest.rfind("@https://"))
     if at >= 0:
@@ -110,7 +112,8 @@ def parse_subagent_llm(spec: str) -> tuple[str, str | None, str | None]:
         if "@" in rest:
             raise ConfigurationError(
                 _ENV_SPEC,
-                f"the base URL after '@' must start with http:// or https://, got {spec!r}",
+                f"the base URL after '@' must start with http:// or https://, "
+                f"got {redact_url_credentials(spec)!r}",
             )
         model, base_url = rest, ""
     return provider.lower(), model.strip() or None, base_url.strip() or None
@@ -203,16 +206,21 @@ class OpenAIChat:
         resolved_model = model or spec_model or environ.get("OPENAI_MODEL", "").strip() or None
         resolved_key = api_key if api_key is not None else environ.get("OPENAI_API_KEY") or None
 
+        shown_url = redact_url_credentials(resolved_url)
         try:
             url = httpx.URL(resolved_url.rstrip("/"))
         except (httpx.InvalidURL, TypeError) as error:
-            raise ConfigurationError(
-                "base_url", f"{resolved_url!r} is not a URL: {error}"
-            ) from None
+            detail = redact_url_credentials(str(error))
+            raise ConfigurationError("base_url", f"{shown_url!r} is not a URL: {detail}") from None
         if url.scheme not in ("http", "https") or not url.host:
             raise ConfigurationError(
-                "base_url", f"must be an http:// or https:// URL, got {resolved_url!r}"
+                "base_url", f"must be an http:// or https:// URL, got {shown_url!r}"
             )
+        # Credentials in the URL (http://user:password@gateway/v1) travel as Basic auth,
+        # as httpx would send them, and are kept out of the URL the adapter stores and shows.
+        url_secrets = [url.username, url.password, *url.userinfo.decode("ascii").split(":", 1)]
+        basic = _basic_auth(url.username, url.password) if url.userinfo else None
+        url = url.copy_with(username=None, password=None) if url.userinfo else url
         is_openai = url.host == "api.openai.com"
         if is_openai and not resolved_model:
             raise ConfigurationError(
@@ -253,6 +261,8 @@ class OpenAIChat:
         }
         if resolved_key:
             self._headers["Authorization"] = f"Bearer {resolved_key}"
+        if basic is not None:  # URL credentials win over a key, as httpx's own auth did
+            self._headers["Authorization"] = basic
         self._headers.update(headers or {})
         self.text_tool_calls = text_tool_calls
         self._owns_client = http_client is None
@@ -261,7 +271,9 @@ class OpenAIChat:
             http_client if http_client is not None else _new_client(url.host, max_connections)
         )
         # Every text a server sends back is redacted of these before it is stored.
-        self._redactor = Redactor.for_request(resolved_key, self._headers, self._client.headers)
+        self._redactor = Redactor.for_request(
+            resolved_key, self._headers, self._client.headers, extra=url_secrets
+        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> OpenAIChat:
@@ -467,6 +479,11 @@ class OpenAIChat:
             redactor.error(error)
             raise
         yield StreamDelta(response=redactor.response(self._with_text_tool_calls(request, final)))
+
+
+def _basic_auth(username: str, password: str) -> str:
+    token = base64.b64encode(f"{username}:{password}".encode()).decode("ascii")
+    return f"Basic {token}"
 
 
 def _new_client(host: str, max_connections: int) -> httpx.AsyncClient:
