@@ -1013,6 +1013,30 @@ def test_a_configuration_error_never_quotes_url_credentials(
     assert "[REDACTED]@gateway" in str(caught.value)
 
 
+MALFORMED_REPLIES = {
+    "a chunk whose tool_calls is a number": lambda: Reply.sse(
+        [{"choices": [{"index": 0, "delta": {"tool_calls": 1}}]}]
+    ),
+    "a 100,000-deep chunk": lambda: Reply.sse(["[" * 100_000 + "]" * 100_000]),
+    "a 100,000-deep body": lambda: Reply.json("[" * 100_000 + "]" * 100_000),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED_REPLIES))
+async def test_a_malformed_reply_is_an_invalid_response_and_retried(
+    server: ScriptedServer, case: str
+) -> None:
+    good = Reply.sse([sse_chunk("fine"), sse_chunk(finish_reason="stop"), "[DONE]"])
+    server.script(MALFORMED_REPLIES[case](), good)
+    agent = SubAgent(name="malformed", prompt="hi", max_turns=1)
+    policy = RetryPolicy(initial_delay=0, jitter=0)
+    async with make_llm(server) as llm:
+        step = await agent.run(llm=llm, retry_policy=policy, on_text=lambda _: None)
+    assert step.ok and step.output == "fine"
+    (retry,) = step.turns[0].transport_retries
+    assert retry.kind is ErrorKind.INVALID_RESPONSE
+
+
 # -- sizes and deadlines ----------------------------------------------------------------------
 
 

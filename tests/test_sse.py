@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -11,8 +13,10 @@ import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import json_values
 
-from subagent.llm._sse import SSEEvents
+from subagent import ErrorKind, LLMError
+from subagent.llm._sse import SSEEvents, StreamAccumulator
 
 pytestmark = pytest.mark.anyio
 
@@ -116,3 +120,81 @@ async def test_the_loop_gets_a_turn_between_chunks() -> None:
         group.cancel_scope.cancel()
     # Without a turn between chunks the other task ran once, before the stream was read.
     assert turns >= 100
+
+
+# -- chunks of unexpected shapes -------------------------------------------------------------
+
+anything = json_values(max_leaves=6)
+CLASSIFIED = {None, ErrorKind.INVALID_RESPONSE, ErrorKind.SERVER_ERROR, ErrorKind.CONTENT_FILTER,
+              ErrorKind.CONTEXT_LENGTH, ErrorKind.CONNECTION}  # fmt: skip
+call_shapes = st.fixed_dictionaries(
+    {},
+    optional={
+        "index": anything | st.integers(0, 2),
+        "id": anything,
+        "function": anything
+        | st.fixed_dictionaries({}, optional={"name": anything, "arguments": anything}),
+    },
+)
+delta_shapes = st.fixed_dictionaries(
+    {},
+    optional={
+        "content": anything,
+        "reasoning_content": anything,
+        "tool_calls": anything | st.lists(call_shapes | anything, max_size=3),
+        "function_call": anything,
+    },
+)
+chunk_shapes = st.fixed_dictionaries(
+    {},
+    optional={
+        "choices": anything
+        | st.lists(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "index": anything | st.just(0),
+                    "delta": delta_shapes | anything,
+                    "finish_reason": anything,
+                },
+            ),
+            max_size=2,
+        ),
+        "usage": anything,
+        "model": anything,
+        "error": anything,
+    },
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(chunk_shapes, min_size=1, max_size=4))
+def test_chunks_of_any_shape_are_read_or_refused_as_a_classified_error(
+    chunks: list[dict[str, Any]],
+) -> None:
+    accumulator = StreamAccumulator("m")
+    try:
+        for chunk in chunks:
+            accumulator.add(json.dumps(chunk))
+        reply = accumulator.build()
+    except LLMError as error:
+        kind = error.kind
+    else:
+        kind = None
+        assert isinstance(reply.text, str)
+    assert kind in CLASSIFIED
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": 1}}]}),
+        json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": "call"}}]}),
+        "[" * 100_000 + "]" * 100_000,
+    ],
+    ids=["tool_calls a number", "tool_calls a string", "100,000-deep"],
+)
+def test_a_malformed_chunk_is_an_invalid_response(chunk: str) -> None:
+    with pytest.raises(LLMError) as caught:
+        StreamAccumulator("m").add(chunk)
+    assert caught.value.kind is ErrorKind.INVALID_RESPONSE

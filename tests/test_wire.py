@@ -16,8 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import json_values
 
+from subagent import ErrorKind, LLMError
 from subagent.llm import ToolCall, tool_calls_in_text
-from subagent.llm._wire import decode_arguments
+from subagent.llm._wire import decode_arguments, parse_completion, status_error
 
 TOOLS = {"a", "b"}
 
@@ -159,3 +160,87 @@ def test_the_worst_patterns_take_linear_time(pattern: str) -> None:
     assert medium / small < 30, f"10 KB {small:.6f} s, 100 KB {medium:.6f} s"
     large = seconds(make(1_000_000))
     assert large / medium < 30, f"100 KB {medium:.6f} s, 1 MB {large:.6f} s"
+
+
+# -- replies of unexpected shapes ------------------------------------------------------------
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+anything = json_values(max_leaves=6)
+CLASSIFIED = {None, ErrorKind.INVALID_RESPONSE, ErrorKind.SERVER_ERROR, ErrorKind.CONTENT_FILTER,
+              ErrorKind.CONTEXT_LENGTH}  # fmt: skip
+message_shapes = st.fixed_dictionaries(
+    {},
+    optional={
+        "role": anything,
+        "content": anything,
+        "tool_calls": anything
+        | st.lists(
+            st.fixed_dictionaries(
+                {}, optional={"id": anything, "type": anything, "function": anything}
+            )
+            | st.fixed_dictionaries(
+                {
+                    "function": st.fixed_dictionaries(
+                        {"name": anything}, optional={"arguments": anything}
+                    )
+                }
+            ),
+            max_size=3,
+        ),
+        "function_call": anything,
+        "refusal": anything,
+        "reasoning_content": anything,
+    },
+)
+reply_shapes = st.fixed_dictionaries(
+    {},
+    optional={
+        "choices": anything
+        | st.lists(
+            st.fixed_dictionaries(
+                {}, optional={"message": message_shapes | anything, "finish_reason": anything}
+            ),
+            max_size=2,
+        ),
+        "usage": anything
+        | st.dictionaries(st.sampled_from(["prompt_tokens", "completion_tokens"]), anything),
+        "model": anything,
+        "error": anything,
+    },
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(reply_shapes)
+def test_a_reply_of_any_shape_is_read_or_refused_as_a_classified_error(
+    body: dict[str, Any],
+) -> None:
+    text = json.dumps(body)
+    try:
+        reply = parse_completion(text, "m", 200)
+    except LLMError as error:
+        kind = error.kind
+    else:
+        kind = None
+        assert isinstance(reply.text, str)
+    assert kind in CLASSIFIED
+
+
+def test_json_nested_past_the_parsers_depth_is_an_invalid_response() -> None:
+    with pytest.raises(LLMError) as caught:
+        parse_completion(DEEP, "m", 200)
+    assert caught.value.kind is ErrorKind.INVALID_RESPONSE
+    assert "nested too deeply" in caught.value.message
+    # An error body nested that deep keeps the classification of its status.
+    assert status_error(503, {}, DEEP).kind is ErrorKind.SERVER_ERROR
+    # Tool-call arguments nested that deep are kept as text: invalid arguments, told the model.
+    body = completion_with_arguments(DEEP)
+    (call,) = parse_completion(body, "m", 200).tool_calls
+    assert call.arguments == DEEP
+
+
+def completion_with_arguments(arguments: str) -> str:
+    function = {"name": "a", "arguments": arguments}
+    message = {"role": "assistant", "content": None, "tool_calls": [{"function": function}]}
+    return json.dumps({"choices": [{"message": message, "finish_reason": "tool_calls"}]})

@@ -42,6 +42,8 @@ from subagent.llm._protocol import LLMRequest, LLMResponse, StopReason, StreamDe
 from subagent.llm._redact import Redactor, redact_url_credentials
 from subagent.llm._sse import SSEEvents, StreamAccumulator, read_body
 from subagent.llm._wire import (
+    MALFORMED,
+    malformed_reply,
     parse_completion,
     parse_retry_after,
     request_body,
@@ -373,11 +375,14 @@ class OpenAIChat:
                 self._check_deadline(scope)
             except httpx.HTTPError as error:
                 raise transport_error(error) from error
-            reply = parse_completion(text, self.model, status)
+            try:
+                reply = parse_completion(text, self.model, status)
+                return self._redactor.response(self._with_text_tool_calls(request, reply))
+            except MALFORMED as error:
+                raise malformed_reply(error, text, status) from None
         except LLMError as error:
             self._redactor.error(error)
             raise
-        return self._redactor.response(self._with_text_tool_calls(request, reply))
 
     def _deadline(self) -> float:
         """When this call must be over, on anyio's clock (``inf`` without ``total_timeout``)."""
@@ -445,8 +450,11 @@ class OpenAIChat:
                             text = await read_body(response, self.max_response_bytes)
                     self._check_deadline(scope)
                     if not streamed:
-                        whole = parse_completion(text, self.model, status)
-                        whole = redactor.response(self._with_text_tool_calls(request, whole))
+                        try:
+                            whole = parse_completion(text, self.model, status)
+                            whole = redactor.response(self._with_text_tool_calls(request, whole))
+                        except MALFORMED as error:
+                            raise malformed_reply(error, text, status) from None
                         if whole.text:
                             yield StreamDelta(text=whole.text)
                         yield StreamDelta(response=whole)
@@ -469,16 +477,24 @@ class OpenAIChat:
                             break
                         # A secret split across two events reaches on_text in two pieces;
                         # the assembled reply below is redacted whole.
-                        text = accumulator.add(redactor.text(data) if redactor else data)
+                        data = redactor.text(data) if redactor else data
+                        try:
+                            text = accumulator.add(data)
+                        except MALFORMED as error:
+                            raise malformed_reply(error, data, status) from None
                         if text or accumulator.reasoning_added:
                             yield StreamDelta(text=text, reasoning=accumulator.reasoning_added)
-                    final = accumulator.build()
+                    try:
+                        final = accumulator.build()
+                        final = redactor.response(self._with_text_tool_calls(request, final))
+                    except MALFORMED as error:
+                        raise malformed_reply(error, "", status) from None
             except httpx.HTTPError as error:
                 raise transport_error(error) from error
         except LLMError as error:
             redactor.error(error)
             raise
-        yield StreamDelta(response=redactor.response(self._with_text_tool_calls(request, final)))
+        yield StreamDelta(response=final)
 
 
 def _basic_auth(username: str, password: str) -> str:

@@ -20,6 +20,7 @@ from subagent.llm._wire import (
     decode_usage,
     error_from_body,
     invalid_response,
+    loads,
     reasoning_text,
     stop_reason,
 )
@@ -53,7 +54,7 @@ class StreamAccumulator:
     def add(self, data: str) -> str:
         """Take one ``data:`` payload; return the text it adds."""
         try:
-            chunk = json.loads(data)
+            chunk = loads(data)
         except ValueError as error:
             raise invalid_response(f"a streamed chunk is not JSON ({error})", data, 200) from None
         if not isinstance(chunk, dict):
@@ -88,7 +89,10 @@ class StreamAccumulator:
                 self._grow(len(thought))
                 self.reasoning.append(thought)
                 self.reasoning_added += thought
-            for position, raw in enumerate(delta.get("tool_calls") or []):
+            raw_calls = delta.get("tool_calls") or []
+            if not isinstance(raw_calls, list):
+                raise invalid_response("a streamed chunk's tool_calls is not a list", data, 200)
+            for position, raw in enumerate(raw_calls):
                 if isinstance(raw, dict):
                     self._add_call(position, raw)
             legacy = delta.get("function_call")

@@ -26,6 +26,8 @@ __all__ = [
     "decode_usage",
     "error_from_body",
     "invalid_response",
+    "loads",
+    "malformed_reply",
     "message_json",
     "parse_completion",
     "parse_retry_after",
@@ -76,6 +78,18 @@ _CONTEXT_LENGTH_RE: Final = re.compile(
 _OPEN_TAG: Final = "<tool_call>"
 _CLOSE_TAG: Final = "</tool_call>"
 _FENCE: Final = "```"
+
+
+def loads(text: str) -> Any:
+    """``json.loads``, where JSON nested too deep for the parser is a ``ValueError``.
+
+    ``json`` raises ``RecursionError`` past about 1,000 levels; here that is invalid JSON
+    like any other.
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to be read") from None
 
 
 # -- serialisation ---------------------------------------------------------------------------
@@ -175,7 +189,7 @@ def decode_arguments(raw: object) -> dict[str, Any] | str:
     if not text.strip():
         return {}
     try:
-        decoded = json.loads(text)
+        decoded = loads(text)
     except ValueError:
         return text
     return decoded if isinstance(decoded, dict) else text
@@ -218,9 +232,22 @@ def invalid_response(
     )
 
 
+MALFORMED: Final = (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError)
+"""What reading a reply of an unexpected shape can raise (a number where a list belongs, JSON
+nested past the parser's depth): such a reply is ``invalid_response``, never an adapter bug."""
+
+
+def malformed_reply(error: BaseException, body: str, status: int | None) -> LLMError:
+    """A reply whose shape could not be read (one of :data:`MALFORMED`): ``invalid_response``."""
+    detail = str(error)[:200] or type(error).__name__
+    return invalid_response(
+        f"the reply has an unexpected shape ({type(error).__name__}: {detail})", body, status
+    )
+
+
 def parse_completion(text: str, requested_model: str | None, status: int) -> LLMResponse:
     try:
-        data = json.loads(text)
+        data = loads(text)
     except ValueError as error:
         raise invalid_response(f"the reply is not JSON ({error})", text, status) from None
     if not isinstance(data, dict):
@@ -314,7 +341,7 @@ def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
             return []  # text besides the calls: leave it to the output contract
         for block in blocks:
             try:
-                candidates.append(json.loads(block))
+                candidates.append(loads(block))
             except ValueError:
                 return []
     else:
@@ -322,7 +349,7 @@ def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
         if not body.startswith(("{", "[")):
             return []
         try:
-            decoded = json.loads(body)
+            decoded = loads(body)
         except ValueError:
             return []
         candidates = decoded if isinstance(decoded, list) else [decoded]
@@ -394,10 +421,13 @@ def transport_error(error: httpx.HTTPError) -> LLMError:
 
 def status_error(status: int, headers: Mapping[str, str], text: str) -> LLMError:
     try:
-        data: object = json.loads(text) if text.strip() else None
+        data: object = loads(text) if text.strip() else None
     except ValueError:
         data = None
-    return error_from_body(status, data, text, headers)
+    try:
+        return error_from_body(status, data, text, headers)
+    except MALFORMED:  # an error object of an unexpected shape: classified by its status
+        return error_from_body(status, None, text, headers)
 
 
 def _error_fields(data: object) -> tuple[str, str]:
