@@ -426,7 +426,7 @@ def _model(agent: SubAgent[Any], local_model: str) -> Iterator[LLM]:
         yield configured
         return
     if agent.llm is not None:
-        yield agent.llm
+        yield agent.llm  # type: ignore[misc]  # a spec string is an LLMSpec once built
         return
     local = _local_llm_module()
     if local is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import pickle
 import socket
 import time
 import tracemalloc
@@ -31,6 +32,7 @@ from subagent.llm import (
     DEFAULT_RETRYABLE,
     LLMRequest,
     LLMResponse,
+    LLMSpec,
     Message,
     OpenAIChat,
     StopReason,
@@ -41,6 +43,7 @@ from subagent.llm import (
     parse_subagent_llm,
     tool_calls_in_text,
 )
+from subagent.llm._redact import redact_url_credentials
 
 pytestmark = pytest.mark.anyio
 
@@ -1035,6 +1038,62 @@ async def test_a_malformed_reply_is_an_invalid_response_and_retried(
     assert step.ok and step.output == "fine"
     (retry,) = step.turns[0].transport_retries
     assert retry.kind is ErrorKind.INVALID_RESPONSE
+
+
+# -- a model named by a string ----------------------------------------------------------------
+
+
+def test_a_spec_string_is_accepted_wherever_an_llm_is(
+    server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SUBAGENT_LLM names another server: the string given says which model, not the env.
+    monkeypatch.setenv("SUBAGENT_LLM", "openai:env-model@http://127.0.0.1:9/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
+    server.script(*[Reply.json(completion("four"))] * 3)
+    agent = SubAgent(
+        name="spec", prompt="2 + 2?", max_turns=1, llm=f"openai:small@{server.base_url}"
+    )
+    assert isinstance(agent.llm, LLMSpec)
+    assert (agent.llm.model_name, agent.llm.server_port) == ("small", server.port)
+    # Each run in its own event loop: the spec opens an adapter per call.
+    assert agent.run_sync().output == agent.run_sync().output == "four"
+    override = f"openai:other@{server.base_url}"
+    assert agent.run_sync(llm=override).ok
+    assert [r.json["model"] for r in server.requests] == ["small", "small", "other"]
+    assert server.requests[0].headers["authorization"] == "Bearer sk-from-the-environment"
+
+
+async def test_a_spec_string_streams_and_pickles(server: ScriptedServer) -> None:
+    server.script(
+        Reply.sse([sse_chunk("str"), sse_chunk("eamed"), sse_chunk(finish_reason="stop")])
+    )
+    spec = pickle.loads(pickle.dumps(LLMSpec(f"openai:m@{server.base_url}", environ=NO_ENV)))
+    pieces: list[str] = []
+    step = await SubAgent(name="s", prompt="hi", max_turns=1).run(llm=spec, on_text=pieces.append)
+    assert step.output == "streamed" and pieces == ["str", "eamed"]
+    assert server.requests[0].json["stream"] is True
+
+
+@pytest.mark.parametrize(
+    "spec", ["gpt-4o-mini", "anthropic:claude", "openai:m@ftp://user:hunter2@x/v1", ""]
+)
+def test_a_bad_spec_string_is_a_configuration_error_naming_llm_and_the_value(spec: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        SubAgent(name="s", prompt="hi", llm=spec)
+    assert caught.value.field == "llm"
+    assert "hunter2" not in str(caught.value)
+    assert redact_url_credentials(repr(spec.strip())) in str(caught.value)
+    with pytest.raises(ConfigurationError, match=r"^llm: "):
+        SubAgent(name="s", prompt="hi").run_sync(llm=spec)
+
+
+def test_a_spec_string_for_openai_without_a_key_fails_when_the_agent_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(ConfigurationError, match="api_key"):
+        SubAgent(name="s", prompt="hi", llm="openai:gpt-4o-mini")
 
 
 # -- sizes and deadlines ----------------------------------------------------------------------

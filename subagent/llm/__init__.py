@@ -18,7 +18,7 @@ What it may import: the base modules only (``subagent._errors``, ``subagent._che
 It knows nothing of agents, turns or phases; the run loop calls into it.
 """
 
-from subagent.llm._openai import DEFAULT_BASE_URL, OpenAIChat, parse_subagent_llm
+from subagent.llm._openai import DEFAULT_BASE_URL, LLMSpec, OpenAIChat, parse_subagent_llm
 from subagent.llm._protocol import (
     LLM,
     LLMRequest,
@@ -45,6 +45,7 @@ __all__ = [
     "DeltaHandler",
     "LLMRequest",
     "LLMResponse",
+    "LLMSpec",
     "Message",
     "OpenAIChat",
     "ReasoningSplitter",

@@ -28,7 +28,7 @@ import math
 import os
 import ssl
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, aclosing
 from types import TracebackType
 from typing import Any, Final
 
@@ -57,6 +57,7 @@ __all__ = [
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_MAX_STREAM_BYTES",
     "DEFAULT_TOTAL_TIMEOUT",
+    "LLMSpec",
     "OpenAIChat",
     "parse_retry_after",
     "parse_subagent_llm",
@@ -85,25 +86,29 @@ _ENV_SPEC: Final = "SUBAGENT_LLM"
 _SPEC_PROVIDERS: Final = frozenset({"openai"})
 
 
-def parse_subagent_llm(spec: str) -> tuple[str, str | None, str | None]:
+def parse_subagent_llm(spec: str, *, field: str = _ENV_SPEC) -> tuple[str, str | None, str | None]:
     """Split a ``SUBAGENT_LLM`` value into ``(provider, model, base_url)``.
 
     Args:
         spec: ``openai:MODEL``, ``openai:MODEL@BASE_URL`` or ``openai:@BASE_URL``.
+        field: The name a configuration error gives (``SUBAGENT_LLM``, or ``llm`` for a
+            string passed where a model is expected).
 
     Returns:
         The provider (``"openai"``), the model (``None`` when empty) and the base URL
         (``None`` when absent).
 
     Raises:
-        ConfigurationError: The value does not have that form (the field named is
-            ``SUBAGENT_LLM``).
+        ConfigurationError: The value does not have that form (naming ``field`` and the
+            value, with any URL credentials in it redacted).
     """
+    if not isinstance(spec, str):
+        raise ConfigurationError(field, f"must be a string, got {type(spec).__name__}")
     text = spec.strip()
     provider, colon, rest = text.partition(":")
     if not colon or provider.lower() not in _SPEC_PROVIDERS:
         raise ConfigurationError(
-            _ENV_SPEC,
+            field,
             f"expected 'openai:MODEL', 'openai:MODEL@BASE_URL' or 'openai:@BASE_URL', "
             f"got {redact_url_credentials(spec)!r}",
         )
@@ -113,7 +118,7 @@ def parse_subagent_llm(spec: str) -> tuple[str, str | None, str | None]:
     else:
         if "@" in rest:
             raise ConfigurationError(
-                _ENV_SPEC,
+                field,
                 f"the base URL after '@' must start with http:// or https://, "
                 f"got {redact_url_credentials(spec)!r}",
             )
@@ -495,6 +500,64 @@ class OpenAIChat:
             redactor.error(error)
             raise
         yield StreamDelta(response=final)
+
+
+class LLMSpec:
+    """The model a spec string names, as an :class:`~subagent.llm.LLM`.
+
+    What ``SubAgent(llm="openai:gpt-4o-mini")`` (and ``llm=`` of ``run()`` and the batch
+    functions) makes of a string. The forms are those of ``SUBAGENT_LLM``:
+    ``openai:MODEL``, ``openai:MODEL@BASE_URL`` and ``openai:@BASE_URL``; the API key comes
+    from ``OPENAI_API_KEY`` and a missing base URL from ``OPENAI_BASE_URL`` (else OpenAI's),
+    never from ``SUBAGENT_LLM``: the string says which model.
+
+    Each call opens an :class:`OpenAIChat` of its own and closes it when the call ends, so a
+    spec works in any event loop, any number of times, and pickles. Connections are not
+    reused between calls: for many calls to a remote server, pass an ``OpenAIChat``, whose
+    pool serves them all.
+
+    Args:
+        spec: The spec string.
+        field: The name configuration errors give.
+        environ: The environment to read; defaults to ``os.environ`` (read at each call).
+
+    Raises:
+        ConfigurationError: The string is not a spec (naming ``field`` and the value), or
+            the model it names cannot be configured (OpenAI's own API without a key, say).
+    """
+
+    def __init__(
+        self, spec: str, *, field: str = "llm", environ: Mapping[str, str] | None = None
+    ) -> None:
+        _, model, base_url = parse_subagent_llm(spec, field=field)
+        self.spec: str = spec.strip()
+        self._model = model
+        self._base_url = base_url
+        self._environ = environ
+        probe = self._adapter()  # every value checked now, not at the first call
+        self.model_name: str = probe.model_name
+        self.provider_name: str = probe.provider_name
+        self.server_address: str = probe.server_address
+        self.server_port: int = probe.server_port
+
+    def __repr__(self) -> str:
+        return f"LLMSpec({redact_url_credentials(self.spec)!r})"
+
+    def _adapter(self) -> OpenAIChat:
+        environ = os.environ if self._environ is None else self._environ
+        own = {name: value for name, value in environ.items() if name != _ENV_SPEC}
+        return OpenAIChat(model=self._model, base_url=self._base_url, _environ=own)
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Answer ``request`` through an adapter opened for this call."""
+        async with self._adapter() as llm:
+            return await llm.complete(request)
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[StreamDelta]:
+        """Stream the reply to ``request`` through an adapter opened for this call."""
+        async with self._adapter() as llm, aclosing(llm.stream(request)) as deltas:  # type: ignore[type-var]
+            async for delta in deltas:
+                yield delta
 
 
 def _basic_auth(username: str, password: str) -> str:
