@@ -39,6 +39,7 @@ from subagent.llm import (
     StreamDelta,
     ToolCall,
     ToolDefinition,
+    Usage,
     parse_retry_after,
     parse_subagent_llm,
     tool_calls_in_text,
@@ -552,6 +553,67 @@ async def test_stream_yields_text_then_the_whole_reply(server: ScriptedServer) -
     assert body["stream_options"] == {"include_usage": True}
     assert body["max_tokens"] == 3
     assert server.requests[0].headers["accept"] == "text/event-stream"
+
+
+async def test_usage_a_server_does_not_report_is_unreported_not_zero(
+    server: ScriptedServer,
+) -> None:
+    # llama-cpp-python ignores stream_options: its streams carry no usage at all.
+    without = [sse_chunk("ok"), sse_chunk(None, finish_reason="stop"), "[DONE]"]
+    with_usage = [
+        *without[:2],
+        {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 1}},
+    ]
+    body = completion("ok")
+    del body["usage"]
+    server.script(Reply.sse(without), Reply.sse(with_usage), Reply.json(body))
+    async with make_llm(server) as llm:
+        unreported = (await collect(llm, ask()))[-1].response
+        reported = (await collect(llm, ask()))[-1].response
+        whole = await llm.complete(ask())
+    assert unreported is not None and reported is not None
+    assert unreported.usage == Usage(unreported=1) and not unreported.usage.known
+    assert reported.usage == Usage(input_tokens=4, output_tokens=1) and reported.usage.known
+    assert whole.usage.unreported == 1
+    assert json.loads(reported.usage.model_dump_json()) == {"input_tokens": 4, "output_tokens": 1}
+
+
+async def test_a_run_on_a_stream_without_usage_says_its_usage_is_unreported(
+    server: ScriptedServer,
+) -> None:
+    no_usage = Reply.sse([sse_chunk("fine"), sse_chunk(None, finish_reason="stop"), "[DONE]"])
+    server.script(no_usage)
+    agent = SubAgent(name="usage", prompt="hi", max_turns=1)
+    async with make_llm(server) as llm:
+        step = await agent.run(llm=llm, on_text=lambda _: None)
+    assert step.ok and step.turns[0].usage.unreported == 1
+    assert step.usage.total == Usage(unreported=1) and not step.usage.total.known
+    assert type(step).model_validate_json(step.model_dump_json()) == step
+
+
+async def test_a_server_refusing_stream_options_is_asked_again_without_it(
+    server: ScriptedServer,
+) -> None:
+    refusal = Reply.error(400, "Unrecognized request argument supplied: stream_options")
+    ok = Reply.sse([sse_chunk("ok"), sse_chunk(None, finish_reason="stop")])
+    server.script(refusal, ok, ok)
+    async with make_llm(server) as llm:
+        first = (await collect(llm, ask()))[-1].response
+        second = (await collect(llm, ask()))[-1].response
+    assert first is not None and second is not None and first.text == second.text == "ok"
+    asked = ["stream_options" in request.json for request in server.requests]
+    assert asked == [True, False, False]  # refused once, then never asked again
+
+
+async def test_a_bad_request_not_about_stream_options_is_not_sent_again(
+    server: ScriptedServer,
+) -> None:
+    server.script(Reply.error(400, "messages: field required"))
+    async with make_llm(server) as llm:
+        with pytest.raises(LLMError) as caught:
+            await collect(llm, ask())
+    assert caught.value.kind is ErrorKind.BAD_REQUEST
+    assert len(server.requests) == 1
 
 
 async def test_stream_assembles_tool_call_deltas(server: ScriptedServer) -> None:

@@ -46,6 +46,7 @@ from subagent.llm._wire import (
     malformed_reply,
     parse_completion,
     parse_retry_after,
+    rejects_stream_options,
     request_body,
     status_error,
     tool_calls_in_text,
@@ -272,6 +273,8 @@ class OpenAIChat:
             self._headers["Authorization"] = basic
         self._headers.update(headers or {})
         self.text_tool_calls = text_tool_calls
+        # Streams ask for their usage until a server refuses stream_options (see stream()).
+        self._stream_usage = True
         self._owns_client = http_client is None
         check_int("max_connections", max_connections, 1)
         self._client = (
@@ -339,6 +342,9 @@ class OpenAIChat:
     def build_body(self, request: LLMRequest, *, stream: bool = False) -> dict[str, Any]:
         """The JSON body sent for ``request`` (public for inspection and tests).
 
+        A streamed request asks for usage in the stream
+        (``stream_options: {"include_usage": true}``) until the server refuses the field.
+
         Args:
             request: The request to serialise.
             stream: Whether to ask for server-sent events.
@@ -347,8 +353,9 @@ class OpenAIChat:
             A JSON-serialisable dict.
         """
         return request_body(
-            request, model=self.model, default_settings=self.default_settings, stream=stream
-        )
+            request, model=self.model, default_settings=self.default_settings, stream=stream,
+            stream_usage=self._stream_usage,
+        )  # fmt: skip
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """Send one chat-completions request and return the reply.
@@ -430,7 +437,6 @@ class OpenAIChat:
         Raises:
             LLMError: The call failed, before or during the stream.
         """
-        body = self.build_body(request, stream=True)
         headers = {**self._headers, "Accept": "text/event-stream"}
         redactor = self._redactor
         deadline = self._deadline()
@@ -440,16 +446,25 @@ class OpenAIChat:
                     # Every await runs under the call's deadline; no yield does (a cancel
                     # scope must not span a yield of an async generator).
                     with anyio.CancelScope(deadline=deadline) as scope:
-                        response = await stack.enter_async_context(
-                            self._client.stream(
-                                "POST", self._endpoint, json=body, headers=headers,
-                                timeout=self._timeout,
-                            )
-                        )  # fmt: skip
-                        status = response.status_code
-                        if status >= 300:
+                        while True:
+                            asked_usage = self._stream_usage
+                            response = await stack.enter_async_context(
+                                self._client.stream(
+                                    "POST", self._endpoint, headers=headers,
+                                    json=self.build_body(request, stream=True),
+                                    timeout=self._timeout,
+                                )
+                            )  # fmt: skip
+                            status = response.status_code
+                            if status < 300:
+                                break
                             text = await read_body(response, _MAX_ERROR_READ, truncate=True)
-                            raise status_error(status, response.headers, text)
+                            error = status_error(status, response.headers, text)
+                            if not (asked_usage and rejects_stream_options(error)):
+                                raise error
+                            # A server that does not know stream_options: asked again
+                            # without it, now and for the rest of this adapter's calls.
+                            self._stream_usage = False
                         streamed = "text/event-stream" in response.headers.get("content-type", "")
                         if not streamed:  # the server ignored stream=true: one piece
                             text = await read_body(response, self.max_response_bytes)

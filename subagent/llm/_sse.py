@@ -13,8 +13,9 @@ import httpx
 
 from subagent._errors import ErrorKind, LLMError
 from subagent.llm._decode import decoded_chunks, finish_response
-from subagent.llm._protocol import LLMResponse, ToolCall, Usage
+from subagent.llm._protocol import LLMResponse, ToolCall
 from subagent.llm._wire import (
+    UNREPORTED,
     content_text,
     decode_arguments,
     decode_usage,
@@ -45,7 +46,7 @@ class StreamAccumulator:
         self.reasoning_added = ""  # the reasoning the last chunk added
         self.calls: dict[int, _PartialCall] = {}
         self.finish_reason: object = None
-        self.usage = Usage()
+        self.usage = UNREPORTED  # until a chunk reports it (stream_options.include_usage)
         self.done = False
         self.chunks = 0
         self.size = 0  # characters of text and tool-call arguments held

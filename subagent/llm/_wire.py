@@ -21,6 +21,7 @@ from subagent._errors import ErrorKind, LLMError
 from subagent.llm._protocol import LLMRequest, LLMResponse, Message, StopReason, ToolCall, Usage
 
 __all__ = [
+    "UNREPORTED",
     "content_text",
     "decode_arguments",
     "decode_usage",
@@ -32,6 +33,7 @@ __all__ = [
     "parse_completion",
     "parse_retry_after",
     "reasoning_text",
+    "rejects_stream_options",
     "request_body",
     "status_error",
     "stop_reason",
@@ -101,6 +103,7 @@ def request_body(
     model: str | None,
     default_settings: Mapping[str, Any],
     stream: bool,
+    stream_usage: bool = True,
 ) -> dict[str, Any]:
     """The JSON body of a chat-completions request.
 
@@ -109,6 +112,8 @@ def request_body(
         model: The model to name; ``None`` lets the server use its default.
         default_settings: Settings merged under the request's own ``settings``.
         stream: Whether to ask for server-sent events.
+        stream_usage: When streaming, ask for usage in the stream
+            (``stream_options: {"include_usage": true}``), unless the settings say otherwise.
 
     Returns:
         A JSON-serialisable dict.
@@ -140,7 +145,8 @@ def request_body(
             body.pop(key, None)
     if stream:
         body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
+        if stream_usage:
+            body.setdefault("stream_options", {"include_usage": True})
     else:
         body.pop("stream", None)
         body.pop("stream_options", None)
@@ -207,17 +213,27 @@ def content_text(content: object) -> str:
     return str(content)
 
 
+UNREPORTED: Final = Usage(unreported=1)
+"""The usage of a call whose server reported none."""
+
+
 def decode_usage(raw: object) -> Usage:
+    """The usage a server reported; :data:`UNREPORTED` when it reported no token count."""
     if not isinstance(raw, dict):
-        return Usage()
-    return Usage(
-        input_tokens=_int(raw.get("prompt_tokens", raw.get("input_tokens"))),
-        output_tokens=_int(raw.get("completion_tokens", raw.get("output_tokens"))),
-    )
+        return UNREPORTED
+    prompt = raw.get("prompt_tokens", raw.get("input_tokens"))
+    completion = raw.get("completion_tokens", raw.get("output_tokens"))
+    if not (_is_count(prompt) or _is_count(completion)):
+        return UNREPORTED
+    return Usage(input_tokens=_int(prompt), output_tokens=_int(completion))
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    return value if isinstance(value, int) and _is_count(value) else 0
 
 
 def invalid_response(
@@ -494,6 +510,18 @@ def error_from_body(
         retry_after=retry_after,
         body=text[:_MAX_ERROR_BODY] or None,
     )
+
+
+def rejects_stream_options(error: LLMError) -> bool:
+    """Whether ``error`` is a server refusing the ``stream_options`` field it does not know.
+
+    Azure OpenAI before its 2024 API versions answers ``400 Unrecognized request argument
+    supplied: stream_options``; strict gateways answer 400 or 422 naming the field.
+    """
+    if error.kind is not ErrorKind.BAD_REQUEST:
+        return False
+    said = f"{error.message} {error.body or ''}"
+    return "stream_options" in said or "include_usage" in said
 
 
 def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
