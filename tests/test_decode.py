@@ -96,3 +96,12 @@ def test_any_chunking_of_a_gzip_body_decodes_to_the_same_bytes(
     decoded = anyio.run(read, DecodedChunks(response(pieces, "gzip")))
     assert b"".join(decoded) == data
     assert all(len(piece) <= PIECE for piece in decoded)
+
+
+async def test_a_closed_response_inflates_nothing_more() -> None:
+    chunks = DecodedChunks(response([gzip.compress(b"a" * 5_000_000)], "gzip"))
+    assert len(await chunks.__anext__()) == PIECE
+    await chunks._response.aclose()
+    # The 5 MB the raw piece still holds are dropped, not inflated for a reader that left.
+    with pytest.raises((StopAsyncIteration, httpx.StreamClosed)):
+        await chunks.__anext__()

@@ -58,7 +58,8 @@ class _Inflater:
                 return
 
     def flush(self) -> Iterator[bytes]:
-        yield from self.feed(b"")
+        # zlib's flush() inflates all input it still holds at once: feed it in pieces first.
+        yield from self.feed(self._zlib.unconsumed_tail)
         rest = self._zlib.flush()
         if rest:
             yield rest
@@ -83,12 +84,19 @@ class DecodedChunks:
         self._layers = [_Inflater(name) for name in reversed(_encodings(response))]
         self._ready: Iterator[bytes] = iter(())
         self._ended = False
+        self._discard = False  # the response was closed early: read nothing more
 
     def __aiter__(self) -> DecodedChunks:
         return self
 
     async def __anext__(self) -> bytes:
         while True:
+            if self._response.is_closed and not self._ended:
+                # Closed by a reader that stopped (at its limit, say): nothing more is
+                # inflated; the raw iterator is only run to its end.
+                self._ready = iter(())
+                self._layers = []
+                self._discard = True
             try:
                 piece = next(self._ready, None)
             except httpx.DecodingError:
@@ -106,9 +114,11 @@ class DecodedChunks:
                 raw = await self._raw.__anext__()
             except StopAsyncIteration:
                 self._ended = True
-                self._ready = _guarded(self._through(0, None))
+                if not self._discard:
+                    self._ready = _guarded(self._through(0, None))
                 continue
-            self._ready = _guarded(self._through(0, raw))
+            if not self._discard:
+                self._ready = _guarded(self._through(0, raw))
 
     def _through(self, layer: int, data: bytes | None) -> Iterator[bytes]:
         """``data`` through the layers from ``layer`` on; ``None`` flushes them."""
