@@ -4,7 +4,8 @@ What lives here:
 
 - ``_protocol``: the :class:`LLM` protocol and its records (:class:`LLMRequest`,
   :class:`LLMResponse`, :class:`Message`, :class:`ToolCall`, :class:`Usage`...).
-- ``_openai``: :class:`OpenAIChat`, the adapter for OpenAI-compatible servers; ``_wire`` its
+- ``_openai``: :class:`OpenAIChat`, the adapter for OpenAI-compatible servers, and
+  :class:`LLMSpec`, a model named by a string (``"openai:gpt-4o-mini"``); ``_wire`` its
   JSON bodies and error classification, ``_sse`` its streamed replies, ``_decode`` bodies
   decompressed in bounded pieces, ``_redact`` the secrets it keeps out of what servers send
   back.
