@@ -3,6 +3,8 @@
     python bench/limits.py body SIZE_MB {length,chunked}   # peak memory of a huge reply
     python bench/limits.py braces SIZE_MB                  # CPU to judge a reply of '{'
     python bench/limits.py exit RUNS                       # exit time, OTLP receiver down
+    python bench/limits.py bomb SIZE_MB {complete,stream}  # peak memory of a gzip bomb
+    python bench/limits.py keepalive SIZE_MB               # a gzipped stream of keep-alives
 
 Each prints one line. Servers run in child processes, so only the client is measured.
 """
@@ -68,6 +70,46 @@ print(server.server_address[1], flush=True)
 server.serve_forever()
 """
 
+_GZIP_SERVER = r"""
+import sys, zlib
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+size, kind = int(sys.argv[1]), sys.argv[2]
+if kind == "keepalive":
+    content_type, unit = "text/event-stream", b":\n"
+else:
+    content_type, unit = "application/json", b"a"
+compressor = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+parts, block = [], unit * ((1 << 20) // len(unit))
+for start in range(0, size, len(block)):
+    parts.append(compressor.compress(block[: size - start]))
+parts.append(compressor.flush())
+body = b"".join(parts)
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+        except OSError:  # the client stopped reading
+            pass
+        self.close_connection = True
+
+server = HTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], len(body), flush=True)
+server.serve_forever()
+"""
+
 _TRACED_RUNS = r"""
 import sys, time
 import anyio
@@ -126,6 +168,65 @@ def body(size_mb: float, mode: str) -> None:
             server.kill()
 
 
+def bomb(size_mb: float, mode: str) -> None:
+    """Peak memory of one call whose gzip body decodes to ``size_mb`` MB (``mode``: complete
+    or stream, a JSON body either way)."""
+    _gzip_probe(size_mb, "bomb", mode)
+
+
+def keepalive(size_mb: float) -> None:
+    """Wall time of one streamed call (``total_timeout=1``) whose gzip body decodes to
+    ``size_mb`` MB of SSE keep-alive comments, and how often the event loop ran meanwhile."""
+    _gzip_probe(size_mb, "keepalive", "stream")
+
+
+def _gzip_probe(size_mb: float, kind: str, mode: str) -> None:
+    size = int(size_mb * 1_000_000)
+    with subprocess.Popen(
+        [sys.executable, "-c", _GZIP_SERVER, str(size), kind], stdout=subprocess.PIPE, text=True
+    ) as server:
+        assert server.stdout is not None
+        port, sent = (int(word) for word in server.stdout.readline().split())
+
+        async def call() -> None:
+            ticks = 0
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while True:
+                    await anyio.sleep(0.01)
+                    ticks += 1
+
+            llm = OpenAIChat(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", total_timeout=1)
+            async with llm, anyio.create_task_group() as group:
+                group.start_soon(ticker)
+                request = LLMRequest(messages=(Message(role="user", content="hi"),))
+                before = _rss_mib()
+                started = time.perf_counter()
+                try:
+                    if mode == "stream":
+                        async for _ in llm.stream(request):
+                            pass
+                    else:
+                        await llm.complete(request)
+                    outcome = "accepted"
+                except LLMError as exc:
+                    outcome = f"refused ({exc.kind.value})"
+                elapsed = time.perf_counter() - started
+                group.cancel_scope.cancel()
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            print(
+                f"{kind} of {sent:,} gzip bytes -> {size_mb:g} MB ({mode}): {outcome}; "
+                f"peak RSS +{max(0.0, peak - before):.0f} MiB over {before:.0f} MiB, "
+                f"{elapsed:.2f} s, loop ran {ticks} times (100/s if never blocked)"
+            )
+
+        try:
+            anyio.run(call)
+        finally:
+            server.kill()
+
+
 class _Answer(BaseModel):
     value: int
 
@@ -164,6 +265,10 @@ def main() -> None:
         body(float(args[0]), args[1])
     elif probe == "braces" and len(args) == 1:
         braces(float(args[0]))
+    elif probe == "bomb" and len(args) == 2:
+        bomb(float(args[0]), args[1])
+    elif probe == "keepalive" and len(args) == 1:
+        keepalive(float(args[0]))
     elif probe == "exit" and len(args) == 1:
         exit_time(int(args[0]))
     else:

@@ -28,7 +28,7 @@ from subagent._handle import AgentRun
 from subagent._records import FailReason, Failure, Step, build_step, user_message
 from subagent._run import AgentParts, RunOptions, current_depth, current_run_model, execute_run
 from subagent._templates import Template, default_templates
-from subagent.llm import LLM, Message, RetryPolicy, messages_from
+from subagent.llm import LLM, LLMSpec, Message, RetryPolicy, messages_from
 from subagent.observe import EventHandler, check_callback
 from subagent.parsers import DEFAULT_MAX_REPLY_CHARS, OutputParser, build_contract
 from subagent.protocols import PROTOCOLS, ProtocolName, ReplyProtocol
@@ -60,7 +60,7 @@ def _check_policy(value: object) -> ContextPolicy:
 class RunArguments(TypedDict, total=False):
     """The keyword arguments of :meth:`SubAgent.run` (also taken by ``start`` and ``stream``)."""
 
-    llm: LLM | None
+    llm: LLM | str | None
     max_turns: int | None
     return_retries: int | None
     messages: Sequence[Message | Mapping[str, Any]] | str | None
@@ -150,6 +150,8 @@ _LLM_CLASSES: set[type] = set()
 def _check_llm(value: object, name: str = "llm") -> LLM | None:
     if value is None:
         return None
+    if isinstance(value, str):  # "openai:gpt-4o-mini", the SUBAGENT_LLM forms
+        return LLMSpec(value, field=name)
     kind = type(value)
     if kind in _LLM_CLASSES:
         return cast(LLM, value)
@@ -181,7 +183,10 @@ class SubAgent(Generic[OutputT]):
             ``(text, **kwargs) -> ParseResult``.
         tools: Callables (sync or async) or :class:`Tool` objects, offered in ``normal``
             turns only.
-        llm: The default model.
+        llm: The default model: an :class:`~subagent.llm.LLM`, or a spec string in the
+            forms of ``SUBAGENT_LLM`` (``"openai:gpt-4o-mini"``,
+            ``"openai:MODEL@http://127.0.0.1:8080/v1"``), which becomes an
+            :class:`~subagent.llm.LLMSpec` (an adapter opened for each call).
         max_turns: The work budget: turns that may use tools (>= 1).
         return_retries: The correction budget: extra turns granted only after the final work
             turn produced an invalid answer (>= 0).
@@ -228,7 +233,7 @@ class SubAgent(Generic[OutputT]):
     prompt: str = ""
     output: type[OutputT] | OutputParser | None = None
     tools: Sequence[Tool | Callable[..., Any]] = ()
-    llm: LLM | None = None
+    llm: LLM | str | None = None
     max_turns: int = 5
     return_retries: int = 0
     context_policy: ContextPolicy = "collapse"
@@ -264,7 +269,7 @@ class SubAgent(Generic[OutputT]):
         check_int("max_turns", self.max_turns, 1)
         check_int("return_retries", self.return_retries, 0)
         _check_policy(self.context_policy)
-        _check_llm(self.llm)
+        object.__setattr__(self, "llm", _check_llm(self.llm))
         check_seconds("timeout", self.timeout)
         check_seconds("mission_timeout", self.mission_timeout)
         if not isinstance(self.retry_policy, RetryPolicy):
@@ -338,7 +343,7 @@ class SubAgent(Generic[OutputT]):
         self,
         context: Mapping[str, Any] | BaseModel | None = None,
         *,
-        llm: LLM | None = None,
+        llm: LLM | str | None = None,
         max_turns: int | None = None,
         return_retries: int | None = None,
         messages: Sequence[Message | Mapping[str, Any]] | str | None = None,
@@ -358,7 +363,8 @@ class SubAgent(Generic[OutputT]):
 
         Args:
             context: Values for the prompt template (a mapping or a pydantic model).
-            llm: The model (default: the agent's, else the calling agent's when nested).
+            llm: The model, or a spec string such as ``"openai:gpt-4o-mini"`` (default: the
+                agent's, else the calling agent's when nested).
             max_turns: The work budget for this run.
             return_retries: The correction budget for this run.
             messages: Use these messages as the task instead of rendering ``prompt``. Leading
@@ -593,7 +599,7 @@ class SubAgent(Generic[OutputT]):
     def _options(
         self,
         *,
-        llm: LLM | None = None,
+        llm: LLM | str | None = None,
         max_turns: int | None = None,
         return_retries: int | None = None,
         context_policy: ContextPolicy | None = None,
@@ -606,7 +612,8 @@ class SubAgent(Generic[OutputT]):
         on_text: Callable[[str], object] | None = None,
     ) -> RunOptions:
         parent_llm, parent_provider = current_run_model()
-        model = _check_llm(llm) or self.llm or parent_llm
+        # The agent's own model was checked when it was built (a spec string is an LLMSpec).
+        model = _check_llm(llm) or cast(LLM | None, self.llm) or parent_llm
         if model is None:
             raise ConfigurationError(
                 "llm", f"agent {self.name!r} has no model: pass llm= to SubAgent or to run()"

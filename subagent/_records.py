@@ -239,29 +239,31 @@ class UsageSummary(BaseModel):
     @classmethod
     def of(cls, turns: Iterable[Turn]) -> UsageSummary:
         """Sum the usage of ``turns`` and of the agents they ran."""
+        # Counts as [input, output, unreported calls].
         sums: dict[TurnType, list[int]] = {}
-        nested = [0, 0]
+        nested = [0, 0, 0]
         retries = 0
         retried = [0, 0]
         for turn in turns:
-            counts = sums.setdefault(turn.type, [0, 0])
+            counts = sums.setdefault(turn.type, [0, 0, 0])
             counts[0] += turn.usage.input_tokens
             counts[1] += turn.usage.output_tokens
+            counts[2] += turn.usage.unreported
             for result in turn.tool_results:
                 if result.step is not None:
                     child = result.step.usage.total
                     nested[0] += child.input_tokens
                     nested[1] += child.output_tokens
+                    nested[2] += child.unreported
             for retry in turn.transport_retries:
                 retries += 1
                 retried[0] += retry.usage.input_tokens
                 retried[1] += retry.usage.output_tokens
-        by_type = {kind: Usage(input_tokens=i, output_tokens=o) for kind, (i, o) in sums.items()}
+        by_type = {kind: _usage(counts) for kind, counts in sums.items()}
         correction = by_type.get(TurnType.RETRY, _NONE)
-        work_in = sum(i for kind, (i, _) in sums.items() if kind is not TurnType.RETRY)
-        work_out = sum(o for kind, (_, o) in sums.items() if kind is not TurnType.RETRY)
-        work = Usage(input_tokens=work_in, output_tokens=work_out)
-        nested_usage = Usage(input_tokens=nested[0], output_tokens=nested[1])
+        worked = [counts for kind, counts in sums.items() if kind is not TurnType.RETRY]
+        work = _usage([sum(counts[n] for counts in worked) for n in range(3)])
+        nested_usage = _usage(nested)
         return cls(
             total=work + correction + nested_usage,
             work=work,
@@ -274,6 +276,10 @@ class UsageSummary(BaseModel):
 
 
 _NONE = Usage()
+
+
+def _usage(counts: list[int]) -> Usage:
+    return Usage(input_tokens=counts[0], output_tokens=counts[1], unreported=counts[2])
 
 
 class Step(BaseModel, Generic[OutputT]):

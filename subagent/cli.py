@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, BinaryIO, Final, NoReturn
+from typing import Any, BinaryIO, Final, NoReturn, cast
 
 import anyio
 import httpx
@@ -819,8 +819,9 @@ def _model(agent: SubAgent[Any], args: argparse.Namespace) -> Iterator[LLM]:
         yield chosen
         return
     if agent.llm is not None:
-        _announce(agent.llm, "the agent's own llm=")
-        yield agent.llm
+        own = cast(LLM, agent.llm)  # a spec string is an LLMSpec once the agent is built
+        _announce(own, "the agent's own llm=")
+        yield own
         return
     if OpenAIChat.env_configured():
         try:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
+import pickle
 import socket
 import time
 import tracemalloc
+import zlib
 from collections.abc import Callable
 from contextlib import aclosing
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -27,16 +32,19 @@ from subagent.llm import (
     DEFAULT_RETRYABLE,
     LLMRequest,
     LLMResponse,
+    LLMSpec,
     Message,
     OpenAIChat,
     StopReason,
     StreamDelta,
     ToolCall,
     ToolDefinition,
+    Usage,
     parse_retry_after,
     parse_subagent_llm,
     tool_calls_in_text,
 )
+from subagent.llm._redact import redact_url_credentials
 
 pytestmark = pytest.mark.anyio
 
@@ -547,6 +555,67 @@ async def test_stream_yields_text_then_the_whole_reply(server: ScriptedServer) -
     assert server.requests[0].headers["accept"] == "text/event-stream"
 
 
+async def test_usage_a_server_does_not_report_is_unreported_not_zero(
+    server: ScriptedServer,
+) -> None:
+    # llama-cpp-python ignores stream_options: its streams carry no usage at all.
+    without = [sse_chunk("ok"), sse_chunk(None, finish_reason="stop"), "[DONE]"]
+    with_usage = [
+        *without[:2],
+        {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 1}},
+    ]
+    body = completion("ok")
+    del body["usage"]
+    server.script(Reply.sse(without), Reply.sse(with_usage), Reply.json(body))
+    async with make_llm(server) as llm:
+        unreported = (await collect(llm, ask()))[-1].response
+        reported = (await collect(llm, ask()))[-1].response
+        whole = await llm.complete(ask())
+    assert unreported is not None and reported is not None
+    assert unreported.usage == Usage(unreported=1) and not unreported.usage.known
+    assert reported.usage == Usage(input_tokens=4, output_tokens=1) and reported.usage.known
+    assert whole.usage.unreported == 1
+    assert json.loads(reported.usage.model_dump_json()) == {"input_tokens": 4, "output_tokens": 1}
+
+
+async def test_a_run_on_a_stream_without_usage_says_its_usage_is_unreported(
+    server: ScriptedServer,
+) -> None:
+    no_usage = Reply.sse([sse_chunk("fine"), sse_chunk(None, finish_reason="stop"), "[DONE]"])
+    server.script(no_usage)
+    agent = SubAgent(name="usage", prompt="hi", max_turns=1)
+    async with make_llm(server) as llm:
+        step = await agent.run(llm=llm, on_text=lambda _: None)
+    assert step.ok and step.turns[0].usage.unreported == 1
+    assert step.usage.total == Usage(unreported=1) and not step.usage.total.known
+    assert type(step).model_validate_json(step.model_dump_json()) == step
+
+
+async def test_a_server_refusing_stream_options_is_asked_again_without_it(
+    server: ScriptedServer,
+) -> None:
+    refusal = Reply.error(400, "Unrecognized request argument supplied: stream_options")
+    ok = Reply.sse([sse_chunk("ok"), sse_chunk(None, finish_reason="stop")])
+    server.script(refusal, ok, ok)
+    async with make_llm(server) as llm:
+        first = (await collect(llm, ask()))[-1].response
+        second = (await collect(llm, ask()))[-1].response
+    assert first is not None and second is not None and first.text == second.text == "ok"
+    asked = ["stream_options" in request.json for request in server.requests]
+    assert asked == [True, False, False]  # refused once, then never asked again
+
+
+async def test_a_bad_request_not_about_stream_options_is_not_sent_again(
+    server: ScriptedServer,
+) -> None:
+    server.script(Reply.error(400, "messages: field required"))
+    async with make_llm(server) as llm:
+        with pytest.raises(LLMError) as caught:
+            await collect(llm, ask())
+    assert caught.value.kind is ErrorKind.BAD_REQUEST
+    assert len(server.requests) == 1
+
+
 async def test_stream_assembles_tool_call_deltas(server: ScriptedServer) -> None:
     def call(index: int, **fields: Any) -> dict[str, Any]:
         return {"index": index, **fields}
@@ -950,6 +1019,145 @@ async def test_secret_headers_are_redacted_and_short_values_are_not(
     assert error.message == "key local is wrong"
 
 
+URL_USER, URL_PASSWORD = "gateway-user-1", "s3cret/pass@word"
+URL_TOKEN = base64.b64encode(f"{URL_USER}:{URL_PASSWORD}".encode()).decode()
+
+
+def url_with_credentials(server: ScriptedServer) -> str:
+    return server.base_url.replace("//", f"//{URL_USER}:{quote(URL_PASSWORD, safe='')}@", 1)
+
+
+def echo_credentials(recorded: RecordedRequest) -> str:
+    """Everything a careless gateway could echo of Basic auth."""
+    auth = recorded.headers["authorization"]
+    decoded = base64.b64decode(auth.removeprefix("Basic ")).decode()
+    return f"you sent {auth} ({decoded}); password {decoded.partition(':')[2]}"
+
+
+async def test_url_credentials_are_sent_as_basic_auth_and_never_shown(
+    server: ScriptedServer,
+) -> None:
+    def echo_error(recorded: RecordedRequest) -> Reply:
+        return Reply.error(500, echo_credentials(recorded))
+
+    def echo_reply(recorded: RecordedRequest) -> Reply:
+        return Reply.json(completion(echo_credentials(recorded)))
+
+    server.script(echo_error, echo_reply)
+    llm = OpenAIChat(base_url=url_with_credentials(server), api_key="sk-also-set", _environ={})
+    agent = SubAgent(name="echo", prompt="hi", max_turns=1)
+    async with llm:
+        step = await agent.run(llm=llm, retry_policy=RetryPolicy(initial_delay=0, jitter=0))
+
+    assert [r.headers["authorization"] for r in server.requests] == [f"Basic {URL_TOKEN}"] * 2
+    assert step.ok and step.output == (
+        "you sent Basic [REDACTED] ([REDACTED]:[REDACTED]); password [REDACTED]"
+    )
+    assert "password [REDACTED]" in step.turns[0].transport_retries[0].message
+    assert llm.base_url == server.base_url
+    shown = [repr(llm), str(llm), llm.base_url, str(step), step.summary(), step.model_dump_json()]
+    for text in shown:
+        for secret in (URL_PASSWORD, quote(URL_PASSWORD, safe=""), URL_TOKEN, URL_USER):
+            assert secret not in text
+
+
+@pytest.mark.parametrize(
+    ("base_url", "environ"),
+    [
+        ("ftp://user:hunter2@gateway/v1", {}),
+        (None, {"SUBAGENT_LLM": "openai:m@ftp://user:hunter2@gateway/v1"}),
+        (None, {"SUBAGENT_LLM": "other:m@http://user:hunter2@gateway/v1"}),
+    ],
+)
+def test_a_configuration_error_never_quotes_url_credentials(
+    base_url: str | None, environ: dict[str, str]
+) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        OpenAIChat(base_url=base_url, _environ=environ)
+    assert "hunter2" not in str(caught.value)
+    assert "[REDACTED]@gateway" in str(caught.value)
+
+
+MALFORMED_REPLIES = {
+    "a chunk whose tool_calls is a number": lambda: Reply.sse(
+        [{"choices": [{"index": 0, "delta": {"tool_calls": 1}}]}]
+    ),
+    "a 100,000-deep chunk": lambda: Reply.sse(["[" * 100_000 + "]" * 100_000]),
+    "a 100,000-deep body": lambda: Reply.json("[" * 100_000 + "]" * 100_000),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED_REPLIES))
+async def test_a_malformed_reply_is_an_invalid_response_and_retried(
+    server: ScriptedServer, case: str
+) -> None:
+    good = Reply.sse([sse_chunk("fine"), sse_chunk(finish_reason="stop"), "[DONE]"])
+    server.script(MALFORMED_REPLIES[case](), good)
+    agent = SubAgent(name="malformed", prompt="hi", max_turns=1)
+    policy = RetryPolicy(initial_delay=0, jitter=0)
+    async with make_llm(server) as llm:
+        step = await agent.run(llm=llm, retry_policy=policy, on_text=lambda _: None)
+    assert step.ok and step.output == "fine"
+    (retry,) = step.turns[0].transport_retries
+    assert retry.kind is ErrorKind.INVALID_RESPONSE
+
+
+# -- a model named by a string ----------------------------------------------------------------
+
+
+def test_a_spec_string_is_accepted_wherever_an_llm_is(
+    server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SUBAGENT_LLM names another server: the string given says which model, not the env.
+    monkeypatch.setenv("SUBAGENT_LLM", "openai:env-model@http://127.0.0.1:9/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
+    server.script(*[Reply.json(completion("four"))] * 3)
+    agent = SubAgent(
+        name="spec", prompt="2 + 2?", max_turns=1, llm=f"openai:small@{server.base_url}"
+    )
+    assert isinstance(agent.llm, LLMSpec)
+    assert (agent.llm.model_name, agent.llm.server_port) == ("small", server.port)
+    # Each run in its own event loop: the spec opens an adapter per call.
+    assert agent.run_sync().output == agent.run_sync().output == "four"
+    override = f"openai:other@{server.base_url}"
+    assert agent.run_sync(llm=override).ok
+    assert [r.json["model"] for r in server.requests] == ["small", "small", "other"]
+    assert server.requests[0].headers["authorization"] == "Bearer sk-from-the-environment"
+
+
+async def test_a_spec_string_streams_and_pickles(server: ScriptedServer) -> None:
+    server.script(
+        Reply.sse([sse_chunk("str"), sse_chunk("eamed"), sse_chunk(finish_reason="stop")])
+    )
+    spec = pickle.loads(pickle.dumps(LLMSpec(f"openai:m@{server.base_url}", environ=NO_ENV)))
+    pieces: list[str] = []
+    step = await SubAgent(name="s", prompt="hi", max_turns=1).run(llm=spec, on_text=pieces.append)
+    assert step.output == "streamed" and pieces == ["str", "eamed"]
+    assert server.requests[0].json["stream"] is True
+
+
+@pytest.mark.parametrize(
+    "spec", ["gpt-4o-mini", "anthropic:claude", "openai:m@ftp://user:hunter2@x/v1", ""]
+)
+def test_a_bad_spec_string_is_a_configuration_error_naming_llm_and_the_value(spec: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        SubAgent(name="s", prompt="hi", llm=spec)
+    assert caught.value.field == "llm"
+    assert "hunter2" not in str(caught.value)
+    assert redact_url_credentials(repr(spec.strip())) in str(caught.value)
+    with pytest.raises(ConfigurationError, match=r"^llm: "):
+        SubAgent(name="s", prompt="hi").run_sync(llm=spec)
+
+
+def test_a_spec_string_for_openai_without_a_key_fails_when_the_agent_is_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(ConfigurationError, match="api_key"):
+        SubAgent(name="s", prompt="hi", llm="openai:gpt-4o-mini")
+
+
 # -- sizes and deadlines ----------------------------------------------------------------------
 
 
@@ -997,6 +1205,90 @@ async def test_by_default_a_60_mb_reply_is_refused_without_being_held_whole(
     # Chunked, the first 32 MiB (the default limit) are read and dropped; with a declared
     # length nothing is read. Reading the whole body took 3-4 times its size.
     assert peak < (1_000_000 if declare_length else 40_000_000), f"peak {peak:,} bytes"
+
+
+def gzip_bomb(size: int, unit: bytes = b"a") -> bytes:
+    """``size`` bytes of ``unit`` repeated, gzip-compressed (about 1,000:1)."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    block = unit * ((1 << 20) // len(unit))
+    parts = [compressor.compress(block[: size - start]) for start in range(0, size, len(block))]
+    return b"".join([*parts, compressor.flush()])
+
+
+BOMB = gzip_bomb(300_000_000)  # 300 MB decoded from about 290 KB
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_gzip_bomb_is_refused_having_held_little_more_than_the_limit(
+    server: ScriptedServer, streamed: bool
+) -> None:
+    content_type = "text/event-stream" if streamed else "application/json"
+    reply = Reply(body=BOMB, headers={"Content-Encoding": "gzip"}, content_type=content_type)
+    server.script(reply)
+    tracemalloc.start()
+    try:
+        async with make_llm(server, max_response_bytes=1_000_000) as llm:
+            call = drain(llm) if streamed else llm.complete(ask())
+            with pytest.raises(LLMError) as caught:
+                await call
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert caught.value.kind is ErrorKind.RESPONSE_TOO_LARGE
+    # Decoded in 64 KiB pieces, counted as they come: about the 1 MB limit is ever held.
+    # httpx inflates each network read whole (a 64 KiB read is 64 MiB here).
+    assert peak < 6_000_000, f"peak {peak:,} bytes"
+
+
+async def test_the_adapter_asks_only_for_encodings_it_decodes_in_pieces(
+    server: ScriptedServer,
+) -> None:
+    server.script(Reply.json(completion("ok")), Reply.sse([sse_chunk("ok", finish_reason="stop")]))
+    async with make_llm(server) as llm:
+        await llm.complete(ask())
+        await drain(llm)
+    assert [r.headers["accept-encoding"] for r in server.requests] == ["gzip, deflate"] * 2
+
+
+async def test_a_gzipped_reply_and_stream_are_read(server: ScriptedServer) -> None:
+    body = json.dumps(completion("squeezed")).encode()
+    events = (
+        b"".join(
+            b"data: " + json.dumps(sse_chunk(piece)).encode() + b"\n\n" for piece in ("a", "b")
+        )
+        + b"data: "
+        + json.dumps(sse_chunk(None, finish_reason="stop")).encode()
+        + b"\n\n"
+    )
+    gzipped = {"Content-Encoding": "gzip"}
+    server.script(
+        Reply(body=gzip.compress(body), headers=gzipped),
+        Reply(body=gzip.compress(events), headers=gzipped, content_type="text/event-stream"),
+    )
+    async with make_llm(server) as llm:
+        assert (await llm.complete(ask())).text == "squeezed"
+        assert [delta.text for delta in await drain(llm)][:2] == ["a", "b"]
+
+
+async def test_a_corrupt_gzip_body_is_an_invalid_response(server: ScriptedServer) -> None:
+    corrupt = gzip.compress(json.dumps(completion("x")).encode())[:20] + b"\xff" * 40
+    error = await fail(server, Reply(body=corrupt, headers={"Content-Encoding": "gzip"}))
+    assert error.kind is ErrorKind.INVALID_RESPONSE
+
+
+async def test_a_gzipped_flood_of_keep_alives_ends_at_the_total_timeout(
+    server: ScriptedServer,
+) -> None:
+    # 50 MB of ":\n" in 50 KB: read a line at a time with a copy of the rest per line, this
+    # held the event loop for minutes, past any deadline (1.5 MB took 20 s).
+    flood = gzip_bomb(50_000_000, b":\n")
+    headers = {"Content-Encoding": "gzip"}
+    server.script(Reply(body=flood, headers=headers, content_type="text/event-stream"))
+    async with make_llm(server, total_timeout=0.3) as llm:
+        with pytest.raises(LLMError) as caught:
+            await drain(llm)
+    assert caught.value.kind is ErrorKind.TIMEOUT
+    assert "total_timeout=0.3" in caught.value.message
 
 
 async def test_an_endless_stream_ends_at_max_stream_bytes(server: ScriptedServer) -> None:

@@ -33,6 +33,19 @@ def test_backoff_is_exponential_and_capped_without_jitter() -> None:
     assert delays == [1, 2, 4, 5, 5]
 
 
+@pytest.mark.parametrize("multiplier", [2.0, 10.0, 1e300])
+def test_backoff_at_huge_attempt_numbers_is_max_delay_not_an_overflow(multiplier: float) -> None:
+    policy = RetryPolicy(max_attempts=10**9, initial_delay=0.5, multiplier=multiplier,
+                         max_delay=30, jitter=0)  # fmt: skip
+    for attempt in (1100, 10**6, 10**9 - 1):
+        assert policy.delay_before_retry(attempt, error(ErrorKind.SERVER_ERROR)) == 30
+
+
+def test_a_zero_initial_delay_stays_zero_at_any_attempt() -> None:
+    policy = RetryPolicy(max_attempts=10**6, initial_delay=0, multiplier=1e300, jitter=0)
+    assert policy.delay_before_retry(10**5, error(ErrorKind.TIMEOUT)) == 0
+
+
 def test_jitter_stays_within_its_fraction() -> None:
     policy = RetryPolicy(initial_delay=1, jitter=0.2)
     delays = {policy.delay_before_retry(1, error(ErrorKind.TIMEOUT)) for _ in range(200)}

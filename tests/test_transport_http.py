@@ -19,6 +19,7 @@ from subagent import (
     FailReason,
     OpenAIChat,
     RetryPolicy,
+    ScriptedLLM,
     StopReason,
     SubAgent,
     TurnOutcome,
@@ -157,6 +158,28 @@ async def test_calls_that_keep_timing_out_fail_the_run_as_timeout(server: Script
     assert step.failure.error_kind is ErrorKind.TIMEOUT
     assert len(step.turns) == 1
     assert len(server.requests) == 2
+
+
+async def test_an_adapter_raising_timeout_error_without_a_call_timeout_fails_as_timeout() -> None:
+    # A custom adapter bounding its own call (asyncio.wait_for) raises the built-in
+    # TimeoutError; with no per-call timeout the message used to format None (TypeError).
+    llm = ScriptedLLM([TimeoutError("gateway wait"), TimeoutError()])
+    policy = RetryPolicy(max_attempts=2, initial_delay=0.01, jitter=0)
+    step = await AGENT.run({"a": 2, "b": 3}, llm=llm, retry_policy=policy, max_turns=1)
+
+    assert step.failure.reason is FailReason.TIMEOUT
+    assert step.failure.error_kind is ErrorKind.TIMEOUT
+    assert step.failure.message.endswith("the model call raised TimeoutError")
+    (retry,) = step.turns[0].transport_retries
+    assert retry.message == "the model call raised TimeoutError: gateway wait"
+
+
+async def test_an_adapter_timeout_error_is_retried_like_any_timeout() -> None:
+    llm = ScriptedLLM([TimeoutError(), '{"answer": 5}'])
+    step = await AGENT.run({"a": 2, "b": 3}, llm=llm, retry_policy=FAST, timeout=30)
+
+    assert step.ok, step.summary()
+    assert [r.kind for r in step.turns[0].transport_retries] == [ErrorKind.TIMEOUT]
 
 
 async def test_mission_timeout_ends_a_run_stuck_in_retries(server: ScriptedServer) -> None:

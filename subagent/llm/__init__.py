@@ -4,9 +4,11 @@ What lives here:
 
 - ``_protocol``: the :class:`LLM` protocol and its records (:class:`LLMRequest`,
   :class:`LLMResponse`, :class:`Message`, :class:`ToolCall`, :class:`Usage`...).
-- ``_openai``: :class:`OpenAIChat`, the adapter for OpenAI-compatible servers; ``_wire`` its
-  JSON bodies and error classification, ``_sse`` its streamed replies, ``_redact`` the
-  secrets it keeps out of what servers send back.
+- ``_openai``: :class:`OpenAIChat`, the adapter for OpenAI-compatible servers, and
+  :class:`LLMSpec`, a model named by a string (``"openai:gpt-4o-mini"``); ``_wire`` its
+  JSON bodies and error classification, ``_sse`` its streamed replies, ``_decode`` bodies
+  decompressed in bounded pieces, ``_redact`` the secrets it keeps out of what servers send
+  back.
 - ``_retry_policy`` and ``_transport``: :class:`RetryPolicy` and :func:`call_with_retries`,
   the transient failures of one call repeated inside the same turn.
 - ``_reasoning``: :func:`split_reasoning` and :class:`ReasoningSplitter`, ``<think>`` blocks
@@ -17,7 +19,7 @@ What it may import: the base modules only (``subagent._errors``, ``subagent._che
 It knows nothing of agents, turns or phases; the run loop calls into it.
 """
 
-from subagent.llm._openai import DEFAULT_BASE_URL, OpenAIChat, parse_subagent_llm
+from subagent.llm._openai import DEFAULT_BASE_URL, LLMSpec, OpenAIChat, parse_subagent_llm
 from subagent.llm._protocol import (
     LLM,
     LLMRequest,
@@ -44,6 +46,7 @@ __all__ = [
     "DeltaHandler",
     "LLMRequest",
     "LLMResponse",
+    "LLMSpec",
     "Message",
     "OpenAIChat",
     "ReasoningSplitter",

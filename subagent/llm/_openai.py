@@ -22,12 +22,13 @@ The JSON sent and read, and the classification of errors, live in
 
 from __future__ import annotations
 
+import base64
 import functools
 import math
 import os
 import ssl
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, aclosing
 from types import TracebackType
 from typing import Any, Final
 
@@ -36,12 +37,16 @@ import httpx
 
 from subagent._checks import check_int, check_seconds
 from subagent._errors import ConfigurationError, ErrorKind, LLMError
+from subagent.llm._decode import ACCEPT_ENCODING
 from subagent.llm._protocol import LLMRequest, LLMResponse, StopReason, StreamDelta
-from subagent.llm._redact import Redactor
+from subagent.llm._redact import Redactor, redact_url_credentials
 from subagent.llm._sse import SSEEvents, StreamAccumulator, read_body
 from subagent.llm._wire import (
+    MALFORMED,
+    malformed_reply,
     parse_completion,
     parse_retry_after,
+    rejects_stream_options,
     request_body,
     status_error,
     tool_calls_in_text,
@@ -53,6 +58,7 @@ __all__ = [
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_MAX_STREAM_BYTES",
     "DEFAULT_TOTAL_TIMEOUT",
+    "LLMSpec",
     "OpenAIChat",
     "parse_retry_after",
     "parse_subagent_llm",
@@ -81,26 +87,31 @@ _ENV_SPEC: Final = "SUBAGENT_LLM"
 _SPEC_PROVIDERS: Final = frozenset({"openai"})
 
 
-def parse_subagent_llm(spec: str) -> tuple[str, str | None, str | None]:
+def parse_subagent_llm(spec: str, *, field: str = _ENV_SPEC) -> tuple[str, str | None, str | None]:
     """Split a ``SUBAGENT_LLM`` value into ``(provider, model, base_url)``.
 
     Args:
         spec: ``openai:MODEL``, ``openai:MODEL@BASE_URL`` or ``openai:@BASE_URL``.
+        field: The name a configuration error gives (``SUBAGENT_LLM``, or ``llm`` for a
+            string passed where a model is expected).
 
     Returns:
         The provider (``"openai"``), the model (``None`` when empty) and the base URL
         (``None`` when absent).
 
     Raises:
-        ConfigurationError: The value does not have that form (the field named is
-            ``SUBAGENT_LLM``).
+        ConfigurationError: The value does not have that form (naming ``field`` and the
+            value, with any URL credentials in it redacted).
     """
+    if not isinstance(spec, str):
+        raise ConfigurationError(field, f"must be a string, got {type(spec).__name__}")
     text = spec.strip()
     provider, colon, rest = text.partition(":")
     if not colon or provider.lower() not in _SPEC_PROVIDERS:
         raise ConfigurationError(
-            _ENV_SPEC,
-            f"expected 'openai:MODEL', 'openai:MODEL@BASE_URL' or 'openai:@BASE_URL', got {spec!r}",
+            field,
+            f"expected 'openai:MODEL', 'openai:MODEL@BASE_URL' or 'openai:@BASE_URL', "
+            f"got {redact_url_credentials(spec)!r}",
         )
     at = max(rest.rfind("@http://"), rest.rfind("@https://"))
     if at >= 0:
@@ -108,8 +119,9 @@ def parse_subagent_llm(spec: str) -> tuple[str, str | None, str | None]:
     else:
         if "@" in rest:
             raise ConfigurationError(
-                _ENV_SPEC,
-                f"the base URL after '@' must start with http:// or https://, got {spec!r}",
+                field,
+                f"the base URL after '@' must start with http:// or https://, "
+                f"got {redact_url_credentials(spec)!r}",
             )
         model, base_url = rest, ""
     return provider.lower(), model.strip() or None, base_url.strip() or None
@@ -202,16 +214,21 @@ class OpenAIChat:
         resolved_model = model or spec_model or environ.get("OPENAI_MODEL", "").strip() or None
         resolved_key = api_key if api_key is not None else environ.get("OPENAI_API_KEY") or None
 
+        shown_url = redact_url_credentials(resolved_url)
         try:
             url = httpx.URL(resolved_url.rstrip("/"))
         except (httpx.InvalidURL, TypeError) as error:
-            raise ConfigurationError(
-                "base_url", f"{resolved_url!r} is not a URL: {error}"
-            ) from None
+            detail = redact_url_credentials(str(error))
+            raise ConfigurationError("base_url", f"{shown_url!r} is not a URL: {detail}") from None
         if url.scheme not in ("http", "https") or not url.host:
             raise ConfigurationError(
-                "base_url", f"must be an http:// or https:// URL, got {resolved_url!r}"
+                "base_url", f"must be an http:// or https:// URL, got {shown_url!r}"
             )
+        # Credentials in the URL (http://user:password@gateway/v1) travel as Basic auth,
+        # as httpx would send them, and are kept out of the URL the adapter stores and shows.
+        url_secrets = [url.username, url.password, *url.userinfo.decode("ascii").split(":", 1)]
+        basic = _basic_auth(url.username, url.password) if url.userinfo else None
+        url = url.copy_with(username=None, password=None) if url.userinfo else url
         is_openai = url.host == "api.openai.com"
         if is_openai and not resolved_model:
             raise ConfigurationError(
@@ -244,18 +261,29 @@ class OpenAIChat:
         self.default_settings: dict[str, Any] = dict(default_settings or {})
         self._endpoint = f"{self.base_url}/chat/completions"
         self._timeout = httpx.Timeout(self.timeout)
-        self._headers: dict[str, str] = {"Accept": "application/json"}
+        # Only encodings decoded in bounded pieces (see _decode): a gzip bomb is counted
+        # as it inflates, never inflated whole first.
+        self._headers: dict[str, str] = {
+            "Accept": "application/json",
+            "Accept-Encoding": ACCEPT_ENCODING,
+        }
         if resolved_key:
             self._headers["Authorization"] = f"Bearer {resolved_key}"
+        if basic is not None:  # URL credentials win over a key, as httpx's own auth did
+            self._headers["Authorization"] = basic
         self._headers.update(headers or {})
         self.text_tool_calls = text_tool_calls
+        # Streams ask for their usage until a server refuses stream_options (see stream()).
+        self._stream_usage = True
         self._owns_client = http_client is None
         check_int("max_connections", max_connections, 1)
         self._client = (
             http_client if http_client is not None else _new_client(url.host, max_connections)
         )
         # Every text a server sends back is redacted of these before it is stored.
-        self._redactor = Redactor.for_request(resolved_key, self._headers, self._client.headers)
+        self._redactor = Redactor.for_request(
+            resolved_key, self._headers, self._client.headers, extra=url_secrets
+        )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> OpenAIChat:
@@ -314,6 +342,9 @@ class OpenAIChat:
     def build_body(self, request: LLMRequest, *, stream: bool = False) -> dict[str, Any]:
         """The JSON body sent for ``request`` (public for inspection and tests).
 
+        A streamed request asks for usage in the stream
+        (``stream_options: {"include_usage": true}``) until the server refuses the field.
+
         Args:
             request: The request to serialise.
             stream: Whether to ask for server-sent events.
@@ -322,8 +353,9 @@ class OpenAIChat:
             A JSON-serialisable dict.
         """
         return request_body(
-            request, model=self.model, default_settings=self.default_settings, stream=stream
-        )
+            request, model=self.model, default_settings=self.default_settings, stream=stream,
+            stream_usage=self._stream_usage,
+        )  # fmt: skip
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """Send one chat-completions request and return the reply.
@@ -355,11 +387,14 @@ class OpenAIChat:
                 self._check_deadline(scope)
             except httpx.HTTPError as error:
                 raise transport_error(error) from error
-            reply = parse_completion(text, self.model, status)
+            try:
+                reply = parse_completion(text, self.model, status)
+                return self._redactor.response(self._with_text_tool_calls(request, reply))
+            except MALFORMED as error:
+                raise malformed_reply(error, text, status) from None
         except LLMError as error:
             self._redactor.error(error)
             raise
-        return self._redactor.response(self._with_text_tool_calls(request, reply))
 
     def _deadline(self) -> float:
         """When this call must be over, on anyio's clock (``inf`` without ``total_timeout``)."""
@@ -402,7 +437,6 @@ class OpenAIChat:
         Raises:
             LLMError: The call failed, before or during the stream.
         """
-        body = self.build_body(request, stream=True)
         headers = {**self._headers, "Accept": "text/event-stream"}
         redactor = self._redactor
         deadline = self._deadline()
@@ -412,23 +446,35 @@ class OpenAIChat:
                     # Every await runs under the call's deadline; no yield does (a cancel
                     # scope must not span a yield of an async generator).
                     with anyio.CancelScope(deadline=deadline) as scope:
-                        response = await stack.enter_async_context(
-                            self._client.stream(
-                                "POST", self._endpoint, json=body, headers=headers,
-                                timeout=self._timeout,
-                            )
-                        )  # fmt: skip
-                        status = response.status_code
-                        if status >= 300:
+                        while True:
+                            asked_usage = self._stream_usage
+                            response = await stack.enter_async_context(
+                                self._client.stream(
+                                    "POST", self._endpoint, headers=headers,
+                                    json=self.build_body(request, stream=True),
+                                    timeout=self._timeout,
+                                )
+                            )  # fmt: skip
+                            status = response.status_code
+                            if status < 300:
+                                break
                             text = await read_body(response, _MAX_ERROR_READ, truncate=True)
-                            raise status_error(status, response.headers, text)
+                            error = status_error(status, response.headers, text)
+                            if not (asked_usage and rejects_stream_options(error)):
+                                raise error
+                            # A server that does not know stream_options: asked again
+                            # without it, now and for the rest of this adapter's calls.
+                            self._stream_usage = False
                         streamed = "text/event-stream" in response.headers.get("content-type", "")
                         if not streamed:  # the server ignored stream=true: one piece
                             text = await read_body(response, self.max_response_bytes)
                     self._check_deadline(scope)
                     if not streamed:
-                        whole = parse_completion(text, self.model, status)
-                        whole = redactor.response(self._with_text_tool_calls(request, whole))
+                        try:
+                            whole = parse_completion(text, self.model, status)
+                            whole = redactor.response(self._with_text_tool_calls(request, whole))
+                        except MALFORMED as error:
+                            raise malformed_reply(error, text, status) from None
                         if whole.text:
                             yield StreamDelta(text=whole.text)
                         yield StreamDelta(response=whole)
@@ -451,16 +497,87 @@ class OpenAIChat:
                             break
                         # A secret split across two events reaches on_text in two pieces;
                         # the assembled reply below is redacted whole.
-                        text = accumulator.add(redactor.text(data) if redactor else data)
+                        data = redactor.text(data) if redactor else data
+                        try:
+                            text = accumulator.add(data)
+                        except MALFORMED as error:
+                            raise malformed_reply(error, data, status) from None
                         if text or accumulator.reasoning_added:
                             yield StreamDelta(text=text, reasoning=accumulator.reasoning_added)
-                    final = accumulator.build()
+                    try:
+                        final = accumulator.build()
+                        final = redactor.response(self._with_text_tool_calls(request, final))
+                    except MALFORMED as error:
+                        raise malformed_reply(error, "", status) from None
             except httpx.HTTPError as error:
                 raise transport_error(error) from error
         except LLMError as error:
             redactor.error(error)
             raise
-        yield StreamDelta(response=redactor.response(self._with_text_tool_calls(request, final)))
+        yield StreamDelta(response=final)
+
+
+class LLMSpec:
+    """The model a spec string names, as an :class:`~subagent.llm.LLM`.
+
+    What ``SubAgent(llm="openai:gpt-4o-mini")`` (and ``llm=`` of ``run()`` and the batch
+    functions) makes of a string. The forms are those of ``SUBAGENT_LLM``:
+    ``openai:MODEL``, ``openai:MODEL@BASE_URL`` and ``openai:@BASE_URL``; the API key comes
+    from ``OPENAI_API_KEY`` and a missing base URL from ``OPENAI_BASE_URL`` (else OpenAI's),
+    never from ``SUBAGENT_LLM``: the string says which model.
+
+    Each call opens an :class:`OpenAIChat` of its own and closes it when the call ends, so a
+    spec works in any event loop, any number of times, and pickles. Connections are not
+    reused between calls: for many calls to a remote server, pass an ``OpenAIChat``, whose
+    pool serves them all.
+
+    Args:
+        spec: The spec string.
+        field: The name configuration errors give.
+        environ: The environment to read; defaults to ``os.environ`` (read at each call).
+
+    Raises:
+        ConfigurationError: The string is not a spec (naming ``field`` and the value), or
+            the model it names cannot be configured (OpenAI's own API without a key, say).
+    """
+
+    def __init__(
+        self, spec: str, *, field: str = "llm", environ: Mapping[str, str] | None = None
+    ) -> None:
+        _, model, base_url = parse_subagent_llm(spec, field=field)
+        self.spec: str = spec.strip()
+        self._model = model
+        self._base_url = base_url
+        self._environ = environ
+        probe = self._adapter()  # every value checked now, not at the first call
+        self.model_name: str = probe.model_name
+        self.provider_name: str = probe.provider_name
+        self.server_address: str = probe.server_address
+        self.server_port: int = probe.server_port
+
+    def __repr__(self) -> str:
+        return f"LLMSpec({redact_url_credentials(self.spec)!r})"
+
+    def _adapter(self) -> OpenAIChat:
+        environ = os.environ if self._environ is None else self._environ
+        own = {name: value for name, value in environ.items() if name != _ENV_SPEC}
+        return OpenAIChat(model=self._model, base_url=self._base_url, _environ=own)
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Answer ``request`` through an adapter opened for this call."""
+        async with self._adapter() as llm:
+            return await llm.complete(request)
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[StreamDelta]:
+        """Stream the reply to ``request`` through an adapter opened for this call."""
+        async with self._adapter() as llm, aclosing(llm.stream(request)) as deltas:  # type: ignore[type-var]
+            async for delta in deltas:
+                yield delta
+
+
+def _basic_auth(username: str, password: str) -> str:
+    token = base64.b64encode(f"{username}:{password}".encode()).decode("ascii")
+    return f"Basic {token}"
 
 
 def _new_client(host: str, max_connections: int) -> httpx.AsyncClient:

@@ -55,22 +55,38 @@ class StopReason(StrEnum):
 
 
 class Usage(BaseModel):
-    """Token counts of one call, or a sum of calls."""
+    """Token counts of one call, or a sum of calls.
+
+    Attributes:
+        input_tokens: Tokens of the prompt.
+        output_tokens: Tokens of the reply.
+        unreported: Calls whose usage the server did not report (a stream from a server
+            that ignores ``stream_options``, such as llama-cpp-python): each counts 0 tokens
+            here, so with ``unreported > 0`` the counts are a lower bound, not a
+            measurement. Left out of the JSON form when 0.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     input_tokens: int = 0
     output_tokens: int = 0
+    unreported: int = Field(default=0, exclude_if=lambda count: count == 0)
 
     @property
     def total_tokens(self) -> int:
         """Input plus output tokens."""
         return self.input_tokens + self.output_tokens
 
+    @property
+    def known(self) -> bool:
+        """Whether every call counted reported its usage (``unreported == 0``)."""
+        return self.unreported == 0
+
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            unreported=self.unreported + other.unreported,
         )
 
 

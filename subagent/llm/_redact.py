@@ -10,13 +10,20 @@ JSON, transport-retry records and span statuses) and in a reply.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from subagent._errors import LLMError
 from subagent.llm._protocol import LLMResponse, ToolCall
 
-__all__ = ["MIN_SECRET_LENGTH", "REDACTED", "SECRET_HEADERS", "Redactor"]
+__all__ = [
+    "MIN_SECRET_LENGTH",
+    "REDACTED",
+    "SECRET_HEADERS",
+    "Redactor",
+    "redact_url_credentials",
+]
 
 REDACTED: Final = "[REDACTED]"
 """What a secret is replaced with."""
@@ -26,6 +33,18 @@ MIN_SECRET_LENGTH: Final = 8
 
 SECRET_HEADERS: Final = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key"})
 """Request headers (lower case) whose values are secrets."""
+
+
+_URL_USERINFO: Final = re.compile(r"(?<=//)[^/?#\s@]*@")
+
+
+def redact_url_credentials(text: str) -> str:
+    """``text`` with the credentials of every URL in it (``//user:password@``) replaced.
+
+    Used on what the adapter itself shows (a configuration error quoting a ``base_url``),
+    where the credentials may be too short for :class:`Redactor`, or not yet known.
+    """
+    return _URL_USERINFO.sub(f"{REDACTED}@", text)
 
 
 class Redactor:
@@ -59,15 +78,21 @@ class Redactor:
         self._forms = tuple(sorted(forms, key=len, reverse=True))
 
     @classmethod
-    def for_request(cls, api_key: str | None, *headers: Mapping[str, str]) -> Redactor:
-        """A redactor for ``api_key`` and the secret headers among ``headers``."""
+    def for_request(
+        cls, api_key: str | None, *headers: Mapping[str, str], extra: Iterable[str] = ()
+    ) -> Redactor:
+        """A redactor for ``api_key``, the secret headers among ``headers``, and ``extra``.
+
+        ``extra`` holds other secrets sent, such as the user name and password of a
+        ``base_url`` (decoded and as written in the URL).
+        """
         values = [
             value
             for mapping in headers
             for name, value in mapping.items()
             if name.lower() in SECRET_HEADERS
         ]
-        return cls([api_key, *values])
+        return cls([api_key, *values, *extra])
 
     def __bool__(self) -> bool:
         return bool(self._forms)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -9,7 +10,12 @@ from dataclasses import dataclass, field
 from subagent._checks import check_int, check_number
 from subagent._errors import ConfigurationError, ErrorKind, LLMError
 
-__all__ = ["DEFAULT_RETRYABLE", "RetryPolicy"]
+__all__ = ["DEFAULT_RETRYABLE", "MAX_BACKOFF_EXPONENT", "RetryPolicy"]
+
+MAX_BACKOFF_EXPONENT = 64
+"""The largest power of ``multiplier`` a delay uses: ``multiplier ** (attempt - 1)`` at a
+large attempt number would overflow a float (``OverflowError``), and any delay that large is
+cut to ``max_delay`` anyway."""
 
 DEFAULT_RETRYABLE: frozenset[ErrorKind] = frozenset(
     {
@@ -75,10 +81,24 @@ class RetryPolicy:
             return None
         if error.retry_after is not None:
             return error.retry_after if error.retry_after <= self.max_delay else None
-        delay = min(self.initial_delay * self.multiplier ** (attempt - 1), self.max_delay)
+        delay = min(self._backoff(attempt), self.max_delay)
         if self.jitter:
             delay *= 1 + random.uniform(-self.jitter, self.jitter)
         return max(0.0, min(delay, self.max_delay))
+
+    def _backoff(self, attempt: int) -> float:
+        """``initial_delay * multiplier ** (attempt - 1)``, without overflowing.
+
+        The exponent is capped at :data:`MAX_BACKOFF_EXPONENT` (a delay past ``max_delay``
+        is cut to it anyway), and a power too large for a float counts as infinite.
+        """
+        if self.initial_delay == 0 or self.multiplier == 1:
+            return self.initial_delay
+        exponent = min(max(attempt - 1, 0), MAX_BACKOFF_EXPONENT)
+        try:
+            return self.initial_delay * self.multiplier**exponent
+        except OverflowError:
+            return math.inf
 
 
 def _kinds(kinds: object) -> frozenset[ErrorKind]:

@@ -8,16 +8,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import httpx
 
 from subagent._errors import ErrorKind, LLMError
-from subagent.llm._protocol import LLMResponse, ToolCall, Usage
+from subagent.llm._decode import decoded_chunks, finish_response
+from subagent.llm._protocol import LLMResponse, ToolCall
 from subagent.llm._wire import (
+    UNREPORTED,
     content_text,
     decode_arguments,
     decode_usage,
     error_from_body,
     invalid_response,
+    loads,
     reasoning_text,
     stop_reason,
 )
@@ -42,7 +46,7 @@ class StreamAccumulator:
         self.reasoning_added = ""  # the reasoning the last chunk added
         self.calls: dict[int, _PartialCall] = {}
         self.finish_reason: object = None
-        self.usage = Usage()
+        self.usage = UNREPORTED  # until a chunk reports it (stream_options.include_usage)
         self.done = False
         self.chunks = 0
         self.size = 0  # characters of text and tool-call arguments held
@@ -51,7 +55,7 @@ class StreamAccumulator:
     def add(self, data: str) -> str:
         """Take one ``data:`` payload; return the text it adds."""
         try:
-            chunk = json.loads(data)
+            chunk = loads(data)
         except ValueError as error:
             raise invalid_response(f"a streamed chunk is not JSON ({error})", data, 200) from None
         if not isinstance(chunk, dict):
@@ -86,7 +90,10 @@ class StreamAccumulator:
                 self._grow(len(thought))
                 self.reasoning.append(thought)
                 self.reasoning_added += thought
-            for position, raw in enumerate(delta.get("tool_calls") or []):
+            raw_calls = delta.get("tool_calls") or []
+            if not isinstance(raw_calls, list):
+                raise invalid_response("a streamed chunk's tool_calls is not a list", data, 200)
+            for position, raw in enumerate(raw_calls):
                 if isinstance(raw, dict):
                     self._add_call(position, raw)
             legacy = delta.get("function_call")
@@ -177,9 +184,10 @@ class SSEEvents:
         max_total_bytes: int | None = None,
     ) -> None:
         self._response = response
-        self._chunks: AsyncIterator[bytes] = response.aiter_bytes()
-        self._buffer = b""
-        self._scanned = 0  # bytes of the buffer known to hold no newline
+        self._chunks: AsyncIterator[bytes] = decoded_chunks(response)
+        self._buffer = bytearray()
+        self._start = 0  # where the next line starts in the buffer
+        self._scanned = 0  # the buffer holds no newline between _start and this
         self._data: list[str] = []
         self._data_size = 0
         self._body_done = False
@@ -191,9 +199,13 @@ class SSEEvents:
         return self
 
     async def __anext__(self) -> str:
+        # Linear in the bytes received: a line is read where it lies (the buffer is trimmed
+        # once per chunk, not once per line), and the loop gets a turn between chunks.
         while True:
-            newline = self._buffer.find(b"\n", self._scanned)
+            newline = self._buffer.find(b"\n", max(self._start, self._scanned))
             if newline < 0:
+                del self._buffer[: self._start]
+                self._start = 0
                 self._scanned = len(self._buffer)
                 if self._body_done:
                     if self._data:
@@ -202,15 +214,15 @@ class SSEEvents:
                 self._check_event_size(len(self._buffer))
                 await self._read()
                 continue
-            raw, self._buffer = self._buffer[:newline], self._buffer[newline + 1 :]
-            self._scanned = 0
+            raw = self._buffer[self._start : newline]
+            self._start = newline + 1
+            if raw[:1] == b":":
+                continue  # a comment, used as keep-alive
             line = raw.removesuffix(b"\r").decode("utf-8", "replace")
             if not line:
                 if self._data:
                     return self._event()
                 continue
-            if line.startswith(":"):
-                continue  # a comment, used as keep-alive
             name, _, value = line.partition(":")
             if name == "data":
                 self._data.append(value.removeprefix(" "))
@@ -248,6 +260,7 @@ class SSEEvents:
                     status_code=self._response.status_code,
                 )
             self._buffer += chunk
+            await anyio.lowlevel.checkpoint()  # a burst of chunks never holds the loop
 
     async def aclose(self) -> None:
         """Close the response; if it was not read to the end, finish httpx's iterators."""
@@ -256,20 +269,6 @@ class SSEEvents:
             return
         self._body_done = True
         await finish_response(self._response, self._chunks)
-
-
-async def finish_response(response: httpx.Response, chunks: AsyncIterator[bytes]) -> None:
-    """Close ``response`` and finish ``chunks``, its byte iterator, when it was not read out."""
-    await response.aclose()
-    # The response is closed, so resuming its iterator fails at once (or returns what was
-    # already buffered): either way every generator in httpx's chain finishes.
-    for _ in range(10_000):
-        try:
-            await chunks.__anext__()
-        except StopAsyncIteration:
-            return
-        except Exception:  # a read from the closed stream: expected
-            return
 
 
 async def read_body(response: httpx.Response, limit: int | None, *, truncate: bool = False) -> str:
@@ -295,7 +294,7 @@ async def read_body(response: httpx.Response, limit: int | None, *, truncate: bo
             f"max_response_bytes={limit:,}; it was not read",
             response.status_code,
         )
-    chunks = response.aiter_bytes()
+    chunks = decoded_chunks(response)
     parts: list[bytes] = []
     size = 0
     finished = False

@@ -97,16 +97,19 @@ async def call_with_retries(
                 return await _streamed(
                     cast(StreamingLLM, llm), request, cast(DeltaHandler, on_delta)
                 )
-            with anyio.fail_after(call_timeout):
+            with anyio.CancelScope(deadline=anyio.current_time() + call_timeout):
                 if not stream:
                     return await llm.complete(request)
                 return await _streamed(
                     cast(StreamingLLM, llm), request, cast(DeltaHandler, on_delta)
                 )
+            # Reached only when the scope's deadline cancelled the call.
+            error = LLMError(ErrorKind.TIMEOUT, f"no reply within {call_timeout:g} s")
         except LLMError as exc:
             error = exc
-        except TimeoutError:
-            error = LLMError(ErrorKind.TIMEOUT, f"no reply within {call_timeout:g} s")
+        except TimeoutError as exc:  # raised by the adapter itself (its own wait_for, say)
+            detail = f": {exc}" if str(exc) else ""
+            error = LLMError(ErrorKind.TIMEOUT, f"the model call raised TimeoutError{detail}")
         except ScriptExhaustedError:
             raise
         except Exception as exc:  # an adapter bug or an unclassified failure: never retried

@@ -22,15 +22,19 @@ from subagent._text import MAX_ARGUMENT_DEPTH, nested_deeper_than
 from subagent.llm._protocol import LLMRequest, LLMResponse, Message, StopReason, ToolCall, Usage
 
 __all__ = [
+    "UNREPORTED",
     "content_text",
     "decode_arguments",
     "decode_usage",
     "error_from_body",
     "invalid_response",
+    "loads",
+    "malformed_reply",
     "message_json",
     "parse_completion",
     "parse_retry_after",
     "reasoning_text",
+    "rejects_stream_options",
     "request_body",
     "status_error",
     "stop_reason",
@@ -74,8 +78,21 @@ _CONTEXT_LENGTH_RE: Final = re.compile(
     re.IGNORECASE,
 )
 
-_TOOL_CALL_TAG_RE: Final = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
-_FENCE_RE: Final = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
+_OPEN_TAG: Final = "<tool_call>"
+_CLOSE_TAG: Final = "</tool_call>"
+_FENCE: Final = "```"
+
+
+def loads(text: str) -> Any:
+    """``json.loads``, where JSON nested too deep for the parser is a ``ValueError``.
+
+    ``json`` raises ``RecursionError`` past about 1,000 levels; here that is invalid JSON
+    like any other.
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to be read") from None
 
 
 # -- serialisation ---------------------------------------------------------------------------
@@ -87,6 +104,7 @@ def request_body(
     model: str | None,
     default_settings: Mapping[str, Any],
     stream: bool,
+    stream_usage: bool = True,
 ) -> dict[str, Any]:
     """The JSON body of a chat-completions request.
 
@@ -95,6 +113,8 @@ def request_body(
         model: The model to name; ``None`` lets the server use its default.
         default_settings: Settings merged under the request's own ``settings``.
         stream: Whether to ask for server-sent events.
+        stream_usage: When streaming, ask for usage in the stream
+            (``stream_options: {"include_usage": true}``), unless the settings say otherwise.
 
     Returns:
         A JSON-serialisable dict.
@@ -126,7 +146,8 @@ def request_body(
             body.pop(key, None)
     if stream:
         body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
+        if stream_usage:
+            body.setdefault("stream_options", {"include_usage": True})
     else:
         body.pop("stream", None)
         body.pop("stream_options", None)
@@ -175,8 +196,8 @@ def decode_arguments(raw: object) -> dict[str, Any] | str:
     if not text.strip():
         return {}
     try:
-        decoded = json.loads(text)
-    except (ValueError, RecursionError):  # not JSON, or nested past what Python reads
+        decoded = loads(text)
+    except (ValueError, RecursionError):
         return text
     if not isinstance(decoded, dict) or nested_deeper_than(decoded, MAX_ARGUMENT_DEPTH):
         return text  # the raw text: invalid arguments the model is told about
@@ -195,17 +216,27 @@ def content_text(content: object) -> str:
     return str(content)
 
 
+UNREPORTED: Final = Usage(unreported=1)
+"""The usage of a call whose server reported none."""
+
+
 def decode_usage(raw: object) -> Usage:
+    """The usage a server reported; :data:`UNREPORTED` when it reported no token count."""
     if not isinstance(raw, dict):
-        return Usage()
-    return Usage(
-        input_tokens=_int(raw.get("prompt_tokens", raw.get("input_tokens"))),
-        output_tokens=_int(raw.get("completion_tokens", raw.get("output_tokens"))),
-    )
+        return UNREPORTED
+    prompt = raw.get("prompt_tokens", raw.get("input_tokens"))
+    completion = raw.get("completion_tokens", raw.get("output_tokens"))
+    if not (_is_count(prompt) or _is_count(completion)):
+        return UNREPORTED
+    return Usage(input_tokens=_int(prompt), output_tokens=_int(completion))
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    return value if isinstance(value, int) and _is_count(value) else 0
 
 
 def invalid_response(
@@ -220,9 +251,22 @@ def invalid_response(
     )
 
 
+MALFORMED: Final = (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError)
+"""What reading a reply of an unexpected shape can raise (a number where a list belongs, JSON
+nested past the parser's depth): such a reply is ``invalid_response``, never an adapter bug."""
+
+
+def malformed_reply(error: BaseException, body: str, status: int | None) -> LLMError:
+    """A reply whose shape could not be read (one of :data:`MALFORMED`): ``invalid_response``."""
+    detail = str(error)[:200] or type(error).__name__
+    return invalid_response(
+        f"the reply has an unexpected shape ({type(error).__name__}: {detail})", body, status
+    )
+
+
 def parse_completion(text: str, requested_model: str | None, status: int) -> LLMResponse:
     try:
-        data = json.loads(text)
+        data = loads(text)
     except ValueError as error:
         raise invalid_response(f"the reply is not JSON ({error})", text, status) from None
     if not isinstance(data, dict):
@@ -310,22 +354,21 @@ def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
     if not stripped:
         return []
     candidates: list[object] = []
-    if "<tool_call>" in stripped:
-        blocks = _TOOL_CALL_TAG_RE.findall(stripped)
-        if _TOOL_CALL_TAG_RE.sub("", stripped).strip():
+    if _OPEN_TAG in stripped:
+        blocks = _tagged_blocks(stripped)
+        if blocks is None:
             return []  # text besides the calls: leave it to the output contract
         for block in blocks:
             try:
-                candidates.append(json.loads(block))
+                candidates.append(loads(block))
             except (ValueError, RecursionError):
                 return []
     else:
-        fenced = _FENCE_RE.match(stripped)
-        body = fenced.group(1).strip() if fenced else stripped
+        body = _unfenced(stripped)
         if not body.startswith(("{", "[")):
             return []
         try:
-            decoded = json.loads(body)
+            decoded = loads(body)
         except (ValueError, RecursionError):
             return []
         candidates = decoded if isinstance(decoded, list) else [decoded]
@@ -339,6 +382,46 @@ def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
             return []
         calls.append(ToolCall(name=str(name), arguments=decode_arguments(arguments)))
     return calls
+
+
+def _tagged_blocks(text: str) -> list[str] | None:
+    """The bodies of ``<tool_call>...</tool_call>`` blocks making up ``text``, stripped.
+
+    The last block may lack its closing tag (it runs to the end). ``None`` when anything but
+    whitespace lies outside the blocks. One pass of ``str.find``: linear in the text, where
+    a regular expression with lazy and greedy whitespace backtracked quadratically.
+    """
+    blocks: list[str] = []
+    position = 0
+    while (start := text.find(_OPEN_TAG, position)) >= 0:
+        if text[position:start].strip():
+            return None
+        body = start + len(_OPEN_TAG)
+        end = text.find(_CLOSE_TAG, body)
+        if end < 0:
+            blocks.append(text[body:].strip())
+            return blocks
+        blocks.append(text[body:end].strip())
+        position = end + len(_CLOSE_TAG)
+    if text[position:].strip():
+        return None
+    return blocks
+
+
+def _unfenced(text: str) -> str:
+    """``text`` out of its code fence (```` ```json ... ``` ````), stripped; else ``text``.
+
+    Linear: the fence is the text's first and last three backticks, the language tag the
+    letters after the first.
+    """
+    if len(text) < 2 * len(_FENCE) or not (text.startswith(_FENCE) and text.endswith(_FENCE)):
+        return text
+    inner = text[len(_FENCE) : -len(_FENCE)]
+    letters = len(inner) - len(inner.lstrip(_LETTERS))
+    return inner[letters:].strip()
+
+
+_LETTERS: Final = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 # -- errors ----------------------------------------------------------------------------------
@@ -357,10 +440,13 @@ def transport_error(error: httpx.HTTPError) -> LLMError:
 
 def status_error(status: int, headers: Mapping[str, str], text: str) -> LLMError:
     try:
-        data: object = json.loads(text) if text.strip() else None
+        data: object = loads(text) if text.strip() else None
     except ValueError:
         data = None
-    return error_from_body(status, data, text, headers)
+    try:
+        return error_from_body(status, data, text, headers)
+    except MALFORMED:  # an error object of an unexpected shape: classified by its status
+        return error_from_body(status, None, text, headers)
 
 
 def _error_fields(data: object) -> tuple[str, str]:
@@ -427,6 +513,18 @@ def error_from_body(
         retry_after=retry_after,
         body=text[:_MAX_ERROR_BODY] or None,
     )
+
+
+def rejects_stream_options(error: LLMError) -> bool:
+    """Whether ``error`` is a server refusing the ``stream_options`` field it does not know.
+
+    Azure OpenAI before its 2024 API versions answers ``400 Unrecognized request argument
+    supplied: stream_options``; strict gateways answer 400 or 422 naming the field.
+    """
+    if error.kind is not ErrorKind.BAD_REQUEST:
+        return False
+    said = f"{error.message} {error.body or ''}"
+    return "stream_options" in said or "include_usage" in said
 
 
 def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
