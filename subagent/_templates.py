@@ -66,7 +66,7 @@ TEMPLATE_VARIABLES: dict[str, frozenset[str]] = {
     "react_invalid": frozenset({"problem"}),
     "react_observation": frozenset({"results"}),
     "react_system": frozenset(
-        {"agent_name", "has_tools", "tools", "example_tool", "answer_format"}
+        {"agent_name", "has_tools", "tools", "example_tool", "example_input", "answer_format"}
     ),
     "reply_too_long": frozenset({"length", "limit"}),
     "retry_feedback": frozenset({"error_message", "current_retry", "total_retries", "repeated"}),
@@ -75,6 +75,7 @@ TEMPLATE_VARIABLES: dict[str, frozenset[str]] = {
     "sections_none_found": frozenset({"headers"}),
     "system": _SYSTEM,
     "tool_arguments_invalid": frozenset({"name", "errors"}),
+    "tool_calls_over_limit": frozenset({"count", "limit", "name"}),
     "tool_error": frozenset({"name", "error", "fence"}),
     "tool_final_invalid": frozenset({"name", "error"}),
     "tool_list": _SYSTEM,

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from subagent._records import ToolResult
 from subagent._templates import TemplateSet
@@ -55,6 +56,7 @@ class ReactProtocol:
         return templates.render(
             "react_system", agent_name=agent_name, has_tools=bool(listed), tools=listed,
             example_tool=tools[0].name if tools else "",
+            example_input=_example_input(tools[0].parameters) if tools else "{}",
             answer_format=contract.answer_format(templates),
         )  # fmt: skip
 
@@ -113,3 +115,28 @@ def _bare_action(text: str, offered: Collection[str]) -> ToolCall | None:
 
 
 REACT = ReactProtocol()
+
+
+_PLACEHOLDERS: dict[str, Any] = {"integer": 1, "number": 1.5, "boolean": True, "array": [],
+                                 "object": {}, "null": None}  # fmt: skip
+
+
+def _example_input(schema: Mapping[str, Any]) -> str:
+    """An input for the prompt's example: the tool's own argument names, valid JSON.
+
+    A small model copies the example's input literally; ``{...}`` (the old example) is not
+    JSON, so the copy failed to parse. Required arguments first, at most three; strings are
+    ``"<name>"`` placeholders, other types a value of that type.
+    """
+    properties = schema.get("properties")
+    if not isinstance(properties, Mapping):
+        return "{}"
+    required = [name for name in schema.get("required") or () if name in properties]
+    names = [*required, *(name for name in properties if name not in required)][:3]
+    example = {}
+    for name in names:
+        kind = properties[name].get("type") if isinstance(properties[name], Mapping) else None
+        example[name] = (
+            _PLACEHOLDERS.get(kind, f"<{name}>") if isinstance(kind, str) else f"<{name}>"
+        )
+    return json.dumps(example)
