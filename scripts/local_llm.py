@@ -100,6 +100,29 @@ MODELS: dict[str, Model] = {
 DEFAULT_MODEL = "qwen"
 
 
+TOOLS_LAUNCHER = """
+import runpy
+import llama_cpp.llama_chat_format as chat_format
+
+class _Unescaped(chat_format.ImmutableSandboxedEnvironment):
+    def __init__(self, *args, **kwargs):
+        kwargs["autoescape"] = False
+        super().__init__(*args, **kwargs)
+
+chat_format.ImmutableSandboxedEnvironment = _Unescaped
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
+"""Starts the server with the tools chat format rendered as text, not HTML.
+
+llama-cpp-python 0.3.36 renders ``chatml-function-calling`` through a Jinja environment with
+``autoescape=select_autoescape(["html", "xml"])``, which escapes templates built from
+strings: the model would see ``{&#34;value&#34;: 3}`` for every quote of a system prompt,
+a tool result or a correction, and echo the escaped text back. This launcher makes that
+one environment class unescaped (the module's other chat formats never escape), then runs
+the server as ``python -m llama_cpp.server`` would.
+"""
+
+
 class SetupError(RuntimeError):
     """A set-up step failed; the message says which and why."""
 
@@ -410,8 +433,9 @@ def start(
         model: ``qwen`` or ``smollm2``.
         port: The port; a free one by default.
         tools: Use llama-cpp-python's ``chatml-function-calling`` chat format, which turns
-            OpenAI ``tools`` into native tool calls. Without it the model's own chat template
-            is used and ``tools`` are ignored by the server.
+            OpenAI ``tools`` into native tool calls, rendered without HTML escaping (see
+            :data:`TOOLS_LAUNCHER`). Without it the model's own chat template is used: it
+            shows the model the tools, and the model writes its calls as text.
         n_ctx: Context window in tokens.
         threads: CPU threads. One stays fast on a busy 2-core machine; two can collapse.
         ready_timeout: Seconds to wait for the server.
@@ -425,10 +449,10 @@ def start(
     logs = cache_dir() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"server-{model}-{port}.log"
+    launch = ["-c", TOOLS_LAUNCHER] if tools else ["-m", "llama_cpp.server"]
     command = [
         str(python),
-        "-m",
-        "llama_cpp.server",
+        *launch,
         "--model",
         str(path),
         "--model_alias",

@@ -289,3 +289,73 @@ async def test_the_demos_correction_run_follows_the_state_table(
 ) -> None:
     (step,) = await load_demo().run_corrections(adapter(smollm2))
     assert_state_table_path(step, max_turns=1, return_retries=2)
+
+
+@pytest.fixture(scope="session")
+def qwen_tools() -> Iterator[local_llm.LocalServer]:
+    with local_llm.running("qwen", tools=True) as server:
+        yield server
+
+
+def _prompt_tokens(server: local_llm.LocalServer, text: str, where: str) -> int:
+    """The prompt tokens of a request holding ``text`` in a message (nothing generated).
+
+    ``where`` is ``tool`` (a tool result after a call) or ``user`` (the question).
+    """
+    import httpx
+
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "lookup", "arguments": '{"city": "Oslo"}'},
+    }
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "Answer from the tool's result."},
+        {"role": "user", "content": text if where == "user" else "How cold is it?"},
+    ]
+    if where == "tool":
+        messages += [
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": text},
+        ]
+    body = {
+        "model": "local",
+        "max_tokens": 1,
+        "temperature": 0,
+        "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}}}}],
+        "messages": messages,
+    }  # fmt: skip
+    response = httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=120)
+    response.raise_for_status()
+    return int(response.json()["usage"]["prompt_tokens"])
+
+
+@pytest.mark.parametrize(
+    ("setup", "where"), [("template", "tool"), ("template", "user"), ("tools", "user")]
+)
+def test_a_quote_reaches_the_model_as_a_quote(
+    setup: str, where: str, request: pytest.FixtureRequest
+) -> None:
+    """Under every set-up of scripts/local_llm.py, no HTML escaping of what the model reads.
+
+    An escaped quote (``&#34;``) is several tokens where ``"`` is one or shares one: quoting
+    20 words adds about 20 prompt tokens as text, about 140 escaped (measured on Qwen with
+    llama-cpp-python's own launcher: 92 -> 233).
+    The tools chat format renders no tool result at all (only system, user and assistant
+    messages): that set-up is checked on the question.
+    """
+    server = request.getfixturevalue("qwen" if setup == "template" else "qwen_tools")
+    words = ", ".join(f"word{n}" for n in range(20))
+    plain = _prompt_tokens(server, words, where)
+    quotes = _prompt_tokens(server, ", ".join(f'"word{n}"' for n in range(20)), where)
+    assert plain + 10 < quotes <= plain + 40, (plain, quotes)
+
+
+def test_the_tools_chat_format_shows_the_model_no_tool_result(
+    qwen_tools: local_llm.LocalServer,
+) -> None:
+    """Why `make eval` and the demo use the model's own template: this one drops tool results."""
+    short = _prompt_tokens(qwen_tools, "5", "tool")
+    long = _prompt_tokens(qwen_tools, " ".join(["five"] * 200), "tool")
+    assert long == short
