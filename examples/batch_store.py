@@ -60,7 +60,12 @@ class FlakyModel:
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         self.calls += 1
-        city = request.messages[1].content.removeprefix("Which country is ").removesuffix(" in?")
+        city = (
+            request.messages[1]
+            .content.split("\n\n")[0]
+            .removeprefix("Which country is ")
+            .removesuffix(" in?")
+        )
         if city in self.flaky:
             self.flaky.discard(city)  # busy once, fine afterwards
             raise LLMError(ErrorKind.SERVER_ERROR, "the server is overloaded", status_code=503)

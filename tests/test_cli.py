@@ -51,8 +51,9 @@ def reply(text: str) -> Reply:
 
 
 def task_of(request: RecordedRequest) -> str:
-    """The task the agent's prompt rendered: the first user message."""
-    return str(next(m["content"] for m in request.json["messages"] if m["role"] == "user"))
+    """The task the agent's prompt rendered: the first user message, before any notice."""
+    first = next(m["content"] for m in request.json["messages"] if m["role"] == "user")
+    return str(first).split("\n\nIMPORTANT: ", 1)[0]
 
 
 def doubled(request: RecordedRequest) -> Reply:

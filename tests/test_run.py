@@ -6,6 +6,7 @@ import gc
 import itertools
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -34,6 +35,7 @@ from subagent import (
     TurnType,
     Usage,
 )
+from subagent._templates import TemplateSet
 
 pytestmark = pytest.mark.anyio
 
@@ -596,8 +598,27 @@ async def test_the_turn_a_bug_ended_is_reported_and_every_span_closed(traced: Tr
     assert attrs(turn_span)["subagent.turn.outcome"] == "fail"
 
 
-async def test_a_template_failing_after_the_first_call_raises_with_the_turns_kept() -> None:
-    broken = agent(prompts={"error_feedback": "Wrong: {{no_such_variable}}"}, max_turns=3)
+def break_template(monkeypatch: pytest.MonkeyPatch, broken: str) -> None:
+    """Make rendering the template ``broken`` raise, as a variable missing mid-run would.
+
+    Overrides that read unknown variables are refused when the agent is built; this stands
+    for a template that fails only when a run reaches it.
+    """
+    render = TemplateSet.render
+
+    def failing(self: TemplateSet, name: str, /, **data: Any) -> str:
+        if name == broken:
+            raise MissingVariableError("no_such_variable", name)
+        return render(self, name, **data)
+
+    monkeypatch.setattr(TemplateSet, "render", failing)
+
+
+async def test_a_template_failing_after_the_first_call_raises_with_the_turns_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    break_template(monkeypatch, "error_feedback")
+    broken = agent(max_turns=3)
     with pytest.raises(MissingVariableError, match="no_such_variable") as caught:
         await broken.run(llm=ScriptedLLM([tool_reply(), BAD, GOOD]))
     tools, answer = caught.value.turns
@@ -605,8 +626,11 @@ async def test_a_template_failing_after_the_first_call_raises_with_the_turns_kep
     assert (answer.reply, answer.error_type) == (BAD, "MissingVariableError")
 
 
-async def test_a_bug_in_one_of_parallel_tool_calls_raises_as_itself_with_the_turn() -> None:
-    broken = agent(prompts={"tool_arguments_invalid": "Bad: {{no_such_variable}}"})
+async def test_a_bug_in_one_of_parallel_tool_calls_raises_as_itself_with_the_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    break_template(monkeypatch, "tool_arguments_invalid")
+    broken = agent()
     reply = LLMResponse(tool_calls=[ToolCall(name="lookup", arguments={"key": 1}),
                                     ToolCall(name="lookup", arguments={"key": 2})])  # fmt: skip
     with pytest.raises(MissingVariableError) as caught:  # not an ExceptionGroup

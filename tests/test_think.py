@@ -28,7 +28,8 @@ async def test_a_reply_that_parses_returns_its_sections() -> None:
     result = await think_with_retry(llm, "Plan it.", multi_section_parser, section_headers=HEADERS)
     assert result == {"[Plan]": "read", "[Timeline]": "2 weeks"}
     assert len(llm.requests) == 1
-    assert llm.requests[0].messages[1] == Message(role="user", content="Plan it.")
+    (_, task) = llm.requests[0].messages  # the final-turn notice joins the task
+    assert task.role == "user" and task.content.startswith("Plan it.\n\nIMPORTANT: ")
 
 
 async def test_data_is_returned_when_the_parser_has_no_sections() -> None:
@@ -106,7 +107,8 @@ async def test_messages_may_be_a_conversation_of_dicts_or_messages() -> None:
     ]
     await think_with_retry(llm, conversation, sections_parser(HEADERS))
     contents = [message.content for message in llm.requests[0].messages]
-    assert contents[1:4] == ["Context: a study of tea.", "Understood.", "Now plan it."]
+    assert contents[1:3] == ["Context: a study of tea.", "Understood."]
+    assert len(contents) == 4 and contents[3].startswith("Now plan it.\n\nIMPORTANT: ")
 
 
 async def test_parser_instructions_go_into_the_system_prompt() -> None:
