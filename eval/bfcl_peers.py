@@ -68,7 +68,7 @@ async def _pydantic_ai(case: Case, server: Server) -> Outcome:
                     elif isinstance(part, TextPart):
                         text += part.content
                 break
-        usage = run.usage()
+        usage = run.usage
     return Outcome(
         calls=calls,
         text=text,

@@ -40,7 +40,7 @@ __all__ = ["RESULTS", "finished", "pending", "read_lines", "record_path", "run_c
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bfcl"
 SETUPS = ("template", "tools")
-CHUNK = 10
+CHUNK = 5
 
 
 def record_path(results: Path, system: str, setup: str) -> Path:
@@ -146,13 +146,15 @@ async def _run_all(
 ) -> None:
     """Every system on every category, :data:`CHUNK` cases at a time, system after system.
 
-    Interleaved so that a run stopped part-way leaves every system measured on the same
-    cases (the report compares like with like), and a resumed run fills the gaps in order.
+    Interleaved (the first cases of every category for every system, then the next ones)
+    so that a run stopped part-way leaves every system measured on the same cases of every
+    category (the report compares like with like), and a resumed run fills the gaps in order.
     """
     server = Server(base_url=base_url)
-    for category in categories:
-        sample = load_cases(category, cases_per)
-        for start in range(0, len(sample), CHUNK):
+    samples = {category: load_cases(category, cases_per) for category in categories}
+    longest = max((len(sample) for sample in samples.values()), default=0)
+    for start in range(0, longest, CHUNK):
+        for category, sample in samples.items():
             chunk = sample[start : start + CHUNK]
             for system in systems:
                 path = record_path(results, system.name, setup)
