@@ -13,7 +13,14 @@ from typing import Any
 import pytest
 from bfcl_data import DEFAULT_CATEGORIES, SAMPLE_SIZE, grade, load_cases, openai_tools, tool_name
 from bfcl_report import rows_from, wilson
-from bfcl_systems import Server, calls_in_text, run_raw, run_subagent_contract, system_named
+from bfcl_systems import (
+    Server,
+    calls_in_text,
+    run_raw,
+    run_subagent_contract,
+    run_subagent_tools,
+    system_named,
+)
 from openai_server import Reply, completion, running_server
 from run_bfcl import pending, read_lines, record_path, run_cases
 
@@ -272,3 +279,31 @@ def test_the_wilson_interval_brackets_the_proportion() -> None:
     assert 0.78 < low < 0.9 < high < 0.97
     assert wilson(0, 0) == (0.0, 0.0)
     assert wilson(0, 10)[0] == 0.0
+
+
+@pytest.mark.parametrize("protocol", ["native", "react"])
+async def test_a_call_through_the_tools_ends_the_run_with_the_call_as_output(
+    protocol: str,
+) -> None:
+    case = load_cases("simple_python")[0]
+    call = right_calls(case)[0]
+    if protocol == "native":
+        first = completion(None, tool_calls=[{"id": "c1", "type": "function", "function": {
+            "name": call["name"], "arguments": json.dumps(call["arguments"])}}])  # fmt: skip
+    else:
+        action = json.dumps({"tool": call["name"], "input": call["arguments"]})
+        first = completion(f"Thought: I call it.\nAction: {action}")
+    with running_server() as server:
+        server.script(Reply(body=first))
+        async with OpenAIChat(model="local", base_url=server.base_url, _environ={}) as llm:
+            outcome = await run_subagent_tools(
+                case, Server(server.base_url), llm, protocol=protocol, return_retries=1
+            )
+        sent = server.requests[0].json
+    assert outcome.calls == [call] and outcome.error is None
+    assert outcome.llm_calls == 1
+    if protocol == "native":  # the schema reaches the model as BFCL's converter made it
+        assert (
+            sent["tools"][0]["function"]["parameters"]
+            == (openai_tools(case.functions)[0]["function"]["parameters"])
+        )
