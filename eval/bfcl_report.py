@@ -30,7 +30,7 @@ from bfcl_data import Case, grade, load_cases, openai_tools  # noqa: E402
 from bfcl_systems import calls_in_text  # noqa: E402
 from run_bfcl import RESULTS, read_lines  # noqa: E402
 
-__all__ = ["Row", "render", "rows_from", "wilson", "write_report"]
+__all__ = ["PAGE", "Row", "render", "rows_from", "section", "update_page", "wilson", "write_report"]
 
 PAGE = ROOT / "docs" / "evaluation.md"
 PLOT = ROOT / "docs" / "images" / "bfcl.png"
@@ -142,16 +142,18 @@ def _fmt(row: Row) -> str:
     )
 
 
-def render(rows: Sequence[Row], meta: Mapping[str, Any] | None) -> str:
-    """The report's Markdown."""
+def render(
+    rows: Sequence[Row], meta: Mapping[str, Any] | None, cases: int = 0, seconds: float = 0.0
+) -> str:
+    """The report's Markdown (``cases`` records whose runs took ``seconds`` in all)."""
     lines = []
     if meta:
         lines.append(
             f"- Model: `{meta['file']}`, SHA-256 `{meta['sha256']}`; llama-cpp-python "
             f"{meta['llama_cpp_python']}; bfcl-eval {meta['bfcl_eval']} (checker: "
             f"`bfcl_eval.eval_checker.ast_eval.ast_checker.ast_checker`); subagent "
-            f"{meta['subagent']}; {meta['date']}; {meta['cases']} cases run in "
-            f"{meta['seconds'] / 60:.0f} min."
+            f"{meta['subagent']}; last run {meta['date']}; {cases} cases recorded, "
+            f"{seconds / 3600:.1f} h of runs in all (each case's wall time, summed)."
         )
         lines.append("")
     lines.append(
@@ -189,18 +191,33 @@ def _plot(rows: Sequence[Row], path: Path) -> None:
     plt.close(figure)
 
 
-def write_report(results: Path = RESULTS, page: Path = PAGE, plot: Path | None = PLOT) -> str:
-    """Grade every record under ``results`` and write the page's BFCL part (and the plot)."""
+def section(results: Path = RESULTS) -> tuple[str, list[Row]]:
+    """The page's BFCL part from the records under ``results``, and its rows."""
     records = [r for path in sorted(results.glob("*.jsonl")) for r in read_lines(path)]
     rows = rows_from(records)
     meta_path = results / "meta.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
-    text = render(rows, meta)
-    content = page.read_text(encoding="utf-8")
-    if START in content:
-        head, rest = content.split(START, 1)
-        tail = rest.split(END, 1)[1]
-        page.write_text(f"{head}{START}\n{text}\n{END}{tail}", encoding="utf-8")
+    seconds = sum(float(r["outcome"].get("seconds") or 0.0) for r in records)
+    return render(rows, meta, len(records), seconds), rows
+
+
+def update_page(content: str, text: str) -> str:
+    """``content`` with the part between the BFCL markers replaced by ``text``.
+
+    Raises:
+        ValueError: The page lacks the markers.
+    """
+    if START not in content or END not in content:
+        raise ValueError("the page lacks the bfcl-report markers")
+    head, rest = content.split(START, 1)
+    tail = rest.split(END, 1)[1]
+    return f"{head}{START}\n{text}\n{END}{tail}"
+
+
+def write_report(results: Path = RESULTS, page: Path = PAGE, plot: Path | None = PLOT) -> str:
+    """Grade every record under ``results`` and write the page's BFCL part (and the plot)."""
+    text, rows = section(results)
+    page.write_text(update_page(page.read_text(encoding="utf-8"), text), encoding="utf-8")
     if plot is not None and rows:
         _plot(rows, plot)
     return text

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from bfcl_data import DEFAULT_CATEGORIES, SAMPLE_SIZE, grade, load_cases, openai_tools, tool_name
-from bfcl_report import rows_from, wilson
+from bfcl_report import PAGE, rows_from, section, update_page, wilson
 from bfcl_systems import (
     Server,
     calls_in_text,
@@ -307,3 +307,13 @@ async def test_a_call_through_the_tools_ends_the_run_with_the_call_as_output(
             sent["tools"][0]["function"]["parameters"]
             == (openai_tools(case.functions)[0]["function"]["parameters"])
         )
+
+
+def test_the_page_shows_what_the_committed_bfcl_records_give() -> None:
+    page = PAGE.read_text(encoding="utf-8")
+    assert update_page(page, section()[0]) == page, "run: make eval-report"
+
+
+def test_a_page_lacking_the_bfcl_markers_is_an_error() -> None:
+    with pytest.raises(ValueError, match="lacks the bfcl-report markers"):
+        update_page("# a page\n", "table")
