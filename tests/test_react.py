@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, Literal
 
 import pytest
 from pydantic import BaseModel
@@ -142,3 +143,18 @@ async def test_a_stream_tells_reasoning_deltas_from_text_deltas() -> None:
     text = "".join(e.text for e in events if isinstance(e, TextDelta))
     assert (reasoning, text) == ("first think", '{"x": 4}')
     assert run.step is not None and run.step.ok
+
+
+def test_the_example_action_is_valid_json_with_the_first_tools_own_arguments() -> None:
+    def forecast(city: str, unit: Literal["celsius", "kelvin"], days: int = 1) -> str:
+        """The weather."""
+        return "sunny"
+
+    llm = ScriptedLLM(["Final Answer: 5"])
+    SubAgent(name="w", prompt="Weather?", tools=[forecast], protocol="react",
+             max_turns=2).run_sync(llm=llm)  # fmt: skip
+    system = llm.requests[0].messages[0].content
+    example = next(line for line in system.splitlines()
+                   if line.startswith('Action: {"tool": "forecast"'))  # fmt: skip
+    action = json.loads(example.removeprefix("Action: "))
+    assert action == {"tool": "forecast", "input": {"city": "<city>", "unit": "celsius", "days": 1}}

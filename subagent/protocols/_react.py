@@ -125,18 +125,22 @@ def _example_input(schema: Mapping[str, Any]) -> str:
     """An input for the prompt's example: the tool's own argument names, valid JSON.
 
     A small model copies the example's input literally; ``{...}`` (the old example) is not
-    JSON, so the copy failed to parse. Required arguments first, at most three; strings are
-    ``"<name>"`` placeholders, other types a value of that type.
+    JSON, so the copy failed to parse. Required arguments first, at most three; an enum shows
+    its first value, a string a ``"<name>"`` placeholder, other types a value of that type.
     """
     properties = schema.get("properties")
     if not isinstance(properties, Mapping):
         return "{}"
     required = [name for name in schema.get("required") or () if name in properties]
     names = [*required, *(name for name in properties if name not in required)][:3]
-    example = {}
+    example: dict[str, Any] = {}
     for name in names:
-        kind = properties[name].get("type") if isinstance(properties[name], Mapping) else None
-        example[name] = (
-            _PLACEHOLDERS.get(kind, f"<{name}>") if isinstance(kind, str) else f"<{name}>"
-        )
+        spec = properties[name] if isinstance(properties[name], Mapping) else {}
+        kind = spec.get("type")
+        if isinstance(spec.get("enum"), list) and spec["enum"]:
+            example[name] = spec["enum"][0]  # a copied placeholder still validates
+        elif isinstance(kind, str) and kind in _PLACEHOLDERS:
+            example[name] = _PLACEHOLDERS[kind]
+        else:
+            example[name] = f"<{name}>"
     return json.dumps(example)
