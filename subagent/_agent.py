@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from typing_extensions import TypeVar, Unpack
 
 from subagent._checks import check_int, check_seconds
-from subagent._conversation import ContextPolicy
+from subagent._conversation import CONTEXT_POLICIES, ContextPolicy
 from subagent._errors import ConfigurationError, TemplateError
 from subagent._handle import AgentRun
 from subagent._records import FailReason, Failure, Step, build_step, user_message
@@ -48,13 +48,14 @@ __all__ = ["SubAgent"]
 # type output, SubAgent[Model].
 OutputT = TypeVar("OutputT", default=Any)
 
-_POLICIES = ("collapse", "accumulate")
+_POLICIES = CONTEXT_POLICIES
 
 
 def _check_policy(value: object) -> ContextPolicy:
-    if value not in _POLICIES:
-        raise ConfigurationError("context_policy", f"must be one of {_POLICIES}, got {value!r}")
-    return cast(ContextPolicy, value)
+    for policy in _POLICIES:
+        if value == policy:
+            return policy
+    raise ConfigurationError("context_policy", f"must be one of {_POLICIES}, got {value!r}")
 
 
 class RunArguments(TypedDict, total=False):
@@ -191,7 +192,9 @@ class SubAgent(Generic[OutputT]):
         return_retries: The correction budget: extra turns granted only after the final work
             turn produced an invalid answer (>= 0).
         context_policy: ``collapse`` (default) keeps only the latest failed attempt of a
-            streak in the context; ``accumulate`` keeps all of them.
+            streak in the context; ``accumulate`` keeps all of them; ``quote`` keeps only
+            the latest, quoted inside its feedback rather than sent as the model's own turn
+            (small models tend to repeat their own last turn word for word).
         validators: Checks run on the parsed output: ``(output) -> Validation`` or
             ``{"valid": bool, "errors": [...]}``, sync or async.
         parser_kwargs: Keyword arguments for a parser ``output``.
@@ -369,7 +372,7 @@ class SubAgent(Generic[OutputT]):
             return_retries: The correction budget for this run.
             messages: Use these messages as the task instead of rendering ``prompt``. Leading
                 system messages extend the agent's system prompt for this run.
-            context_policy: ``collapse`` or ``accumulate``.
+            context_policy: ``collapse``, ``accumulate`` or ``quote``.
             settings: Model settings, merged over the agent's.
             retry_policy: Transport retries for this run.
             timeout: Seconds allowed for one LLM call.

@@ -3,19 +3,25 @@
 ``collapse`` (default): while the model keeps failing to return, a request carries the
 history up to the first failed attempt of the streak, then only the latest failed reply and
 its feedback. Tool exchanges end a streak and are never dropped. The message count stays
-constant across corrections. ``accumulate`` keeps every attempt.
+constant across corrections. ``accumulate`` keeps every attempt. ``quote`` is ``collapse``
+with the latest failed reply quoted inside the feedback message instead of sent as the
+model's own turn: small models copy their own last assistant message word for word, and
+read a quotation as something to correct.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Literal
 
+from subagent._text import fence
 from subagent.llm import Message
 
-__all__ = ["ContextPolicy", "Conversation", "with_notice"]
+__all__ = ["CONTEXT_POLICIES", "ContextPolicy", "Conversation", "quoted_attempt", "with_notice"]
 
-ContextPolicy = Literal["collapse", "accumulate"]
+ContextPolicy = Literal["collapse", "accumulate", "quote"]
+CONTEXT_POLICIES: tuple[ContextPolicy, ...] = ("collapse", "accumulate", "quote")
 
 
 def with_notice(messages: list[Message], notice: Message) -> list[Message]:
@@ -32,6 +38,19 @@ def with_notice(messages: list[Message], notice: Message) -> list[Message]:
             last.model_copy(update={"content": f"{last.content}\n\n{notice.content}"}),
         ]
     return [*messages, notice]
+
+
+def quoted_attempt(reply: Message, feedback: Message) -> Message:
+    """One user message: the failed reply, quoted in a fence, then the feedback about it."""
+    said = reply.content
+    if reply.tool_calls:
+        calls = [{"name": call.name, "arguments": call.arguments} for call in reply.tool_calls]
+        said = "\n".join(filter(None, [said, json.dumps(calls, ensure_ascii=False)]))
+    marker = fence(said)
+    return Message(
+        role="user",
+        content=f"Your previous reply was:\n{marker}\n{said}\n{marker}\n\n{feedback.content}",
+    )
 
 
 class Conversation:
@@ -67,7 +86,10 @@ class Conversation:
             self._history += (reply, feedback)
             return
         self._collapsed += len(self._latest_failure)
-        self._latest_failure = (reply, feedback)
+        if self._policy == "quote":
+            self._latest_failure = (quoted_attempt(reply, feedback),)
+        else:
+            self._latest_failure = (reply, feedback)
 
     def add_exchange(self, messages: Iterable[Message]) -> None:
         """Record messages that are never dropped (tool calls and results, notices).

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from subagent import Message
-from subagent._conversation import Conversation, with_notice
+from subagent import Message, ToolCall
+from subagent._conversation import Conversation, quoted_attempt, with_notice
 
 OPENING = [Message(role="user", content="task")]
 
@@ -55,3 +55,23 @@ def test_a_notice_after_tool_results_stays_a_message_of_its_own() -> None:
     result = Message(role="tool", content="result", tool_call_id="c")
     assert with_notice([result], notice) == [result, notice]
     assert with_notice([], notice) == [notice]
+
+
+def test_quote_sends_the_latest_failed_reply_inside_its_feedback() -> None:
+    conversation = Conversation("quote", OPENING)
+    for n in range(1, 3):
+        conversation.add_failed_attempt(*attempt(n))
+    messages = conversation.messages()
+    assert [m.role for m in messages] == ["user", "user"]
+    assert messages[1].content == "Your previous reply was:\n```\ntry 2\n```\n\nfix 2"
+    assert conversation.collapsed == 1
+
+
+def test_quote_writes_a_failed_replys_tool_calls_as_json_in_a_fence_it_cannot_close() -> None:
+    reply = Message(role="assistant", content="``` x",
+                    tool_calls=(ToolCall(name="f", arguments={"a": 1}, id="c"),))  # fmt: skip
+    quoted = quoted_attempt(reply, Message(role="user", content="no tools now"))
+    assert quoted.content == (
+        'Your previous reply was:\n````\n``` x\n[{"name": "f", "arguments": {"a": 1}}]\n````'
+        "\n\nno tools now"
+    )

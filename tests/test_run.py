@@ -868,3 +868,15 @@ async def test_worst_case_requests_are_turns_times_max_attempts() -> None:
     assert step.failure is not None and step.failure.reason == FailReason.BUDGET_EXHAUSTED
     assert [turn.type for turn in step.turns] == [N, M, R]
     assert len(llm.requests) == (2 + 1) * 3 and llm.remaining == 0
+
+
+async def test_a_quoting_run_sends_its_failed_reply_inside_the_correction_message() -> None:
+    llm = ScriptedLLM(['{"x": "three"}', '{"x": 3}'])
+    agent = SubAgent(name="q", prompt="Three.", output=Answer, max_turns=1, return_retries=1,
+                     context_policy="quote")  # fmt: skip
+    step = await agent.run(llm=llm)
+    assert step.output == Answer(x=3)
+    correction = llm.requests[1].messages
+    assert [m.role for m in correction] == ["system", "user", "user"]
+    assert correction[2].content.startswith('Your previous reply was:\n```\n{"x": "three"}\n```')
+    assert "x" in correction[2].content.split("```", 2)[2]  # the feedback names the field
