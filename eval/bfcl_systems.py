@@ -13,6 +13,8 @@ first attempt (for the salvage rate), and what it cost.
   JSON list of calls validated against the functions' JSON schemas (an unknown function, a
   missing or mistyped argument, a value outside an enum is named in the feedback of a
   correction turn).
+- ``subagent-r1-quote``: the same with ``context_policy="quote"``: a failed attempt is
+  quoted inside the correction's feedback instead of sent back as the model's own turn.
 - ``subagent-tools-rN`` / ``subagent-react-rN``: the functions as tools (from their JSON
   schemas) under the native or the ReAct protocol; a call ends the run with the call(s) as
   the output (``ToolOutput(final=True)``), as BFCL wants a call, not its result.
@@ -57,6 +59,7 @@ class Server:
 
     base_url: str
     model: str = "local"
+    setup: str = "template"
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -137,12 +140,16 @@ def calls_in_text(text: str, names: Sequence[str]) -> list[dict[str, Any]]:
 
 async def run_raw(case: Case, server: Server, client: httpx.AsyncClient) -> Outcome:
     """One chat completion with the functions as native tools."""
-    body = {
+    body: dict[str, Any] = {
         "model": server.model,
         "messages": list(case.messages),
         "tools": openai_tools(case.functions),
         **server.settings,
     }
+    if server.setup == "tools":
+        # OpenAI's default with tools; llama-cpp-python's tools format takes a missing
+        # tool_choice as "none" and never calls.
+        body["tool_choice"] = "auto"
     response = await client.post(f"{server.base_url}/chat/completions", json=body)
     response.raise_for_status()
     data = response.json()
@@ -310,7 +317,7 @@ def _first_attempt(step: Any, names: Sequence[str]) -> list[dict[str, Any]]:
 
 
 async def run_subagent_contract(
-    case: Case, server: Server, llm: Any, *, return_retries: int
+    case: Case, server: Server, llm: Any, *, return_retries: int, context_policy: str = "collapse"
 ) -> Outcome:
     """The call as the agent's output: one work turn, ``return_retries`` corrections."""
     from subagent import SubAgent
@@ -321,6 +328,7 @@ async def run_subagent_contract(
         validators=[_validator(case)],
         max_turns=1,
         return_retries=return_retries,
+        context_policy=context_policy,  # type: ignore[arg-type]
         settings=server.settings,
         timeout=CALL_TIMEOUT,
     )
@@ -398,13 +406,17 @@ class System:
     venv: str = "main"
 
 
-def _subagent_contract(n: int) -> System:
+def _subagent_contract(n: int, policy: str = "collapse") -> System:
     async def run(case: Case, server: Server, llm: Any) -> Outcome:
-        return await run_subagent_contract(case, server, llm, return_retries=n)
+        return await run_subagent_contract(
+            case, server, llm, return_retries=n, context_policy=policy
+        )
 
-    return System(
-        f"subagent-r{n}", f"subagent, the call as output, return_retries={n}", "subagent", run
+    suffix = "" if policy == "collapse" else f"-{policy}"
+    title = f"subagent, the call as output, return_retries={n}" + (
+        "" if policy == "collapse" else f", context_policy={policy!r}"
     )
+    return System(f"subagent-r{n}{suffix}", title, "subagent", run)
 
 
 def _subagent_tools(protocol: str, n: int) -> System:
@@ -431,6 +443,7 @@ async def _peer(case: Case, server: Server, name: Any) -> Outcome:
 SYSTEMS: tuple[System, ...] = (
     System("raw", "raw chat completion, native tools", "raw", _raw),
     *(_subagent_contract(n) for n in (0, 1, 2)),
+    _subagent_contract(1, "quote"),
     _subagent_tools("native", 1),
     _subagent_tools("react", 1),
     System("pydantic-ai", "pydantic-ai, defaults", "peer", _peer, venv="peers"),

@@ -150,7 +150,7 @@ async def _run_all(
     so that a run stopped part-way leaves every system measured on the same cases of every
     category (the report compares like with like), and a resumed run fills the gaps in order.
     """
-    server = Server(base_url=base_url)
+    server = Server(base_url=base_url, setup=setup)
     samples = {category: load_cases(category, cases_per) for category in categories}
     longest = max((len(sample) for sample in samples.values()), default=0)
     for start in range(0, longest, CHUNK):
