@@ -62,6 +62,8 @@ class Row:
     tokens: int = 0
     first_wrong: int = 0
     salvaged: int = 0
+    corrected: int = 0
+    corrected_right: int = 0
     repeats: int = 0
     corrections: int = 0
     errors: dict[str, int] = field(default_factory=dict)
@@ -124,6 +126,9 @@ def rows_from(records: Iterable[Mapping[str, Any]]) -> list[Row]:
                 if not first_ok:
                     row.first_wrong += 1
                     row.salvaged += ok
+                if outcome["llm_calls"] > 1:  # the first answer was invalid: corrections ran
+                    row.corrected += 1
+                    row.corrected_right += ok
             repeats, corrections = _verbatim_repeats(outcome.get("turns") or [])
             row.repeats += repeats
             row.corrections += corrections
@@ -134,11 +139,12 @@ def _fmt(row: Row) -> str:
     low, high = wilson(row.correct, row.n)
     per_correct = f"{row.tokens / row.correct:,.0f}" if row.correct else "n/a"
     salvage = f"{row.salvaged}/{row.first_wrong}" if row.first_wrong else "n/a"
+    corrected = f"{row.corrected_right}/{row.corrected}" if row.corrected else "-"
     repeats = f"{row.repeats}/{row.corrections}" if row.corrections else "-"
     return (
         f"| {row.category} | `{row.system}` | {row.correct}/{row.n} | "
         f"{row.accuracy:.0%} ({low:.0%}-{high:.0%}) | {row.llm_calls / row.n:.2f} | "
-        f"{row.prompt_tokens / row.n:,.0f} | {per_correct} | {salvage} | {repeats} |"
+        f"{row.prompt_tokens / row.n:,.0f} | {per_correct} | {salvage} | {corrected} | {repeats} |"
     )
 
 
@@ -158,9 +164,10 @@ def render(
         lines.append("")
     lines.append(
         "| category | system@set-up | correct | accuracy (95% CI) | LLM calls / case | "
-        "prompt tokens / case | tokens / correct | salvaged | verbatim repeats |"
+        "prompt tokens / case | tokens / correct | salvaged | corrected, then right | "
+        "verbatim repeats |"
     )
-    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     lines += [_fmt(row) for row in rows]
     return "\n".join(lines)
 
