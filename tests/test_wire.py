@@ -112,12 +112,18 @@ def call_json(name: str, arguments: dict[str, Any]) -> str:
 
 
 @settings(max_examples=200, deadline=None)
-@given(calls=calls_drawn, form=st.sampled_from(["tags", "list", "fenced"]), pad=st.text(" \n\t"))
+@given(
+    calls=calls_drawn,
+    form=st.sampled_from(["tags", "list", "fenced", "prefixed"]),
+    pad=st.text(" \n\t"),
+)
 def test_calls_written_in_any_form_read_back_as_themselves(
     calls: list[tuple[str, dict[str, Any]]], form: str, pad: str
 ) -> None:
     if form == "tags":
         text = pad.join(f"<tool_call>{pad}{call_json(*call)}{pad}</tool_call>" for call in calls)
+    elif form == "prefixed":
+        text = "\n".join(f"functions.{name}:{pad}\n{json.dumps(args)}" for name, args in calls)
     else:
         listed = "[" + ", ".join(call_json(*call) for call in calls) + "]"
         text = f"```json{pad}\n{listed}{pad}\n```" if form == "fenced" else listed
@@ -137,6 +143,8 @@ WORST = {
     "whitespace after a fence": lambda n: "```" + " " * n + "{",
     "newlines after a fenced language": lambda n: "```json" + "\n" * n + "[",
     "fences only": lambda n: "`" * n,
+    "whitespace after a functions prefix": lambda n: "functions.x:" + " " * n + "{",
+    "functions prefixes only": lambda n: "functions.x:{}" * (n // 14),
 }
 
 
@@ -244,3 +252,13 @@ def completion_with_arguments(arguments: str) -> str:
     function = {"name": "a", "arguments": arguments}
     message = {"role": "assistant", "content": None, "tool_calls": [{"function": function}]}
     return json.dumps({"choices": [{"message": message, "finish_reason": "tool_calls"}]})
+
+
+def test_calls_in_the_tools_chat_formats_syntax_are_read() -> None:
+    text = 'functions.get_weather:\n{"city": "Paris"}\nfunctions.get_weather:\n{"city": "Oslo"}'
+    assert tool_calls_in_text(text, {"get_weather"}) == [
+        ToolCall(name="get_weather", arguments={"city": "Paris"}),
+        ToolCall(name="get_weather", arguments={"city": "Oslo"}),
+    ]
+    assert tool_calls_in_text("functions.get_weather: {} and more", {"get_weather"}) == []
+    assert tool_calls_in_text('functions.other: {"a": 1}', {"get_weather"}) == []

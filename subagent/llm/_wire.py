@@ -81,6 +81,8 @@ _CONTEXT_LENGTH_RE: Final = re.compile(
 _OPEN_TAG: Final = "<tool_call>"
 _CLOSE_TAG: Final = "</tool_call>"
 _FENCE: Final = "```"
+_FUNCTIONS_PREFIX: Final = "functions."
+_DECODER: Final = json.JSONDecoder()
 
 
 def loads(text: str) -> Any:
@@ -339,9 +341,12 @@ def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
 
     Recognises, when they make up the whole reply: one JSON object
     ``{"name": ..., "arguments": {...}}`` (``parameters`` is accepted for ``arguments``),
-    a JSON list of them, optionally inside a code fence, and one or more Hermes/Qwen
-    ``<tool_call>{...}</tool_call>`` blocks. Every name must be one of ``tool_names``;
-    otherwise nothing is recognised and the reply stays text.
+    a JSON list of them, optionally inside a code fence, one or more Hermes/Qwen
+    ``<tool_call>{...}</tool_call>`` blocks, and one or more ``functions.NAME:`` lines each
+    followed by its arguments as a JSON object (the syntax of llama-cpp-python's
+    ``chatml-function-calling`` format, which small models also write as plain text). Every
+    name must be one of ``tool_names``; otherwise nothing is recognised and the reply stays
+    text.
 
     Args:
         text: The reply's text.
@@ -354,7 +359,12 @@ def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
     if not stripped:
         return []
     candidates: list[object] = []
-    if _OPEN_TAG in stripped:
+    if stripped.startswith(_FUNCTIONS_PREFIX):
+        prefixed = _prefixed_calls(stripped)
+        if prefixed is None:
+            return []
+        candidates = [{"name": name, "arguments": arguments} for name, arguments in prefixed]
+    elif _OPEN_TAG in stripped:
         blocks = _tagged_blocks(stripped)
         if blocks is None:
             return []  # text besides the calls: leave it to the output contract
@@ -382,6 +392,35 @@ def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
             return []
         calls.append(ToolCall(name=str(name), arguments=decode_arguments(arguments)))
     return calls
+
+
+def _prefixed_calls(text: str) -> list[tuple[str, object]] | None:
+    """The ``functions.NAME:`` calls making up ``text``: each name and its decoded arguments.
+
+    ``None`` when anything else is in the text. One pass: each step decodes one JSON value
+    where the last one ended (linear in the text).
+    """
+    calls: list[tuple[str, object]] = []
+    position, length = 0, len(text)
+    while True:
+        while position < length and text[position].isspace():
+            position += 1
+        if position == length:
+            return calls or None
+        if not text.startswith(_FUNCTIONS_PREFIX, position):
+            return None
+        colon = text.find(":", position)
+        if colon < 0:
+            return None
+        name = text[position + len(_FUNCTIONS_PREFIX) : colon].strip()
+        position = colon + 1
+        while position < length and text[position].isspace():
+            position += 1
+        try:
+            arguments, position = _DECODER.raw_decode(text, position)
+        except (ValueError, RecursionError):
+            return None
+        calls.append((name, arguments))
 
 
 def _tagged_blocks(text: str) -> list[str] | None:
