@@ -9,11 +9,10 @@ response, which is what BFCL grades (a call, not its result): the tools are neve
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from bfcl_data import Case, openai_tools
-from bfcl_systems import MAX_TOKENS, SEED, TEMPERATURE, Outcome, Server
+from bfcl_systems import MAX_TOKENS, SEED, TEMPERATURE, Outcome, Server, decoded_arguments
 
 __all__ = ["run_peer"]
 
@@ -24,13 +23,9 @@ def _split(case: Case) -> tuple[str | None, str]:
     return system, user
 
 
-def _arguments(raw: Any) -> Any:
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw) if raw.strip() else {}
-        except ValueError:
-            return raw
-    return raw
+def _first_response(calls: list[dict[str, Any]], text: str, usage: Any) -> Outcome:
+    """The outcome of a peer's first response (``usage``: the peer's own usage record)."""
+    return _first_response(calls, text, usage)
 
 
 async def _pydantic_ai(case: Case, server: Server) -> Outcome:
@@ -64,19 +59,14 @@ async def _pydantic_ai(case: Case, server: Server) -> Outcome:
             if Agent.is_call_tools_node(node):
                 for part in node.model_response.parts:
                     if isinstance(part, ToolCallPart):
-                        calls.append({"name": part.tool_name, "arguments": _arguments(part.args)})
+                        calls.append(
+                            {"name": part.tool_name, "arguments": decoded_arguments(part.args)}
+                        )
                     elif isinstance(part, TextPart):
                         text += part.content
                 break
         usage = run.usage
-    return Outcome(
-        calls=calls,
-        text=text,
-        llm_calls=usage.requests,
-        prompt_tokens=usage.input_tokens,
-        completion_tokens=usage.output_tokens,
-        turns=[{"text": text, "calls": calls}],
-    )
+    return _first_response(calls, text, usage)
 
 
 async def _openai_agents(case: Case, server: Server) -> Outcome:
@@ -130,20 +120,13 @@ async def _openai_agents(case: Case, server: Server) -> Outcome:
             calls.append(
                 {
                     "name": getattr(raw, "name", ""),
-                    "arguments": _arguments(getattr(raw, "arguments", "{}")),
+                    "arguments": decoded_arguments(getattr(raw, "arguments", "{}")),
                 }
             )
         elif isinstance(item, MessageOutputItem):
             text += "".join(getattr(c, "text", "") for c in item.raw_item.content)
     usage = result.context_wrapper.usage
-    return Outcome(
-        calls=calls,
-        text=text,
-        llm_calls=usage.requests,
-        prompt_tokens=usage.input_tokens,
-        completion_tokens=usage.output_tokens,
-        turns=[{"text": text, "calls": calls}],
-    )
+    return _first_response(calls, text, usage)
 
 
 async def run_peer(name: str, case: Case, server: Server) -> Outcome:

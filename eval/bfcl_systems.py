@@ -43,6 +43,7 @@ __all__ = [
     "Server",
     "System",
     "calls_in_text",
+    "decoded_arguments",
     "system_named",
 ]
 
@@ -98,7 +99,8 @@ class Outcome:
         return asdict(self)
 
 
-def _arguments(raw: Any) -> Any:
+def decoded_arguments(raw: Any) -> Any:
+    """Tool-call arguments as JSON values (a JSON string decoded; text that is not JSON kept)."""
     if isinstance(raw, str):
         try:
             return json.loads(raw) if raw.strip() else {}
@@ -129,7 +131,7 @@ def calls_in_text(text: str, names: Sequence[str]) -> list[dict[str, Any]]:
             continue
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, dict) and item.get("name") in names:
-                arguments = _arguments(item.get("arguments", item.get("parameters", {})))
+                arguments = decoded_arguments(item.get("arguments", item.get("parameters", {})))
                 calls.append({"name": item["name"], "arguments": arguments})
         position = end
     return calls
@@ -155,7 +157,10 @@ async def run_raw(case: Case, server: Server, client: httpx.AsyncClient) -> Outc
     data = response.json()
     message = data["choices"][0]["message"]
     calls = [
-        {"name": call["function"]["name"], "arguments": _arguments(call["function"]["arguments"])}
+        {
+            "name": call["function"]["name"],
+            "arguments": decoded_arguments(call["function"]["arguments"]),
+        }
         for call in message.get("tool_calls") or []
     ]
     usage = data.get("usage") or {}
@@ -279,7 +284,8 @@ def _step_outcome(step: Any, first_calls: list[dict[str, Any]] | None) -> Outcom
                 "phase_after": turn.phase_after,
                 "text": turn.reply,
                 "calls": [
-                    {"name": c.name, "arguments": _arguments(c.arguments)} for c in turn.tool_calls
+                    {"name": c.name, "arguments": decoded_arguments(c.arguments)}
+                    for c in turn.tool_calls
                 ],
                 "feedback": turn.feedback or turn.error,
             }
@@ -304,7 +310,9 @@ def _first_attempt(step: Any, names: Sequence[str]) -> list[dict[str, Any]]:
         return []
     first = step.turns[0]
     if first.tool_calls:
-        return [{"name": c.name, "arguments": _arguments(c.arguments)} for c in first.tool_calls]
+        return [
+            {"name": c.name, "arguments": decoded_arguments(c.arguments)} for c in first.tool_calls
+        ]
     from subagent.parsers import extract_json
 
     found = extract_json(first.reply)
