@@ -143,8 +143,8 @@ WORST = {
     "whitespace after a fence": lambda n: "```" + " " * n + "{",
     "newlines after a fenced language": lambda n: "```json" + "\n" * n + "[",
     "fences only": lambda n: "`" * n,
-    "whitespace after a functions prefix": lambda n: "functions.x:" + " " * n + "{",
-    "functions prefixes only": lambda n: "functions.x:{}" * (n // 14),
+    "functions prefixes only": lambda n: "functions.a:{}" * (n // 14),
+    "whitespace after a known functions prefix": lambda n: "functions.a:" + " " * n + "{",
 }
 
 

@@ -360,7 +360,7 @@ def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
         return []
     candidates: list[object] = []
     if stripped.startswith(_FUNCTIONS_PREFIX):
-        prefixed = _prefixed_calls(stripped)
+        prefixed = _prefixed_calls(stripped, tool_names)
         if prefixed is None:
             return []
         candidates = [{"name": name, "arguments": arguments} for name, arguments in prefixed]
@@ -394,11 +394,11 @@ def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
     return calls
 
 
-def _prefixed_calls(text: str) -> list[tuple[str, object]] | None:
+def _prefixed_calls(text: str, tool_names: set[str]) -> list[tuple[str, object]] | None:
     """The ``functions.NAME:`` calls making up ``text``: each name and its decoded arguments.
 
-    ``None`` when anything else is in the text. One pass: each step decodes one JSON value
-    where the last one ended (linear in the text).
+    ``None`` when anything else is in the text, or a name is not one of ``tool_names`` (read
+    no further). One pass: each step decodes one JSON value where the last one ended.
     """
     calls: list[tuple[str, object]] = []
     position, length = 0, len(text)
@@ -413,6 +413,8 @@ def _prefixed_calls(text: str) -> list[tuple[str, object]] | None:
         if colon < 0:
             return None
         name = text[position + len(_FUNCTIONS_PREFIX) : colon].strip()
+        if name not in tool_names:
+            return None
         position = colon + 1
         while position < length and text[position].isspace():
             position += 1
