@@ -262,10 +262,10 @@ def _validator(case: Case) -> Callable[[Any], Any]:
 
 CONTRACT_PROMPT = (
     "You can call these functions (JSON schemas of their arguments):\n{{functions}}\n\n"
-    "Answer the user's request with the function call(s) that do it, as a JSON list of "
-    '{"name": <function name>, "arguments": {<argument>: <value>}} objects, one per call '
-    "(several when the request needs several). If none of the functions can do it, "
-    "answer with an empty list []."
+    "Answer the user's request with the function call(s) it asks for, as a JSON list of "
+    '{"name": <function name>, "arguments": {<argument>: <value>}} objects: one call for '
+    "each thing the user asks for, and no call the request does not need. If none of the "
+    "functions can do what the user asks, answer with an empty list []."
 )
 
 
