@@ -15,6 +15,9 @@ first attempt (for the salvage rate), and what it cost.
   correction turn).
 - ``subagent-r1-quote``: the same with ``context_policy="quote"``: a failed attempt is
   quoted inside the correction's feedback instead of sent back as the model's own turn.
+- ``subagent-tools-text``: the functions as tools, the answer free text (no output schema
+  in the prompt), ``max_turns=3``: a call ends the run; invalid arguments are fed back and
+  the model may call again; prose is no call.
 - ``subagent-tools-rN`` / ``subagent-react-rN``: the functions as tools (from their JSON
   schemas) under the native or the ReAct protocol; a call ends the run with the call(s) as
   the output (``ToolOutput(final=True)``), as BFCL wants a call, not its result.
@@ -390,6 +393,70 @@ async def run_subagent_tools(
     return _step_outcome(step, _first_attempt(step, names))
 
 
+async def run_subagent_tools_text(case: Case, server: Server, llm: Any) -> Outcome:
+    """The functions as tools, the answer free text: a call ends the run, prose means none.
+
+    The model's own way of calling (its template shows it the tools; it writes the call as
+    text, which ``text_tool_calls`` reads) with nothing else asked of it: no output schema
+    in the prompt. ``max_turns=3``: a call whose arguments fail the schema is fed back and
+    the model may call again in the next (still ``normal``) turn.
+    """
+    from subagent import SubAgent, Tool, ToolOutput
+
+    made: list[dict[str, Any]] = []
+
+    def recorder(name: str) -> Callable[..., Any]:
+        def record(**arguments: Any) -> ToolOutput:
+            made.append({"name": name, "arguments": arguments})
+            return ToolOutput(json.dumps(made), final=True)
+
+        return record
+
+    tools = [
+        Tool.from_schema(
+            name=tool["function"]["name"],
+            description=tool["function"].get("description", ""),
+            parameters=tool["function"]["parameters"],
+            function=recorder(tool["function"]["name"]),
+            run_in_thread=False,
+        )
+        for tool in openai_tools(case.functions)
+    ]
+    agent: SubAgent[Any] = SubAgent(
+        name="function_caller",
+        tools=tools,
+        max_turns=3,
+        settings=server.settings,
+        timeout=CALL_TIMEOUT,
+    )
+    step = await agent.run(llm=llm, messages=list(case.messages))
+    called = step.ok and made and step.output == json.dumps(made)
+    turns = []
+    for turn in step.turns:
+        turns.append(
+            {
+                "phase_after": turn.phase_after,
+                "text": turn.reply,
+                "calls": [
+                    {"name": c.name, "arguments": decoded_arguments(c.arguments)}
+                    for c in turn.tool_calls
+                ],
+                "feedback": turn.feedback or turn.error,
+            }
+        )
+    first = turns[0]["calls"] if turns else []
+    return Outcome(
+        calls=list(made) if called else [],
+        first_calls=first,
+        text=step.turns[-1].reply if step.turns else "",
+        llm_calls=len(step.turns),
+        prompt_tokens=sum(t.usage.input_tokens for t in step.turns),
+        completion_tokens=sum(t.usage.output_tokens for t in step.turns),
+        turns=turns,
+        error=None if step.failure is None else f"{step.failure.reason}: {step.failure.message}",
+    )
+
+
 # --- the registry ----------------------------------------------------------------------------
 
 Runner = Callable[[Case, Server, Any], Awaitable[Outcome]]
@@ -453,6 +520,12 @@ SYSTEMS: tuple[System, ...] = (
     *(_subagent_contract(n) for n in (0, 1, 2)),
     _subagent_contract(1, "quote"),
     _subagent_tools("native", 1),
+    System(
+        "subagent-tools-text",
+        "subagent, native tool calls read from text, free-text answer, max_turns=3",
+        "subagent",
+        run_subagent_tools_text,
+    ),
     _subagent_tools("react", 1),
     System("pydantic-ai", "pydantic-ai, defaults", "peer", _peer, venv="peers"),
     System("openai-agents", "OpenAI Agents SDK, defaults", "peer", _peer, venv="peers"),

@@ -19,6 +19,7 @@ from bfcl_systems import (
     run_raw,
     run_subagent_contract,
     run_subagent_tools,
+    run_subagent_tools_text,
     system_named,
 )
 from openai_server import Reply, completion, running_server
@@ -317,3 +318,23 @@ def test_the_page_shows_what_the_committed_bfcl_records_give() -> None:
 def test_a_page_lacking_the_bfcl_markers_is_an_error() -> None:
     with pytest.raises(ValueError, match="lacks the bfcl-report markers"):
         update_page("# a page\n", "table")
+
+
+async def test_tools_text_takes_a_call_written_as_text_and_prose_as_no_call() -> None:
+    case = load_cases("simple_python")[0]
+    call = right_calls(case)[0]
+    irrelevant = load_cases("irrelevance")[0]
+    with running_server() as server:
+        server.script(
+            Reply(body=completion(f"```json\n{json.dumps(call)}\n```")),
+            Reply(body=completion("None of these functions can tell you that.")),
+        )
+        async with OpenAIChat(
+            model="local", base_url=server.base_url, text_tool_calls=True, _environ={}
+        ) as llm:
+            called = await run_subagent_tools_text(case, Server(server.base_url), llm)
+            declined = await run_subagent_tools_text(irrelevant, Server(server.base_url), llm)
+    assert called.calls == [call] and called.llm_calls == 1
+    assert grade(case, called.calls)[0]
+    assert declined.calls == [] and declined.error is None
+    assert grade(irrelevant, declined.calls)[0]
