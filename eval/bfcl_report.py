@@ -186,7 +186,7 @@ def _plot(rows: Sequence[Row], path: Path) -> None:
     for index, system in enumerate(systems):
         values = [by[(system, c)].accuracy if (system, c) in by else 0 for c in categories]
         positions = [i + index * width for i in range(len(categories))]
-        axes.bar(positions, values, width, label=system)
+        axes.bar(positions, values, width, label=system, color=plt.cm.tab20(index % 20))
     axes.set_xticks([i + 0.4 - width / 2 for i in range(len(categories))], categories)
     axes.set_ylabel("accuracy (BFCL checker)")
     axes.set_ylim(0, 1)
