@@ -43,6 +43,7 @@ __all__ = [
     "Case",
     "bfcl_version",
     "checker",
+    "function_names",
     "grade",
     "load_cases",
     "openai_tools",
@@ -192,6 +193,11 @@ def openai_tools(functions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
         item.pop("response", None)
         tools.append({"type": "function", "function": item})
     return tools
+
+
+def function_names(case: Case) -> list[str]:
+    """The names the case's functions go by as tools."""
+    return [tool_name(function["name"]) for function in case.functions]
 
 
 # --- grading --------------------------------------------------------------------------------

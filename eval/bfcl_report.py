@@ -26,7 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bfcl_data import Case, grade, load_cases, openai_tools  # noqa: E402
+from bfcl_data import Case, function_names, grade, load_cases  # noqa: E402
 from bfcl_systems import calls_in_text  # noqa: E402
 from run_bfcl import RESULTS, read_lines  # noqa: E402
 
@@ -85,8 +85,7 @@ def _cases_by_key(categories: Iterable[str]) -> dict[tuple[str, str], Case]:
 def _lenient(outcome: Mapping[str, Any], case: Case) -> list[dict[str, Any]]:
     if outcome["calls"]:
         return list(outcome["calls"])
-    names = [tool["function"]["name"] for tool in openai_tools(case.functions)]
-    return calls_in_text(outcome.get("text") or "", names)
+    return calls_in_text(outcome.get("text") or "", function_names(case))
 
 
 def _verbatim_repeats(turns: Sequence[Mapping[str, Any]]) -> tuple[int, int]:

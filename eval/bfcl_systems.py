@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import httpx
-from bfcl_data import Case, openai_tools
+from bfcl_data import Case, function_names, openai_tools
 from pydantic import BaseModel, Field, RootModel, model_validator
 
 __all__ = [
@@ -276,35 +276,35 @@ def _compact_functions(case: Case) -> str:
     return "\n".join(json.dumps(tool["function"]) for tool in openai_tools(case.functions))
 
 
-def _step_outcome(step: Any, first_calls: list[dict[str, Any]] | None) -> Outcome:
-    turns = []
-    prompt = completion = 0
-    for turn in step.turns:
-        prompt += turn.usage.input_tokens
-        completion += turn.usage.output_tokens
-        turns.append(
-            {
-                "phase_after": turn.phase_after,
-                "text": turn.reply,
-                "calls": [
-                    {"name": c.name, "arguments": decoded_arguments(c.arguments)}
-                    for c in turn.tool_calls
-                ],
-                "feedback": turn.feedback or turn.error,
-            }
-        )
-    output = step.output
-    calls = [c.model_dump() for c in output.root] if output is not None else []
+def _native_calls(tool_calls: Sequence[Any]) -> list[dict[str, Any]]:
+    """A turn's tool calls as ``{"name": ..., "arguments": {...}}``."""
+    return [{"name": c.name, "arguments": decoded_arguments(c.arguments)} for c in tool_calls]
+
+
+def _step_outcome(
+    step: Any, calls: list[dict[str, Any]], first_calls: list[dict[str, Any]] | None
+) -> Outcome:
+    """A subagent run's outcome: ``calls`` it ended with, every turn compacted, its cost."""
+    turns = [
+        {"phase_after": turn.phase_after, "text": turn.reply,
+         "calls": _native_calls(turn.tool_calls), "feedback": turn.feedback or turn.error}
+        for turn in step.turns
+    ]  # fmt: skip
     return Outcome(
         calls=calls,
         first_calls=first_calls,
         text=step.turns[-1].reply if step.turns else "",
         llm_calls=len(step.turns),
-        prompt_tokens=prompt,
-        completion_tokens=completion,
+        prompt_tokens=sum(turn.usage.input_tokens for turn in step.turns),
+        completion_tokens=sum(turn.usage.output_tokens for turn in step.turns),
         turns=turns,
         error=None if step.failure is None else f"{step.failure.reason}: {step.failure.message}",
     )
+
+
+def _output_calls(step: Any) -> list[dict[str, Any]]:
+    """The calls of a run whose output is :class:`Calls` (none when it failed)."""
+    return [c.model_dump() for c in step.output.root] if step.output is not None else []
 
 
 def _first_attempt(step: Any, names: Sequence[str]) -> list[dict[str, Any]]:
@@ -313,9 +313,7 @@ def _first_attempt(step: Any, names: Sequence[str]) -> list[dict[str, Any]]:
         return []
     first = step.turns[0]
     if first.tool_calls:
-        return [
-            {"name": c.name, "arguments": decoded_arguments(c.arguments)} for c in first.tool_calls
-        ]
+        return _native_calls(first.tool_calls)
     from subagent.parsers import extract_json
 
     found = extract_json(first.reply)
@@ -347,23 +345,26 @@ async def run_subagent_contract(
     system = CONTRACT_PROMPT.replace("{{functions}}", functions)
     messages = [{"role": "system", "content": system}, *case.messages]
     step = await agent.run(llm=llm, messages=messages)
-    names = [tool["function"]["name"] for tool in openai_tools(case.functions)]
-    first = _first_attempt(step, names) if return_retries else None
-    return _step_outcome(step, first)
+    first = _first_attempt(step, function_names(case)) if return_retries else None
+    return _step_outcome(step, _output_calls(step), first)
 
 
-async def run_subagent_tools(
-    case: Case, server: Server, llm: Any, *, protocol: str, return_retries: int
-) -> Outcome:
-    """The functions as tools; the first valid call(s) end the run as its output."""
-    from subagent import SubAgent, Tool, ToolOutput
+def _recording_tools(
+    case: Case, final_value: Callable[[list[dict[str, Any]]], Any]
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The case's functions as schema tools that record each call and end the run.
+
+    Returns the tools and the list they append the calls to; each call's
+    ``ToolOutput(final=True)`` carries ``final_value`` of the calls so far.
+    """
+    from subagent import Tool, ToolOutput
 
     made: list[dict[str, Any]] = []
 
     def recorder(name: str) -> Callable[..., Any]:
         def record(**arguments: Any) -> ToolOutput:
             made.append({"name": name, "arguments": arguments})
-            return ToolOutput(list(made), final=True)
+            return ToolOutput(final_value(made), final=True)
 
         return record
 
@@ -377,6 +378,16 @@ async def run_subagent_tools(
         )
         for tool in openai_tools(case.functions)
     ]
+    return tools, made
+
+
+async def run_subagent_tools(
+    case: Case, server: Server, llm: Any, *, protocol: str, return_retries: int
+) -> Outcome:
+    """The functions as tools; the first valid call(s) end the run as its output."""
+    from subagent import SubAgent
+
+    tools, _ = _recording_tools(case, list)
     agent: SubAgent[Calls] = SubAgent(
         name="function_caller",
         output=Calls,
@@ -389,8 +400,7 @@ async def run_subagent_tools(
         protocol=protocol,  # type: ignore[arg-type]
     )
     step = await agent.run(llm=llm, messages=list(case.messages))
-    names = [tool["function"]["name"] for tool in openai_tools(case.functions)]
-    return _step_outcome(step, _first_attempt(step, names))
+    return _step_outcome(step, _output_calls(step), _first_attempt(step, function_names(case)))
 
 
 async def run_subagent_tools_text(case: Case, server: Server, llm: Any) -> Outcome:
@@ -401,27 +411,9 @@ async def run_subagent_tools_text(case: Case, server: Server, llm: Any) -> Outco
     in the prompt. ``max_turns=3``: a call whose arguments fail the schema is fed back and
     the model may call again in the next (still ``normal``) turn.
     """
-    from subagent import SubAgent, Tool, ToolOutput
+    from subagent import SubAgent
 
-    made: list[dict[str, Any]] = []
-
-    def recorder(name: str) -> Callable[..., Any]:
-        def record(**arguments: Any) -> ToolOutput:
-            made.append({"name": name, "arguments": arguments})
-            return ToolOutput(json.dumps(made), final=True)
-
-        return record
-
-    tools = [
-        Tool.from_schema(
-            name=tool["function"]["name"],
-            description=tool["function"].get("description", ""),
-            parameters=tool["function"]["parameters"],
-            function=recorder(tool["function"]["name"]),
-            run_in_thread=False,
-        )
-        for tool in openai_tools(case.functions)
-    ]
+    tools, made = _recording_tools(case, json.dumps)
     agent: SubAgent[Any] = SubAgent(
         name="function_caller",
         tools=tools,
@@ -431,30 +423,8 @@ async def run_subagent_tools_text(case: Case, server: Server, llm: Any) -> Outco
     )
     step = await agent.run(llm=llm, messages=list(case.messages))
     called = step.ok and made and step.output == json.dumps(made)
-    turns = []
-    for turn in step.turns:
-        turns.append(
-            {
-                "phase_after": turn.phase_after,
-                "text": turn.reply,
-                "calls": [
-                    {"name": c.name, "arguments": decoded_arguments(c.arguments)}
-                    for c in turn.tool_calls
-                ],
-                "feedback": turn.feedback or turn.error,
-            }
-        )
-    first = turns[0]["calls"] if turns else []
-    return Outcome(
-        calls=list(made) if called else [],
-        first_calls=first,
-        text=step.turns[-1].reply if step.turns else "",
-        llm_calls=len(step.turns),
-        prompt_tokens=sum(t.usage.input_tokens for t in step.turns),
-        completion_tokens=sum(t.usage.output_tokens for t in step.turns),
-        turns=turns,
-        error=None if step.failure is None else f"{step.failure.reason}: {step.failure.message}",
-    )
+    first = _native_calls(step.turns[0].tool_calls) if step.turns else []
+    return _step_outcome(step, list(made) if called else [], first)
 
 
 # --- the registry ----------------------------------------------------------------------------
