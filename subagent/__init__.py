@@ -10,6 +10,7 @@ from types import FunctionType
 
 from subagent.__about__ import __version__
 from subagent._agent import RunArguments, SubAgent
+from subagent._context import RunContext
 from subagent._errors import (
     ConfigurationError,
     ErrorKind,
@@ -23,6 +24,7 @@ from subagent._errors import (
     TemplateError,
 )
 from subagent._handle import AgentRun
+from subagent._limits import Price, UsageLimits
 from subagent._phases import Phase
 from subagent._records import (
     FailReason,
@@ -109,11 +111,13 @@ __all__ = [
     "ParseResult",
     "ParserContractError",
     "Phase",
+    "Price",
     "ReasoningDelta",
     "RetryLoop",
     "RetryLoopResult",
     "RetryPolicy",
     "RunArguments",
+    "RunContext",
     "RunEnded",
     "RunEvent",
     "RunFailedError",
@@ -144,6 +148,7 @@ __all__ = [
     "TurnStarted",
     "TurnType",
     "Usage",
+    "UsageLimits",
     "UsageSummary",
     "Validation",
     "__version__",

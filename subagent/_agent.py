@@ -22,9 +22,11 @@ from pydantic import BaseModel
 from typing_extensions import TypeVar, Unpack
 
 from subagent._checks import check_int, check_seconds
+from subagent._context import RunContext, takes_run_context
 from subagent._conversation import CONTEXT_POLICIES, ContextPolicy
 from subagent._errors import ConfigurationError, TemplateError
 from subagent._handle import AgentRun
+from subagent._limits import UsageLimits
 from subagent._records import FailReason, Failure, Step, build_step, user_message
 from subagent._run import AgentParts, RunOptions, current_depth, current_run_model, execute_run
 from subagent._templates import Template, default_templates
@@ -47,8 +49,12 @@ __all__ = ["SubAgent"]
 # Defaults to Any: agents with a text or parser output are SubAgent[Any]; with a model or
 # type output, SubAgent[Model].
 OutputT = TypeVar("OutputT", default=Any)
+# The run's deps, second so that SubAgent[Model] keeps meaning what it meant; Any (not
+# declared) unless the agent names its deps_type.
+DepsT = TypeVar("DepsT", default=Any)
 
 _POLICIES = CONTEXT_POLICIES
+_PASS_DOWN: Any = object()  # as_tool(deps=...) not given: the calling run's deps
 
 
 def _check_policy(value: object) -> ContextPolicy:
@@ -73,6 +79,8 @@ class RunArguments(TypedDict, total=False):
     tracer_provider: TracerProvider | None
     on_event: EventHandler | None
     on_text: Callable[[str], object] | None
+    deps: Any
+    usage_limits: UsageLimits | None
 
 
 _RUN_OPTIONS: tuple[str, ...] = tuple(RunArguments.__annotations__)
@@ -171,7 +179,7 @@ def _extend(system: Message, extra: str) -> Message:
 
 
 @dataclass(frozen=True, eq=False)
-class SubAgent(Generic[OutputT]):
+class SubAgent(Generic[OutputT, DepsT]):
     """An agent definition: what to do, what to return, with which tools and budgets.
 
     Immutable and safe to share across concurrent runs; every run gets its own books.
@@ -196,7 +204,8 @@ class SubAgent(Generic[OutputT]):
             the latest, quoted inside its feedback rather than sent as the model's own turn
             (small models tend to repeat their own last turn word for word).
         validators: Checks run on the parsed output: ``(output) -> Validation`` or
-            ``{"valid": bool, "errors": [...]}``, sync or async.
+            ``{"valid": bool, "errors": [...]}``, sync or async; ``(ctx, output)`` when the
+            first parameter is annotated :class:`~subagent.RunContext`.
         parser_kwargs: Keyword arguments for a parser ``output``.
         prompts: Template overrides by name (``system``, ``retry_feedback``...).
         settings: Model settings passed to the LLM (``temperature``, ``max_tokens``...).
@@ -230,6 +239,15 @@ class SubAgent(Generic[OutputT]):
             the tools and the answer's format): a string, used as it is, or a function of
             the run's context (the values the prompt is rendered with; ``{}`` when there
             are none) returning a string, called once per run before anything is sent.
+            A function whose first parameter is annotated :class:`~subagent.RunContext`
+            is called ``(ctx, values)`` (``ctx.turn`` is 0).
+        deps_type: The type of the ``deps`` each run takes (``run(deps=...)``), reaching
+            tools, validators and ``instructions`` through a :class:`~subagent.RunContext`:
+            it types the agent (``SubAgent[Output, Deps]``), and a run given no deps, or
+            deps that are not an instance of it (when it is a plain class), is refused.
+            ``None`` (default): deps are optional and of any type.
+        usage_limits: The default :class:`~subagent.UsageLimits` of the agent's runs
+            (``run(usage_limits=...)`` replaces it for one run).
     """
 
     name: str
@@ -256,7 +274,14 @@ class SubAgent(Generic[OutputT]):
     max_tool_calls_per_turn: int = TOOL_CALLS_PER_TURN
     correct_cut_replies: bool = True
     max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS
-    instructions: str | Callable[[Mapping[str, Any]], str] | None = None
+    instructions: (
+        str
+        | Callable[[Mapping[str, Any]], str]
+        | Callable[[RunContext[DepsT], Mapping[str, Any]], str]
+        | None
+    ) = None
+    deps_type: type[DepsT] | None = None
+    usage_limits: UsageLimits | None = None
     _parts: AgentParts = field(init=False, repr=False)
     _task: Template = field(init=False, repr=False)
     # The settings every run without overrides sends (one dict, read by adapters only).
@@ -281,6 +306,11 @@ class SubAgent(Generic[OutputT]):
             )
         if not isinstance(self.settings, Mapping):
             raise ConfigurationError("settings", f"must be a mapping, got {self.settings!r}")
+        _check_limits("usage_limits", self.usage_limits)
+        if self.deps_type is not None and not _is_type_form(self.deps_type):
+            raise ConfigurationError(
+                "deps_type", f"must be a type (the class of the run's deps), got {self.deps_type!r}"
+            )
         for validator in self.validators:
             if not callable(validator):
                 raise ConfigurationError("validators", f"{validator!r} is not callable")
@@ -337,6 +367,7 @@ class SubAgent(Generic[OutputT]):
             validators=tuple(self.validators),
             system_with_tools=system(True),
             system_without_tools=system(False),
+            validators_take_context=any(takes_run_context(v) for v in self.validators),
         )
         object.__setattr__(self, "_parts", parts)
         object.__setattr__(self, "_task", task)
@@ -358,6 +389,8 @@ class SubAgent(Generic[OutputT]):
         tracer_provider: TracerProvider | None = None,
         on_event: EventHandler | None = None,
         on_text: Callable[[str], object] | None = None,
+        deps: DepsT | None = None,
+        usage_limits: UsageLimits | None = None,
     ) -> Step[OutputT]:
         """Run the agent once and return its :class:`~subagent.Step`.
 
@@ -381,6 +414,11 @@ class SubAgent(Generic[OutputT]):
             on_event: Called with each :class:`~subagent.RunEvent`.
             on_text: Stream replies: called with each piece of text as it arrives, when
                 the model can stream (``stream()``); otherwise with nothing.
+            deps: The run's dependencies (a database handle, the caller's user id...),
+                handed to tools, validators and ``instructions`` that take a
+                :class:`~subagent.RunContext`; never recorded, traced or shown.
+            usage_limits: What the run may spend (tokens, tool calls, cost), in place of
+                the agent's ``usage_limits``; crossing one ends it ``failed(usage_limit)``.
 
         Raises:
             ConfigurationError: An option is invalid (nothing was sent to the model).
@@ -395,10 +433,10 @@ class SubAgent(Generic[OutputT]):
             llm=llm, max_turns=max_turns, return_retries=return_retries,
             context_policy=context_policy, settings=settings, retry_policy=retry_policy,
             timeout=timeout, mission_timeout=mission_timeout, tracer_provider=tracer_provider,
-            on_event=on_event, on_text=on_text,
+            on_event=on_event, on_text=on_text, deps=deps, usage_limits=usage_limits,
         )  # fmt: skip
         self._warn_if_tools_unused(options.max_turns, stacklevel=2)
-        opening, parts = self._opening(context, messages)
+        opening, parts = self._opening(context, messages, options)
         run = execute_run(parts, options, opening)
         del opening, parts, options  # the run keeps what it needs; this frame waits on it
         return cast("Step[OutputT]", await run)
@@ -475,7 +513,7 @@ class SubAgent(Generic[OutputT]):
         options = self._options(**given)
         # stacklevel 3: the line that called start() / stream()
         self._warn_if_tools_unused(options.max_turns, stacklevel=3)
-        opening, parts = self._opening(context, messages)
+        opening, parts = self._opening(context, messages, options)
         return AgentRun(parts, options, opening, stream=stream)
 
     def run_sync(
@@ -518,6 +556,7 @@ class SubAgent(Generic[OutputT]):
         description: str | None = None,
         parameters: type[BaseModel] | Mapping[str, Any] | None = None,
         max_depth: int = 3,
+        deps: Any = _PASS_DOWN,
     ) -> Tool:
         """This agent as a tool of another agent.
 
@@ -538,6 +577,8 @@ class SubAgent(Generic[OutputT]):
                 their types. Default: the prompt's top-level variables, as strings.
             max_depth: How deep agents may nest below the top-level run. A call that would
                 start this agent deeper is refused with a tool error the parent sees.
+            deps: The deps this agent's runs take. Default: the calling run's deps, passed
+                down as they are.
 
         Raises:
             ConfigurationError: ``parameters`` leaves out a variable the prompt needs,
@@ -558,7 +599,7 @@ class SubAgent(Generic[OutputT]):
         signature, model = _tool_signature(self._task.variables(), parameters)
         agent = self
 
-        async def call(**arguments: Any) -> ToolOutput:
+        async def call(run: RunContext[Any], /, **arguments: Any) -> ToolOutput:
             depth = current_depth() + 1
             if depth > max_depth:
                 raise NestedRunError(
@@ -570,7 +611,7 @@ class SubAgent(Generic[OutputT]):
             )
             started = time.perf_counter()
             try:
-                step = await agent.run(context)
+                step = await agent.run(context, deps=run.deps if deps is _PASS_DOWN else deps)
             except Exception as exc:  # a bug below; its turns (and tokens) stay counted
                 message = f"agent {agent.name!r} raised {type(exc).__name__}: {exc}"
                 failed = build_step(
@@ -589,8 +630,16 @@ class SubAgent(Generic[OutputT]):
                 )
             return ToolOutput(step.output, step=step)
 
-        call.__signature__ = signature  # type: ignore[attr-defined]
+        # The run's context first (passed by the calling run, never in the schema), then the
+        # tool's arguments.
+        context_parameter = inspect.Parameter(
+            "run", inspect.Parameter.POSITIONAL_ONLY, annotation=RunContext
+        )
+        call.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[context_parameter, *signature.parameters.values()]
+        )
         call.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+        call.__annotations__["run"] = RunContext
         return Tool(
             call,
             name=name or self.name,
@@ -613,6 +662,8 @@ class SubAgent(Generic[OutputT]):
         tracer_provider: TracerProvider | None = None,
         on_event: EventHandler | None = None,
         on_text: Callable[[str], object] | None = None,
+        deps: Any = None,
+        usage_limits: UsageLimits | None = None,
     ) -> RunOptions:
         parent_llm, parent_provider = current_run_model()
         # The agent's own model was checked when it was built (a spec string is an LLMSpec).
@@ -627,6 +678,8 @@ class SubAgent(Generic[OutputT]):
             raise ConfigurationError("retry_policy", f"must be a RetryPolicy, got {retry_policy!r}")
         check_callback("on_event", on_event)
         check_callback("on_text", on_text)
+        self._check_deps(deps)
+        _check_limits("usage_limits", usage_limits)
         return RunOptions(
             llm=model,
             max_turns=self.max_turns if max_turns is None else check_int("max_turns", max_turns, 1),
@@ -650,7 +703,36 @@ class SubAgent(Generic[OutputT]):
             tracer_provider=tracer_provider or parent_provider,
             on_event=on_event,
             on_text=on_text,
+            deps=deps,
+            usage_limits=self.usage_limits if usage_limits is None else usage_limits,
         )
+
+    def _check_deps(self, deps: object) -> None:
+        """Refuse a run without the deps the agent declared, or with deps of another type.
+
+        Raises:
+            ConfigurationError: Naming the agent, the type and what was given.
+        """
+        expected = self.deps_type
+        if expected is None:
+            return
+        if deps is None:
+            raise ConfigurationError(
+                "deps",
+                f"agent {self.name!r} declares deps_type={_type_name(expected)}: pass "
+                f"deps= to the run",
+            )
+        if isinstance(expected, type):
+            try:
+                fits = isinstance(deps, expected)
+            except TypeError:  # a Protocol that is not runtime-checkable: not checked
+                fits = True
+            if not fits:
+                raise ConfigurationError(
+                    "deps",
+                    f"agent {self.name!r} declares deps_type={_type_name(expected)}, got "
+                    f"{_article(type(deps).__name__)} instance",
+                )
 
     def _warn_if_tools_unused(self, max_turns: object, stacklevel: int) -> None:
         """Warn, once per agent, of a run whose tools can never be offered (max_turns=1)."""
@@ -670,12 +752,13 @@ class SubAgent(Generic[OutputT]):
         self,
         context: Mapping[str, Any] | BaseModel | None,
         messages: Sequence[Message | Mapping[str, Any]] | str | None,
+        options: RunOptions | None = None,
     ) -> tuple[list[Message], AgentParts]:
         parts = self._parts
         if callable(self.instructions):
             # The system prompt of this run: the runtime's, then the agent's instructions
             # (then, below, any system text the caller's messages bring).
-            extra = self._run_instructions(context)
+            extra = self._run_instructions(context, options)
             if extra:
                 parts = dataclasses.replace(
                     parts,
@@ -684,10 +767,20 @@ class SubAgent(Generic[OutputT]):
                 )
         return self._opening_as_given(context, messages, parts)
 
-    def _run_instructions(self, context: Mapping[str, Any] | BaseModel | None) -> str:
-        """The text of ``instructions=`` for one run, from its context."""
-        function = cast(Callable[[Mapping[str, Any]], object], self.instructions)
-        text = function(_values(context))
+    def _run_instructions(
+        self, context: Mapping[str, Any] | BaseModel | None, options: RunOptions | None
+    ) -> str:
+        """The text of ``instructions=`` for one run, from its context (and its deps)."""
+        function = cast(Callable[..., object], self.instructions)
+        if takes_run_context(function):
+            max_turns = self.max_turns if options is None else options.max_turns
+            phase = "normal" if max_turns > 1 else "must_return"
+            deps = None if options is None else options.deps
+            run = RunContext(deps=deps, agent=self.name, turn=0, phase=phase,
+                             depth=current_depth() + 1)  # fmt: skip
+            text = function(run, _values(context))
+        else:
+            text = function(_values(context))
         if not isinstance(text, str):
             raise ConfigurationError(
                 "instructions",
@@ -728,6 +821,15 @@ class SubAgent(Generic[OutputT]):
                 "prompt", f"agent {self.name!r} has an empty prompt and no messages were given"
             )
         return [user_message(self._task.render(values).strip())], parts
+
+
+def _check_limits(name: str, value: object) -> None:
+    if value is not None and not isinstance(value, UsageLimits):
+        raise ConfigurationError(name, f"must be a UsageLimits or None, got {value!r}")
+
+
+def _type_name(kind: object) -> str:
+    return getattr(kind, "__name__", None) or repr(kind)
 
 
 def _values(context: Mapping[str, Any] | BaseModel | None) -> Mapping[str, Any]:

@@ -60,7 +60,8 @@ class Trigger(StrEnum):
     an error, an invalid return, a cut-off reply or a refused tool call. ``LLM_FAILED``: a
     call that failed for good (non-retryable, or its retries spent). ``TIMED_OUT``: a call
     that kept timing out, or the mission timeout. ``STOPPED``: the run was stopped from
-    outside.
+    outside. ``LIMIT_REACHED``: a usage limit (tokens, tool calls, cost) was reached before
+    a call, or crossed by a reply or by the tool calls it asked for.
     """
 
     RETURNED = "returned"
@@ -70,6 +71,7 @@ class Trigger(StrEnum):
     LLM_FAILED = "llm_failed"
     TIMED_OUT = "timed_out"
     STOPPED = "stopped"
+    LIMIT_REACHED = "limit_reached"
 
 
 ACTIVE_PHASES = (Phase.NORMAL, Phase.MUST_RETURN, Phase.RETRY)
@@ -224,7 +226,17 @@ def _rows() -> tuple[Row, ...]:
         for phase in ACTIVE_PHASES:
             rows.append(Row(trigger, phase, Phase.FAILED, None, _spends(phase), reason,
                             _ABORTED))  # fmt: skip
+    rows += _limit_rows()
     return tuple(rows)
+
+
+def _limit_rows() -> list[Row]:
+    """A usage limit reached ends the run from any active phase, like an abort."""
+    return [
+        Row(Trigger.LIMIT_REACHED, phase, Phase.FAILED, None, _spends(phase),
+            FailReason.USAGE_LIMIT, "usage limit reached / usage_limit")
+        for phase in ACTIVE_PHASES
+    ]  # fmt: skip
 
 
 TABLE: tuple[Row, ...] = _rows()

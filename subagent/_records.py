@@ -48,7 +48,9 @@ class FailReason(StrEnum):
     other runs go on; a single ``run()`` raises instead. ``worker_lost``: a run of a batch
     on Ray (``subagent.ray``) that never finished because the worker process running it
     died (killed, out of memory, its node lost) and was not resubmitted; running it again
-    may succeed, so its Step is ``retryable``.
+    may succeed, so its Step is ``retryable``. ``usage_limit``: the run (or its batch,
+    or an agent that ran it as a tool) reached one of its :class:`~subagent.UsageLimits`;
+    not ``retryable``: the same run would spend the same.
     """
 
     BUDGET_EXHAUSTED = "budget_exhausted"
@@ -58,6 +60,7 @@ class FailReason(StrEnum):
     CANCELLED = "cancelled"
     ERROR = "error"
     WORKER_LOST = "worker_lost"
+    USAGE_LIMIT = "usage_limit"
 
 
 class TurnType(StrEnum):

@@ -15,13 +15,15 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 import anyio
 from opentelemetry.trace import TracerProvider
 
+from subagent._context import RunContext
 from subagent._conversation import ContextPolicy, Conversation, with_notice
 from subagent._errors import ErrorKind, LLMContractError, LLMError, SubAgentError, callback_error
+from subagent._limits import Ledger, RunLimits, UsageLimits, ledgers_in_scope, run_limits
 from subagent._phases import Budget, Phase, Trigger, advance
 from subagent._records import (
     Failure,
@@ -85,6 +87,8 @@ class AgentParts:
     # Immutable records every run of the agent would otherwise build again (bounded).
     _turn_infos: dict[tuple[int, TurnType], TurnInfo] = field(default_factory=dict)
     _notices: dict[str, Message] = field(default_factory=dict)
+    # Whether a validator takes a RunContext: the run builds one for validators only then.
+    validators_take_context: bool = False
 
     def turn_info(self, index: int, turn_type: TurnType) -> TurnInfo:
         """The (shared, frozen) :class:`TurnInfo` of turn ``index`` of this agent."""
@@ -121,6 +125,9 @@ class RunOptions:
     tracer_provider: TracerProvider | None
     on_event: EventHandler | None
     on_text: Callable[[str], object] | None = None
+    # The caller's deps: handed to tools and validators in a RunContext, never recorded.
+    deps: Any = field(default=None, repr=False)
+    usage_limits: UsageLimits | None = None
 
 
 @dataclass(slots=True)
@@ -190,10 +197,12 @@ class _Run:
         "_extras",
         "_failure",
         "_in_flight",
+        "_limits",
         "_observer",
         "_options",
         "_output",
         "_parts",
+        "_reply_usage",
         "_retries",
         "_started",
         "_stop",
@@ -230,6 +239,10 @@ class _Run:
         # The calls of the tool turn under way and what has come back, for the record of a
         # turn cut short.
         self._in_flight: tuple[list[ToolCall], list[ToolRun | None]] | None = None
+        # The usage limits this run checks (its own and those of its callers and batch).
+        self._limits: RunLimits | None = run_limits(options.usage_limits, parts.name,
+                                                    options.llm)  # fmt: skip
+        self._reply_usage = _NO_USAGE  # the turn under way's reply, for a RunContext
 
     # --- the loop ---
 
@@ -308,6 +321,8 @@ class _Run:
     # --- one turn ---
 
     async def _take_turn(self) -> None:
+        if self._limits is not None and self._limit_reached():
+            return
         budget = self._budget
         phase = budget.phase
         turn_type = _TURN_TYPE[phase]
@@ -360,7 +375,8 @@ class _Run:
                 except LLMError as exc:
                     verdict = self._llm_failure(exc)
                 else:
-                    verdict = await self._judge(response, index)
+                    over = None if self._limits is None else self._over_limit(response)
+                    verdict = over or await self._judge(response, index)
             except anyio.get_cancelled_exc_class():
                 self._record(observed, Turn(
                     index=index, type=turn_type, outcome=TurnOutcome.FAIL,
@@ -494,6 +510,7 @@ class _Run:
                         error_kind=exc.kind)  # fmt: skip
 
     async def _judge(self, response: LLMResponse, index: int) -> _Verdict:
+        self._reply_usage = response.usage  # counted in the usage a RunContext shows
         if response.stop_reason is StopReason.CONTENT_FILTER:
             message = "the provider's content filter blocked the reply"
             return _Verdict(TurnOutcome.FAIL, Trigger.LLM_FAILED, error=message,
@@ -533,11 +550,12 @@ class _Run:
                             summary=parsed.summary or None)  # fmt: skip
         value = parsed.value
         if self._parts.validators:
+            context = self._run_context() if self._parts.validators_take_context else None
             token = self._nesting()
             try:
-                validation = await run_validators(self._parts.validators, value)
+                validation = await run_validators(self._parts.validators, value, context)
             finally:
-                _CURRENT.reset(token)
+                self._unnest(token)
             if not validation.valid:
                 error = templates.render("validation_failed", errors=list(validation.errors))
                 count = len(validation.errors)
@@ -551,25 +569,31 @@ class _Run:
         runs: list[ToolRun | None] = [None] * len(calls)
         # The calls past the per-reply limit are refused, never run.
         running = calls[: toolbox.call_limit]
+        if self._limits is not None:
+            over = self._limits.before_tools(len(running))
+            if over is not None:
+                return _Verdict(TurnOutcome.FAIL, Trigger.LIMIT_REACHED, over, "usage_limit",
+                                calls=calls)  # fmt: skip
         refused = toolbox.over_limit(calls)
         runs[len(running) :] = [ToolRun(result) for result in refused]
         self._in_flight = (calls, runs)
         extras, self._extras = self._extras, None  # handed to this turn's calls, then cleared
+        context = self._run_context() if toolbox.wants_context else None
         token = self._nesting()
         try:
             if len(running) == 1 or not self._parts.parallel_tool_calls:
                 for position, call in enumerate(running):
-                    runs[position] = await self._run_tool(call, extras)
+                    runs[position] = await self._run_tool(call, extras, context)
             else:
 
                 async def run_one(position: int, call: ToolCall) -> None:
-                    runs[position] = await self._run_tool(call, extras)
+                    runs[position] = await self._run_tool(call, extras, context)
 
                 async with anyio.create_task_group() as group:
                     for position, call in enumerate(running):
                         group.start_soon(run_one, position, call)
         finally:
-            _CURRENT.reset(token)
+            self._unnest(token)
         self._in_flight = None
         done = [run for run in runs if run is not None]
         results = [run.result for run in done]
@@ -607,20 +631,69 @@ class _Run:
         value = final.value
         return await self._judge_answer(value if isinstance(value, str) else render_result(value))
 
-    async def _run_tool(self, call: ToolCall, extras: Mapping[str, Any] | None) -> ToolRun:
+    async def _run_tool(
+        self, call: ToolCall, extras: Mapping[str, Any] | None, context: RunContext[Any] | None
+    ) -> ToolRun:
         with self._observer.tool(call) as observed:
-            run = await self._parts.toolbox.run(call, extras)
+            run = await self._parts.toolbox.run(call, extras, context)
             observed.returned(run.result)
         return run
 
-    def _nesting(self) -> contextvars.Token[tuple[LLM, TracerProvider | None, int] | None]:
+    def _nesting(self) -> _NestingTokens:
         """Make this run the one an agent started from its tools or validators nests in.
 
         Set only around the code that may start a run (a tool, a validator), not for the
-        whole run: a run waiting on its model then holds no context of its own.
+        whole run: a run waiting on its model then holds no context of its own. A run with
+        usage limits also hands its ledgers down: the nested run charges them too.
         """
         options = self._options
-        return _CURRENT.set((options.llm, options.tracer_provider, self._depth))
+        token = _CURRENT.set((options.llm, options.tracer_provider, self._depth))
+        if self._limits is None:
+            return token
+        return token, ledgers_in_scope().set(self._limits.ledgers)
+
+    @staticmethod
+    def _unnest(tokens: _NestingTokens) -> None:
+        if isinstance(tokens, tuple):
+            ledgers_in_scope().reset(tokens[1])
+            tokens = tokens[0]
+        _CURRENT.reset(tokens)
+
+    # --- the run's context and limits ---
+
+    def _run_context(self) -> RunContext[Any]:
+        """The :class:`RunContext` of the turn under way (for tools and validators)."""
+        usage = self._reply_usage
+        calls = 0
+        for turn in self._turns:
+            usage = usage + turn.usage
+            for result in turn.tool_results:
+                if result.error_type not in _NOT_RUN:
+                    calls += 1
+                if result.step is not None:
+                    usage = usage + result.step.usage.total
+        return RunContext(
+            deps=self._options.deps, agent=self._parts.name, turn=len(self._turns) + 1,
+            phase=self._budget.state, usage=usage, tool_calls=calls, depth=self._depth,
+        )  # fmt: skip
+
+    def _limit_reached(self) -> bool:
+        """End the run before its next call when a usage limit is reached already."""
+        assert self._limits is not None
+        reached = self._limits.before_call()
+        if reached is None:
+            return False
+        self._abort(Trigger.LIMIT_REACHED, reached, None)
+        return True
+
+    def _over_limit(self, response: LLMResponse) -> _Verdict | None:
+        """Charge a reply to the limits; the verdict ending the run when it crossed one."""
+        assert self._limits is not None
+        exceeded = self._limits.after_reply(response.usage)
+        if exceeded is None:
+            return None
+        return _Verdict(TurnOutcome.FAIL, Trigger.LIMIT_REACHED, exceeded, "usage_limit",
+                        calls=list(response.tool_calls) or None)  # fmt: skip
 
     # --- moving on ---
 
@@ -705,6 +778,12 @@ _CACHE_LIMIT = 256
 _NONE_OFFERED: frozenset[str] = frozenset()
 _NO_TOOLS: list[ToolDefinition] = []  # shared by requests offering none; never changed
 _NO_USAGE = LLMResponse.model_fields["usage"].get_default(call_default_factory=True)
+# Tool results of calls that were refused, never run (they count as no tool call).
+_NOT_RUN = frozenset({"tools_unavailable", "too_many_calls"})
+_CurrentToken: TypeAlias = "contextvars.Token[tuple[LLM, TracerProvider | None, int] | None]"
+_NestingTokens: TypeAlias = (
+    "_CurrentToken | tuple[_CurrentToken, contextvars.Token[tuple[Ledger, ...]]]"
+)
 
 
 _NO_RETRIES: list[TransportRetry] = []  # shared while a turn has none; never appended to

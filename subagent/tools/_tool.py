@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, PydanticUserError, Validation
 from pydantic_core import to_json
 
 from subagent._checks import check_seconds
+from subagent._context import RunContext, takes_run_context
 from subagent._errors import ConfigurationError, SubAgentError
 from subagent._records import Step
 from subagent._text import MAX_ARGUMENT_DEPTH, nested_deeper_than, shorten
@@ -182,6 +183,8 @@ class Tool:
     _extras: frozenset[str] = field(init=False, repr=False)
     _definition: ToolDefinition = field(init=False, repr=False)
     _is_async: bool = field(init=False, repr=False)
+    # The function's first parameter is a RunContext: passed by the run, not in the schema.
+    _takes_context: bool = field(init=False, repr=False, default=False)
 
     def __post_init__(self) -> None:
         function = self.function
@@ -205,8 +208,9 @@ class Tool:
         description = self.description if self.description is not None else summary
         params: type[BaseModel] | None = None
         validator: Any = None
+        takes_context = takes_run_context(function)
         if self.parameters is None:
-            params, schema, extras = _parameters_model(function, name, arg_docs)
+            params, schema, extras = _parameters_model(function, name, arg_docs, takes_context)
             fields = frozenset(params.model_fields)
         else:
             schema, validator = _checked_schema(self.parameters, name)
@@ -224,6 +228,7 @@ class Tool:
             ToolDefinition(name=name, description=description, parameters=schema),
         )
         object.__setattr__(self, "_is_async", _is_async_callable(function))
+        object.__setattr__(self, "_takes_context", takes_context)
 
     @classmethod
     def from_function(cls, function: Callable[..., Any], **options: Any) -> Tool:
@@ -275,6 +280,11 @@ class Tool:
     def definition(self) -> ToolDefinition:
         """What the model is told about this tool."""
         return self._definition
+
+    @property
+    def takes_context(self) -> bool:
+        """Whether the function's first parameter is a :class:`~subagent.RunContext`."""
+        return self._takes_context
 
     @property
     def extras_parameters(self) -> frozenset[str]:
@@ -330,11 +340,16 @@ class Tool:
         return {name: getattr(validated, name) for name in type(validated).model_fields}
 
     async def call(
-        self, arguments: Mapping[str, Any] | str, extras: Mapping[str, Any] | None = None
+        self,
+        arguments: Mapping[str, Any] | str,
+        extras: Mapping[str, Any] | None = None,
+        context: RunContext[Any] | None = None,
     ) -> Any:
         """Validate ``arguments`` and call the function (awaiting it if async).
 
-        ``extras`` fill the parameters marked :data:`FromExtras` (others are ignored). Under
+        ``extras`` fill the parameters marked :data:`FromExtras` (others are ignored).
+        ``context`` is passed as the first argument of a function that takes a
+        :class:`~subagent.RunContext` (:attr:`takes_context`). Under
         :attr:`timeout`, or when the run is cancelled, an async tool is cancelled; a sync
         tool in a worker thread is abandoned: the call returns at once, the thread runs on
         until the function returns, and its result is dropped (Python cannot stop a
@@ -344,26 +359,32 @@ class Tool:
             ToolArgumentsError: The arguments do not fit the signature.
             ToolTimeoutError: The call took longer than :attr:`timeout` (a
                 :class:`TimeoutError`).
+            TypeError: The function takes a context and none was given.
             Exception: Whatever the function raises, a ``TimeoutError`` of its own
                 included.
         """
         kwargs = self.validate_arguments(arguments)
         if extras and self._extras:
             kwargs.update({key: value for key, value in extras.items() if key in self._extras})
+        function = self.function
+        if self._takes_context:
+            if context is None:
+                raise TypeError(f"tool {self.name!r} takes a RunContext: pass context=")
+            function = functools.partial(function, context)
         if self.timeout is None:
-            return await self._invoke(kwargs)
+            return await self._invoke(function, kwargs)
         with anyio.move_on_after(self.timeout):
-            return await self._invoke(kwargs)
+            return await self._invoke(function, kwargs)
         raise ToolTimeoutError(self.timeout)
 
-    async def _invoke(self, kwargs: dict[str, Any]) -> Any:
+    async def _invoke(self, function: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         if self._is_async:
-            return await self.function(**kwargs)
+            return await function(**kwargs)
         if self.run_in_thread:
             return await anyio.to_thread.run_sync(
-                functools.partial(self.function, **kwargs), abandon_on_cancel=True
+                functools.partial(function, **kwargs), abandon_on_cancel=True
             )
-        return self.function(**kwargs)
+        return function(**kwargs)
 
 
 @overload
@@ -449,9 +470,12 @@ def _is_extras_parameter(annotation: Any) -> bool:
 
 
 def _parameters_model(
-    function: Callable[..., Any], name: str, arg_docs: Mapping[str, str]
+    function: Callable[..., Any], name: str, arg_docs: Mapping[str, str], takes_context: bool
 ) -> tuple[type[BaseModel], dict[str, Any], frozenset[str]]:
     """The model validating the tool's arguments, its JSON schema, and the extras parameters.
+
+    With ``takes_context``, the first parameter (a :class:`~subagent.RunContext`) is left
+    out: the run passes it, the model never sees it.
 
     Raises:
         ConfigurationError: A parameter cannot be validated by pydantic or described as
@@ -468,7 +492,8 @@ def _parameters_model(
         hints = {}
     fields: dict[str, Any] = {}
     extras: set[str] = set()
-    for param in signature.parameters.values():
+    parameters = list(signature.parameters.values())
+    for param in parameters[1:] if takes_context else parameters:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ConfigurationError(
                 "tools", f"tool {name!r} takes *{param.name}; tools need named parameters"
@@ -476,6 +501,12 @@ def _parameters_model(
         annotation = hints.get(param.name, param.annotation)
         if annotation is inspect.Parameter.empty:
             annotation = Any
+        if annotation is RunContext or typing.get_origin(annotation) is RunContext:
+            raise ConfigurationError(
+                "tools",
+                f"parameter {param.name!r} of tool {name!r} is a RunContext: it must be the "
+                f"tool's first parameter",
+            )
         if _is_extras_parameter(annotation):
             if param.default is inspect.Parameter.empty:
                 raise ConfigurationError(
