@@ -258,7 +258,7 @@ class SubAgent(Generic[OutputT, DepsT]):
     max_turns: int = 5
     return_retries: int = 0
     context_policy: ContextPolicy = "collapse"
-    validators: Sequence[Callable[[Any], Any]] = ()
+    validators: Sequence[Callable[[Any], Any] | Callable[[RunContext[DepsT], Any], Any]] = ()
     parser_kwargs: Mapping[str, Any] | None = None
     prompts: Mapping[str, str] = field(default_factory=dict)
     settings: Mapping[str, Any] = field(default_factory=dict)

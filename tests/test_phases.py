@@ -47,6 +47,7 @@ def test_left_after_turn_is_what_the_table_leaves_after_a_turn_that_ends_the_run
         (Trigger.LLM_FAILED, FailReason.LLM_ERROR),
         (Trigger.TIMED_OUT, FailReason.TIMEOUT),
         (Trigger.STOPPED, FailReason.CANCELLED),
+        (Trigger.LIMIT_REACHED, FailReason.USAGE_LIMIT),
     ],
 )
 @pytest.mark.parametrize("phase", ACTIVE_PHASES)
@@ -175,3 +176,9 @@ def test_memoised_advance_matches_live_firing_everywhere() -> None:
         advance(Budget(phase, work, retries, 4), trigger)  # first time: fills the memo
         advance(replayed, trigger)  # second time: replays it
         assert replayed == live, (phase, trigger, work, retries)
+
+
+def test_the_chart_shows_the_usage_limit_row_from_every_active_phase() -> None:
+    chart = mermaid_chart()
+    for phase in ACTIVE_PHASES:
+        assert f"{phase.value} --> failed: usage limit reached / usage_limit" in chart
