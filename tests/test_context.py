@@ -14,7 +14,6 @@ from support import Traced
 
 from subagent import (
     ConfigurationError,
-    FailReason,
     LLMResponse,
     RunContext,
     ScriptedLLM,
@@ -102,7 +101,7 @@ def test_a_run_context_past_the_first_parameter_is_refused_naming_it() -> None:
     def late(user_id: str, ctx: RunContext[Db]) -> str:
         return user_id
 
-    with pytest.raises(ConfigurationError, match="'ctx' of tool 'late'.*first parameter"):
+    with pytest.raises(ConfigurationError, match=r"'ctx' of tool 'late'.*first parameter"):
         Tool(late)
 
 
@@ -120,9 +119,7 @@ async def test_a_tool_called_without_a_context_says_it_needs_one() -> None:
 
 
 @pytest.mark.parametrize("protocol", ["native", "react"])
-async def test_a_tool_gets_the_run_deps_and_where_the_run_is(
-    protocol: str, traced: Traced
-) -> None:
+async def test_a_tool_gets_the_run_deps_and_where_the_run_is(protocol: str, traced: Traced) -> None:
     seen: list[RunContext[Db]] = []
 
     def name_of(ctx: RunContext[Db], user_id: str) -> str:
@@ -226,7 +223,7 @@ async def test_instructions_taking_a_context_see_the_deps_and_the_values() -> No
 
 async def test_an_agent_declaring_deps_refuses_a_run_without_them() -> None:
     agent = SubAgent(name="a", prompt="p", deps_type=Db)
-    with pytest.raises(ConfigurationError, match="deps.*declares deps_type=Db"):
+    with pytest.raises(ConfigurationError, match=r"deps.*declares deps_type=Db"):
         await agent.run(llm=ScriptedLLM(["x"]))
     with pytest.raises(ConfigurationError, match="deps_type=Db, got a str instance"):
         await agent.run(llm=ScriptedLLM(["x"]), deps="nope")  # type: ignore[arg-type]

@@ -52,8 +52,8 @@ def add_call(input_tokens: int = 10, output_tokens: int = 5, count: int = 1) -> 
 
 def react_add(input_tokens: int = 10, output_tokens: int = 5) -> LLMResponse:
     action = json.dumps({"tool": "add", "input": {"a": 1, "b": 2}})
-    return LLMResponse(text=f"Thought: add.\nAction: {action}", usage=used(input_tokens,
-                                                                           output_tokens))  # fmt: skip
+    usage = used(input_tokens, output_tokens)
+    return LLMResponse(text=f"Thought: add.\nAction: {action}", usage=usage)
 
 
 AGENT = SubAgent(name="calc", prompt="p", output=Answer, tools=[add], max_turns=4)
