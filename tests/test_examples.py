@@ -78,3 +78,24 @@ def test_batch_store_example_reruns_only_the_retryable_failures() -> None:
     assert "second pass: 3 done, 23 calls in all" in out
     assert "done                19 (95.0%)" in out
     assert "  explicit_fail     1" in out
+
+
+def test_deps_example_hands_the_database_to_the_tool_validator_and_instructions() -> None:
+    out = run_example("deps.py")
+    assert "tool sees: caller=ada@example.com turn=1 phase=normal" in out
+    assert "the model sees the parameters: ['order_id']" in out
+    assert "system prompt ends: You are answering ada@example.com." in out
+    assert "the status of A-1 is 'shipped', not 'delivered'" in out
+    assert "output: Reply(order_id='A-1', status='shipped')" in out
+
+
+def test_usage_limits_example_stops_a_run_a_nested_agent_and_a_batch() -> None:
+    out = run_example("usage_limits.py")
+    assert "1. failed (usage_limit: usage limit exceeded by the reply: max_total_tokens=1200" in out
+    assert "retryable: False; tokens kept on the turns: 1500" in out
+    assert "2. searcher: usage_limit: usage limit reached before the call" in out
+    assert "of agent 'researcher'" in out
+    assert (
+        "3. 6 inputs, 6 Steps: ['done', 'done', 'done', 'done', 'usage_limit', 'usage_limit']"
+        in out
+    )
