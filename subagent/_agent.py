@@ -630,16 +630,16 @@ class SubAgent(Generic[OutputT, DepsT]):
                 )
             return ToolOutput(step.output, step=step)
 
-        # The run's context first (passed by the calling run, never in the schema), then the
-        # tool's arguments.
+        # The run's context first (passed by the calling run, never in the schema; named so
+        # that no prompt variable clashes with it), then the tool's arguments.
         context_parameter = inspect.Parameter(
-            "run", inspect.Parameter.POSITIONAL_ONLY, annotation=RunContext
+            "_subagent_run", inspect.Parameter.POSITIONAL_ONLY, annotation=RunContext
         )
         call.__signature__ = signature.replace(  # type: ignore[attr-defined]
             parameters=[context_parameter, *signature.parameters.values()]
         )
         call.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
-        call.__annotations__["run"] = RunContext
+        call.__annotations__["_subagent_run"] = RunContext
         return Tool(
             call,
             name=name or self.name,
@@ -678,8 +678,10 @@ class SubAgent(Generic[OutputT, DepsT]):
             raise ConfigurationError("retry_policy", f"must be a RetryPolicy, got {retry_policy!r}")
         check_callback("on_event", on_event)
         check_callback("on_text", on_text)
-        self._check_deps(deps)
-        _check_limits("usage_limits", usage_limits)
+        if deps is not None or self.deps_type is not None:
+            self._check_deps(deps)
+        if usage_limits is not None:
+            _check_limits("usage_limits", usage_limits)
         return RunOptions(
             llm=model,
             max_turns=self.max_turns if max_turns is None else check_int("max_turns", max_turns, 1),

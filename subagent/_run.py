@@ -240,8 +240,11 @@ class _Run:
         # turn cut short.
         self._in_flight: tuple[list[ToolCall], list[ToolRun | None]] | None = None
         # The usage limits this run checks (its own and those of its callers and batch).
-        self._limits: RunLimits | None = run_limits(options.usage_limits, parts.name,
-                                                    options.llm)  # fmt: skip
+        self._limits: RunLimits | None = (
+            None
+            if options.usage_limits is None and not _LEDGERS.get()
+            else run_limits(options.usage_limits, parts.name, options.llm)
+        )
         self._reply_usage = _NO_USAGE  # the turn under way's reply, for a RunContext
 
     # --- the loop ---
@@ -650,12 +653,12 @@ class _Run:
         token = _CURRENT.set((options.llm, options.tracer_provider, self._depth))
         if self._limits is None:
             return token
-        return token, ledgers_in_scope().set(self._limits.ledgers)
+        return token, _LEDGERS.set(self._limits.ledgers)
 
     @staticmethod
     def _unnest(tokens: _NestingTokens) -> None:
         if isinstance(tokens, tuple):
-            ledgers_in_scope().reset(tokens[1])
+            _LEDGERS.reset(tokens[1])
             tokens = tokens[0]
         _CURRENT.reset(tokens)
 
@@ -778,6 +781,7 @@ _CACHE_LIMIT = 256
 _NONE_OFFERED: frozenset[str] = frozenset()
 _NO_TOOLS: list[ToolDefinition] = []  # shared by requests offering none; never changed
 _NO_USAGE = LLMResponse.model_fields["usage"].get_default(call_default_factory=True)
+_LEDGERS = ledgers_in_scope()
 # Tool results of calls that were refused, never run (they count as no tool call).
 _NOT_RUN = frozenset({"tools_unavailable", "too_many_calls"})
 _CurrentToken: TypeAlias = "contextvars.Token[tuple[LLM, TracerProvider | None, int] | None]"

@@ -298,3 +298,11 @@ def test_a_partial_keeps_its_context_parameter_detected() -> None:
 
     bound = functools.partial(lookup, table="users")
     assert takes_run_context(bound)
+
+
+async def test_a_nested_agent_whose_prompt_has_a_variable_named_run_still_works() -> None:
+    inner = SubAgent(name="inner", prompt="do {{run}}")
+    outer = SubAgent(name="outer", prompt="p", tools=[inner.as_tool()], max_turns=2)
+    step = await outer.run(llm=ScriptedLLM([call("inner", run="laps"), "ran", "done"]))
+    assert step.turns[0].tool_results[0].ok
+    assert list(inner.as_tool().definition.parameters["properties"]) == ["run"]
