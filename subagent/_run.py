@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any
 
 import anyio
 from opentelemetry.trace import TracerProvider
@@ -554,11 +554,13 @@ class _Run:
         value = parsed.value
         if self._parts.validators:
             context = self._run_context() if self._parts.validators_take_context else None
-            token = self._nesting()
+            token, ledgers = self._nesting(), self._handing_down()
             try:
                 validation = await run_validators(self._parts.validators, value, context)
             finally:
-                self._unnest(token)
+                if ledgers is not None:
+                    _LEDGERS.reset(ledgers)
+                _CURRENT.reset(token)
             if not validation.valid:
                 error = templates.render("validation_failed", errors=list(validation.errors))
                 count = len(validation.errors)
@@ -582,7 +584,7 @@ class _Run:
         self._in_flight = (calls, runs)
         extras, self._extras = self._extras, None  # handed to this turn's calls, then cleared
         context = self._run_context() if toolbox.wants_context else None
-        token = self._nesting()
+        token, ledgers = self._nesting(), self._handing_down()
         try:
             if len(running) == 1 or not self._parts.parallel_tool_calls:
                 for position, call in enumerate(running):
@@ -596,7 +598,9 @@ class _Run:
                     for position, call in enumerate(running):
                         group.start_soon(run_one, position, call)
         finally:
-            self._unnest(token)
+            if ledgers is not None:
+                _LEDGERS.reset(ledgers)
+            _CURRENT.reset(token)
         self._in_flight = None
         done = [run for run in runs if run is not None]
         results = [run.result for run in done]
@@ -642,25 +646,18 @@ class _Run:
             observed.returned(run.result)
         return run
 
-    def _nesting(self) -> _NestingTokens:
+    def _nesting(self) -> contextvars.Token[tuple[LLM, TracerProvider | None, int] | None]:
         """Make this run the one an agent started from its tools or validators nests in.
 
         Set only around the code that may start a run (a tool, a validator), not for the
-        whole run: a run waiting on its model then holds no context of its own. A run with
-        usage limits also hands its ledgers down: the nested run charges them too.
+        whole run: a run waiting on its model then holds no context of its own.
         """
         options = self._options
-        token = _CURRENT.set((options.llm, options.tracer_provider, self._depth))
-        if self._limits is None:
-            return token
-        return token, _LEDGERS.set(self._limits.ledgers)
+        return _CURRENT.set((options.llm, options.tracer_provider, self._depth))
 
-    @staticmethod
-    def _unnest(tokens: _NestingTokens) -> None:
-        if isinstance(tokens, tuple):
-            _LEDGERS.reset(tokens[1])
-            tokens = tokens[0]
-        _CURRENT.reset(tokens)
+    def _handing_down(self) -> contextvars.Token[tuple[Ledger, ...]] | None:
+        """Hand this run's ledgers to the runs its tools or validators start (with limits)."""
+        return None if self._limits is None else _LEDGERS.set(self._limits.ledgers)
 
     # --- the run's context and limits ---
 
@@ -784,10 +781,6 @@ _NO_USAGE = LLMResponse.model_fields["usage"].get_default(call_default_factory=T
 _LEDGERS = ledgers_in_scope()
 # Tool results of calls that were refused, never run (they count as no tool call).
 _NOT_RUN = frozenset({"tools_unavailable", "too_many_calls"})
-_CurrentToken: TypeAlias = "contextvars.Token[tuple[LLM, TracerProvider | None, int] | None]"
-_NestingTokens: TypeAlias = (
-    "_CurrentToken | tuple[_CurrentToken, contextvars.Token[tuple[Ledger, ...]]]"
-)
 
 
 _NO_RETRIES: list[TransportRetry] = []  # shared while a turn has none; never appended to
