@@ -4,6 +4,8 @@ The turn loop reports to one :class:`Observer` through nested scopes (run > turn
 tool); see :mod:`subagent.observe._observer`. Implementations:
 
 - ``_otel``: OpenTelemetry spans (the API only; the library never installs a provider).
+- ``_metrics``: OpenTelemetry metrics (GenAI conventions and subagent's own counters; the
+  API only, recorded to the global meter provider once an application has set one).
 - ``_events``: the typed events (``RunStarted``, ``TurnStarted``, ``TurnEnded``,
   ``RunEnded``) handed to ``run(on_event=...)``.
 - ``_observer``: the interface, the silent :data:`NO_OBSERVER`, ``on_text``'s
@@ -37,6 +39,7 @@ from subagent.observe._events import (
     TurnEnded,
     TurnStarted,
 )
+from subagent.observe._metrics import MetricsObserver, metrics_observer
 from subagent.observe._observer import (
     NO_OBSERVER,
     ChatScope,
@@ -71,6 +74,7 @@ __all__ = [
     "EventHandler",
     "EventObserver",
     "EventQueue",
+    "MetricsObserver",
     "Observer",
     "ReasoningDelta",
     "RunEnded",
@@ -90,6 +94,7 @@ __all__ = [
     "capture_enabled",
     "check_callback",
     "combine",
+    "metrics_observer",
     "observer_for_run",
     "span_observer",
 ]
@@ -104,7 +109,7 @@ def observer_for_run(
     events: EventQueue | None = None,
     tool_names: Container[str] = (),
 ) -> Observer:
-    """The observer of one run: its spans, its callbacks, its event stream.
+    """The observer of one run: its spans, its metrics, its callbacks, its event stream.
 
     With none of them, :data:`NO_OBSERVER`: the run pays nothing for observation.
     """
@@ -112,6 +117,7 @@ def observer_for_run(
         [
             EventObserver(agent, on_event) if on_event is not None else None,
             span_observer(agent, tracer_provider, llm, tool_names),
+            metrics_observer(agent, llm, tool_names),
             TextObserver(on_text) if on_text is not None else None,
             StreamObserver(agent, events) if events is not None else None,
         ]
