@@ -401,5 +401,7 @@ def metrics_observer(
             attribute value).
         meter_provider: The provider to record to; ``None`` for the global one.
     """
+    if meter_provider is None and not _PROVIDER_FROM_ENV and _metrics_state._METER_PROVIDER is None:
+        return None  # the common case, first: no provider was ever set, nothing to record
     instruments = _instruments_for(meter_provider)
     return None if instruments is None else MetricsObserver(agent, instruments, llm, tool_names)
