@@ -78,3 +78,17 @@ def test_batch_store_example_reruns_only_the_retryable_failures() -> None:
     assert "second pass: 3 done, 23 calls in all" in out
     assert "done                19 (95.0%)" in out
     assert "  explicit_fail     1" in out
+
+
+def test_metrics_demo_prints_the_metrics_of_its_three_runs() -> None:
+    rows = {tuple(line.split()[:-1]): line.split()[-1]
+            for line in run_example("metrics_demo.py").splitlines()}  # fmt: skip
+    assert rows[("gen_ai.client.token.usage", "{token}", "input", "count=8")] == "sum=280"
+    assert rows[("gen_ai.client.operation.duration", "s")] == "count=8"
+    assert rows[("gen_ai.execute_tool.duration", "s", "add")] == "count=1"
+    assert rows[("subagent.runs", "{run}", "done")] == "2"
+    assert rows[("subagent.runs", "{run}", "failed", "budget_exhausted")] == "1"
+    assert rows[("gen_ai.invoke_agent.duration", "s", "budget_exhausted")] == "count=1"
+    assert rows[("subagent.turns", "{turn}", "retry", "success")] == "1"
+    assert rows[("subagent.corrections", "{turn}", "success")] == "1"
+    assert rows[("subagent.corrections", "{turn}", "error")] == "1"
