@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container
 
+import opentelemetry.metrics._internal as _metrics_state
 from opentelemetry.trace import TracerProvider
 
 from subagent.observe._events import (
@@ -39,7 +40,7 @@ from subagent.observe._events import (
     TurnEnded,
     TurnStarted,
 )
-from subagent.observe._metrics import MetricsObserver, metrics_observer
+from subagent.observe._metrics import METER_PROVIDER_FROM_ENV, MetricsObserver, metrics_observer
 from subagent.observe._observer import (
     NO_OBSERVER,
     ChatScope,
@@ -113,11 +114,14 @@ def observer_for_run(
 
     With none of them, :data:`NO_OBSERVER`: the run pays nothing for observation.
     """
+    # Checked here, inline, rather than in metrics_observer: with no meter provider ever set
+    # (the common case) a run then pays one attribute read for metrics, not a call.
+    metered = _metrics_state._METER_PROVIDER is not None or METER_PROVIDER_FROM_ENV
     return combine(
         [
             EventObserver(agent, on_event) if on_event is not None else None,
             span_observer(agent, tracer_provider, llm, tool_names),
-            metrics_observer(agent, llm, tool_names),
+            metrics_observer(agent, llm, tool_names) if metered else None,
             TextObserver(on_text) if on_text is not None else None,
             StreamObserver(agent, events) if events is not None else None,
         ]

@@ -52,6 +52,7 @@ from subagent.observe._otel import UNKNOWN_TOOL
 __all__ = [
     "AGENT_DURATION",
     "CORRECTIONS",
+    "METER_PROVIDER_FROM_ENV",
     "OPERATION_DURATION",
     "RUNS",
     "TOKEN_USAGE",
@@ -123,12 +124,12 @@ _INSTRUMENTS: weakref.WeakKeyDictionary[MeterProvider, _Instruments] = weakref.W
 
 # The API reads OTEL_PYTHON_METER_PROVIDER from the environment each time no global provider
 # is set; a run asks on every start, so that case is read once, at import.
-_PROVIDER_FROM_ENV = "OTEL_PYTHON_METER_PROVIDER" in os.environ
+METER_PROVIDER_FROM_ENV: Final = "OTEL_PYTHON_METER_PROVIDER" in os.environ
 
 
 def _global_meter_provider() -> MeterProvider | None:
     """The global meter provider, or ``None`` when none is configured (cheaply)."""
-    if not _PROVIDER_FROM_ENV and getattr(_metrics_state, "_METER_PROVIDER", False) is None:
+    if not METER_PROVIDER_FROM_ENV and getattr(_metrics_state, "_METER_PROVIDER", False) is None:
         return None  # the API's own record: nothing set yet
     provider = metrics.get_meter_provider()
     if isinstance(provider, NoOpMeterProvider | _metrics_state._ProxyMeterProvider):
@@ -401,7 +402,11 @@ def metrics_observer(
             attribute value).
         meter_provider: The provider to record to; ``None`` for the global one.
     """
-    if meter_provider is None and not _PROVIDER_FROM_ENV and _metrics_state._METER_PROVIDER is None:
+    if (
+        meter_provider is None
+        and not METER_PROVIDER_FROM_ENV
+        and _metrics_state._METER_PROVIDER is None
+    ):
         return None  # the common case, first: no provider was ever set, nothing to record
     instruments = _instruments_for(meter_provider)
     return None if instruments is None else MetricsObserver(agent, instruments, llm, tool_names)
