@@ -8,6 +8,7 @@ tool); see :mod:`subagent.observe._observer`. Implementations:
   ``RunEnded``) handed to ``run(on_event=...)``.
 - ``_observer``: the interface, the silent :data:`NO_OBSERVER`, ``on_text``'s
   :class:`TextObserver`, and :func:`combine` for several at once.
+- ``_context``: the W3C ``traceparent`` a saved run state carries, and continuing it.
 - ``_stream``: :class:`StreamObserver`, every event into an :class:`EventQueue` for
   ``SubAgent.stream()``.
 
@@ -23,6 +24,7 @@ from collections.abc import Callable, Container
 
 from opentelemetry.trace import TracerProvider
 
+from subagent.observe._context import continuing_trace, current_traceparent, mark_resumed
 from subagent.observe._events import (
     CallRetried,
     EventHandler,
@@ -30,6 +32,7 @@ from subagent.observe._events import (
     ReasoningDelta,
     RunEnded,
     RunEvent,
+    RunPaused,
     RunStarted,
     TextDelta,
     ToolCallEnded,
@@ -75,6 +78,7 @@ __all__ = [
     "ReasoningDelta",
     "RunEnded",
     "RunEvent",
+    "RunPaused",
     "RunScope",
     "RunStarted",
     "SpanObserver",
@@ -90,6 +94,9 @@ __all__ = [
     "capture_enabled",
     "check_callback",
     "combine",
+    "continuing_trace",
+    "current_traceparent",
+    "mark_resumed",
     "observer_for_run",
     "span_observer",
 ]
