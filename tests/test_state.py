@@ -175,8 +175,11 @@ async def test_an_async_on_state_is_refused_before_the_run() -> None:
 
 
 async def test_a_resumed_run_keeps_the_system_prompt_of_its_context() -> None:
+    def speak(context: Any) -> str:
+        return f"Speak as {context.get('who', '?')}."
+
     probe = SubAgent(name="probe", prompt="Find x", output=Answer, tools=[lookup],
-                     instructions=lambda context: f"Speak as {context.get('who', '?')}.")  # fmt: skip
+                     instructions=speak)  # fmt: skip
     saved: list[RunState] = []
     await probe.run({"who": "Ada"}, llm=ScriptedLLM([reply("native", "tool"), '{"x": 1}']),
                     on_state=saved.append)  # fmt: skip
