@@ -44,23 +44,19 @@ def call(env: str) -> LLMResponse:
                                             arguments={"env": env})])  # fmt: skip
 
 
-async def request(path: Path) -> None:
-    """The first process: run until the pause, save the state, hand it to the approver."""
+async def request() -> str:
+    """The first process: run until the pause; return the state to save, as JSON."""
     step = await AGENT.run(llm=ScriptedLLM([call("production")]))
     assert step.state is not None
     print(f"[runner]   {step.summary()}")
     for pending in step.state.pending.waiting if step.state.pending else []:
         print(f"[runner]   waiting: {pending.name}({pending.arguments})")
-    path.write_text(step.state.model_dump_json(), encoding="utf-8")
-    approver = subprocess.run([sys.executable, __file__, "approve", str(path)],
-                              capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
-    print(approver.stdout, end="")
-    print(f"[runner]   deployed from this process: {DEPLOYED}")
+    return step.state.model_dump_json()
 
 
-async def approve(path: Path) -> None:
+async def approve(saved: str) -> None:
     """The second process: decide, resume, decide again, print the final Step."""
-    state = RunState.model_validate_json(path.read_text(encoding="utf-8"))
+    state = RunState.model_validate_json(saved)
     model = ScriptedLLM([call("staging"), "Release 1.4 is live on staging."])
     decisions = {c.id: Decision.deny("production is frozen this week; use staging")
                  for c in state.pending.waiting} if state.pending else {}  # fmt: skip
@@ -79,10 +75,15 @@ async def approve(path: Path) -> None:
 
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "approve":
-        anyio.run(approve, Path(sys.argv[2]))
+        anyio.run(approve, Path(sys.argv[2]).read_text(encoding="utf-8"))
         return
     with tempfile.TemporaryDirectory() as directory:
-        anyio.run(request, Path(directory) / "state.json")
+        path = Path(directory) / "state.json"
+        path.write_text(anyio.run(request), encoding="utf-8")
+        argv = [sys.executable, __file__, "approve", str(path)]
+        approver = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
+        print(approver.stdout, end="")
+    print(f"[runner]   deployed from this process: {DEPLOYED}")
 
 
 if __name__ == "__main__":

@@ -102,8 +102,8 @@ async def test_approved_calls_run_and_the_turn_spends_what_an_unpaused_one_does(
     assert first.decisions == {"c2": Decision.approve()}
     # The same turns and budgets as a run whose tools need no approval.
     plain = await SubAgent(name="ops", prompt="Ship it", output=Answer, max_turns=4,
-                           tools=Ledger().tools()[1:] + [Tool(lambda env: f"deployed to {env}",
-                                                              name="deploy")],
+                           tools=[*Ledger().tools()[1:],
+                                  Tool(lambda env: f"deployed to {env}", name="deploy")],
                            ).run(llm=ScriptedLLM(script))  # fmt: skip
     assert [(t.outcome, t.work_remaining, t.messages_sent) for t in done.turns] == [
         (t.outcome, t.work_remaining, t.messages_sent) for t in plain.turns
