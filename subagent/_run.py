@@ -11,6 +11,7 @@ through the run's :class:`~subagent.observe.Observer`, scope by scope.
 from __future__ import annotations
 
 import contextvars
+import inspect
 import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -21,7 +22,14 @@ import anyio
 from opentelemetry.trace import TracerProvider
 
 from subagent._conversation import ContextPolicy, Conversation, with_notice
-from subagent._errors import ErrorKind, LLMContractError, LLMError, SubAgentError, callback_error
+from subagent._errors import (
+    ErrorKind,
+    LLMContractError,
+    LLMError,
+    SubAgentError,
+    blame_callback,
+    callback_error,
+)
 from subagent._phases import Budget, Phase, Trigger, advance
 from subagent._records import (
     Failure,
@@ -64,6 +72,7 @@ from subagent.observe import (
     current_traceparent,
     mark_resumed,
     observer_for_run,
+    refuse_awaitable,
 )
 from subagent.parsers import OutputContract, ParseResult, detect_explicit_fail, run_validators
 from subagent.protocols import ReplyProtocol
@@ -478,7 +487,7 @@ class _Run:
                 "decisions": {},
             }))  # fmt: skip
         if options.on_state is not None and budget.state not in _FINAL:
-            options.on_state(self.snapshot())
+            self._tell_state(options.on_state)
 
     # --- a paused turn, resumed ---
 
@@ -535,7 +544,17 @@ class _Run:
                 "duration_s": time.perf_counter() - started, "decisions": decisions,
             }))  # fmt: skip
         if self._options.on_state is not None and budget.state not in _FINAL:
-            self._options.on_state(self.snapshot())
+            self._tell_state(self._options.on_state)
+
+    def _tell_state(self, on_state: Callable[[RunState], object]) -> None:
+        """Hand the state to ``on_state``; its exception ends the run, raised as it is."""
+        try:
+            returned = on_state(self.snapshot())
+        except Exception as exc:
+            blame_callback(exc, "on_state")
+            raise
+        if returned is not None and inspect.isawaitable(returned):
+            refuse_awaitable("on_state", returned)
 
     def _decided(
         self, pending: PendingCalls, decisions: Mapping[str, Decision]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 from pydantic import BaseModel, ValidationError
 from support import Traced, attrs
@@ -290,3 +291,37 @@ async def test_a_nested_agent_can_need_approval_in_its_parent_instead() -> None:
     assert done.ok and done.output == "the child said hi"
     nested = done.turns[0].tool_results[0].step
     assert nested is not None and nested.output == "hi"
+
+
+async def test_under_react_a_call_read_from_the_text_pauses_and_resumes_alike() -> None:
+    ledger = Ledger()
+    agent = SubAgent(name="ops", prompt="Ship it", output=Answer, tools=ledger.tools(),
+                     max_turns=3, protocol="react")  # fmt: skip
+    action = 'Thought: ship.\nAction: {"tool": "deploy", "input": {"env": "prod"}}'
+    model = ScriptedLLM([action, 'Final Answer: {"x": 5}'])
+    paused = await agent.run(llm=model)
+    assert paused.pending is not None and paused.state is not None
+    (waiting,) = paused.pending.waiting
+    assert (waiting.name, waiting.arguments) == ("deploy", {"env": "prod"})
+    done = await agent.resume(paused.state, {waiting.id: True}, llm=model)
+    assert done.ok and done.output == Answer(x=5) and ledger.deployed == ["prod"]
+    assert model.requests[1].messages[-1].content.startswith("Observation:")
+
+
+async def test_a_resumed_turn_cut_short_keeps_its_record_and_fails_as_timed_out() -> None:
+    async def deploy(env: str) -> str:
+        """Deploy, never finishing."""
+        await anyio.Event().wait()
+        return env
+
+    agent = SubAgent(name="ops", prompt="Ship it", output=Answer, max_turns=3,
+                     tools=[Tool(deploy, requires_approval=True)])  # fmt: skip
+    paused = await agent.run(llm=ScriptedLLM([calls(("deploy", {"env": "prod"}))]))
+    assert paused.state is not None
+    step = await agent.resume(paused.state, {"c1": True}, llm=ScriptedLLM([]),
+                              mission_timeout=0.2)  # fmt: skip
+    assert step.failure is not None and step.failure.reason.value == "timeout"
+    (turn,) = step.turns
+    assert turn.error_type == "cancelled" and turn.phase_after == "failed"
+    assert turn.tool_results[0].completed is False
+    assert turn.decisions == {"c1": Decision.approve()}

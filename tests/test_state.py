@@ -268,3 +268,13 @@ async def test_the_resumed_part_continues_the_original_trace(traced: Traced) -> 
     assert parent_id(resumed) == span_id(first)
     assert attrs(resumed)["subagent.resumed"] is True
     assert "subagent.resumed" not in attrs(first)
+
+
+async def test_an_exception_in_on_state_ends_the_run_raised_as_it_is_with_its_turns() -> None:
+    def broken(state: RunState) -> None:
+        raise KeyError("the store is down")
+
+    with pytest.raises(KeyError, match="the store is down") as caught:
+        await agent().run(llm=ScriptedLLM([reply("native", "tool"), '{"x": 1}']),
+                          on_state=broken)  # fmt: skip
+    assert len(caught.value.turns) == 1  # type: ignore[attr-defined]

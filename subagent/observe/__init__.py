@@ -50,6 +50,7 @@ from subagent.observe._observer import (
     TurnScope,
     check_callback,
     combine,
+    refuse_awaitable,
 )
 from subagent.observe._otel import (
     CAPTURE_CONTENT_ENV,
@@ -98,6 +99,7 @@ __all__ = [
     "current_traceparent",
     "mark_resumed",
     "observer_for_run",
+    "refuse_awaitable",
     "span_observer",
 ]
 
