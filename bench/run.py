@@ -15,7 +15,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SUITES = ("core", "tracing", "metrics", "parsers", "concurrency")
+SUITES = ("core", "tracing", "metrics", "parsers", "concurrency", "state")
 
 
 def main() -> None:

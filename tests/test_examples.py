@@ -71,6 +71,18 @@ def test_watch_and_stop_example_streams_a_run_then_stops_one() -> None:
     assert "stopped: failed (cancelled: the run was stopped before it finished) in 2 turns" in out
 
 
+def test_approval_example_is_answered_from_a_second_process() -> None:
+    out = run_example("approval.py")
+    assert "[runner]   paused (1 call(s) awaiting approval) in 1 turn (normal)" in out
+    assert "[runner]   waiting: deploy({'env': 'production'})" in out
+    assert "[approver]   turn 1: error    {'deploy-production': 'deny'}" in out
+    assert "[approver]   turn 2: continue {'deploy-staging': 'approve'}" in out
+    assert "[approver] output: Release 1.4 is live on staging." in out
+    # The deploy ran once, in the approver's process; never in the runner's.
+    assert "[approver] deployed from this process: ['staging']" in out
+    assert "[runner]   deployed from this process: []" in out
+
+
 def test_batch_store_example_reruns_only_the_retryable_failures() -> None:
     out = run_example("batch_store.py")
     assert "first pass: 16 done, 4 failed, 20 calls" in out

@@ -10,6 +10,7 @@ tool); see :mod:`subagent.observe._observer`. Implementations:
   ``RunEnded``) handed to ``run(on_event=...)``.
 - ``_observer``: the interface, the silent :data:`NO_OBSERVER`, ``on_text``'s
   :class:`TextObserver`, and :func:`combine` for several at once.
+- ``_context``: the W3C ``traceparent`` a saved run state carries, and continuing it.
 - ``_stream``: :class:`StreamObserver`, every event into an :class:`EventQueue` for
   ``SubAgent.stream()``.
 
@@ -26,6 +27,7 @@ from collections.abc import Callable, Container
 import opentelemetry.metrics._internal as _metrics_state
 from opentelemetry.trace import TracerProvider
 
+from subagent.observe._context import continuing_trace, current_traceparent, mark_resumed
 from subagent.observe._events import (
     CallRetried,
     EventHandler,
@@ -33,6 +35,7 @@ from subagent.observe._events import (
     ReasoningDelta,
     RunEnded,
     RunEvent,
+    RunPaused,
     RunStarted,
     TextDelta,
     ToolCallEnded,
@@ -51,6 +54,7 @@ from subagent.observe._observer import (
     TurnScope,
     check_callback,
     combine,
+    refuse_awaitable,
 )
 from subagent.observe._otel import (
     CAPTURE_CONTENT_ENV,
@@ -80,6 +84,7 @@ __all__ = [
     "ReasoningDelta",
     "RunEnded",
     "RunEvent",
+    "RunPaused",
     "RunScope",
     "RunStarted",
     "SpanObserver",
@@ -96,7 +101,11 @@ __all__ = [
     "check_callback",
     "combine",
     "metrics_observer",
+    "continuing_trace",
+    "current_traceparent",
+    "mark_resumed",
     "observer_for_run",
+    "refuse_awaitable",
     "span_observer",
 ]
 
