@@ -19,7 +19,9 @@ from subagent._errors import (
     MissingVariableError,
     ParserContractError,
     RunFailedError,
+    RunPausedError,
     ScriptExhaustedError,
+    StateMismatchError,
     SubAgentError,
     TemplateError,
 )
@@ -36,6 +38,7 @@ from subagent._records import (
     TurnType,
     UsageSummary,
 )
+from subagent._state import Decision, PendingCalls, RunState
 from subagent.batch import Batch, BatchItem, BatchSummary, run_many, stream_many, summarize
 from subagent.llm import (
     LLM,
@@ -57,6 +60,7 @@ from subagent.observe import (
     ReasoningDelta,
     RunEnded,
     RunEvent,
+    RunPaused,
     RunStarted,
     TextDelta,
     ToolCallEnded,
@@ -94,6 +98,7 @@ __all__ = [
     "CallRetried",
     "ConfigurationError",
     "CorrectionError",
+    "Decision",
     "ErrorKind",
     "EventHandler",
     "FailReason",
@@ -110,6 +115,7 @@ __all__ = [
     "OutputParser",
     "ParseResult",
     "ParserContractError",
+    "PendingCalls",
     "Phase",
     "Price",
     "ReasoningDelta",
@@ -121,10 +127,14 @@ __all__ = [
     "RunEnded",
     "RunEvent",
     "RunFailedError",
+    "RunPaused",
+    "RunPausedError",
     "RunStarted",
+    "RunState",
     "ScriptExhaustedError",
     "ScriptedLLM",
     "SectionsParser",
+    "StateMismatchError",
     "Step",
     "StopReason",
     "StreamDelta",
