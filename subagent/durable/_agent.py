@@ -1,0 +1,275 @@
+"""An agent's runs and batches as DBOS workflows."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Generic, TypedDict, cast
+
+from dbos import DBOS, PropagateOtelContext, SetWorkflowID, WorkflowHandleAsync
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TracerProvider
+from pydantic import BaseModel
+from typing_extensions import TypeVar, Unpack
+
+from subagent._agent import SubAgent
+from subagent._checks import check_int
+from subagent._conversation import ContextPolicy
+from subagent._errors import ConfigurationError
+from subagent._records import Step
+from subagent.durable._llm import DurableLLM
+from subagent.durable._tools import durable_tool
+from subagent.llm import LLM, Message, RetryPolicy
+
+__all__ = ["DurableAgent", "DurableRunArguments"]
+
+OutputT = TypeVar("OutputT", default=Any)
+Context = Mapping[str, Any] | BaseModel | None
+
+
+class DurableRunArguments(TypedDict, total=False):
+    """The run options a durable run takes: those DBOS can record as the workflow's input.
+
+    The model, its call timeout and the tracer provider belong to the :class:`DurableAgent`
+    (they are the process's, not the run's); ``on_event`` and ``on_text`` are not taken (a
+    resumed run's listener is in another process).
+    """
+
+    max_turns: int | None
+    return_retries: int | None
+    messages: Sequence[Message | Mapping[str, Any]] | str | None
+    context_policy: ContextPolicy | None
+    settings: Mapping[str, Any] | None
+    retry_policy: RetryPolicy | None
+    mission_timeout: float | None
+
+
+_DURABLE_OPTIONS = frozenset(DurableRunArguments.__annotations__)
+_NOT_DURABLE = {
+    "llm": "give the model to DurableAgent(llm=...)",
+    "timeout": "give the call timeout to DurableAgent(timeout=...)",
+    "tracer_provider": "give it to DurableAgent(tracer_provider=...)",
+    "on_event": "a resumed run's listener would be in another process",
+    "on_text": "a resumed run's listener would be in another process",
+}
+
+
+class DurableAgent(Generic[OutputT]):
+    """An agent whose runs are DBOS workflows: they survive the death of their process.
+
+    Build it at import time, before ``DBOS.launch()``: it registers two workflows with DBOS
+    (``subagent.run:<name>`` and ``subagent.batch:<name>``), which DBOS finds by name when
+    it recovers a workflow left pending by a process that died. Every process that may
+    resume a run must build the same durable agent (same name, prompts, tools, output type)
+    before it launches DBOS.
+
+    In a workflow, each LLM call is a step (:class:`DurableLLM`) and each tool call is a
+    step (:func:`durable_tool`); everything between them (the phase machine, parsing,
+    validators, the conversation) is deterministic and replays from the checkpoints. The
+    Step a resumed run returns equals the uncrashed run's but for the measured fields
+    (:func:`~subagent.durable.comparable`).
+
+    Args:
+        agent: The agent definition.
+        llm: The model (default: the agent's); a spec string is resolved as
+            :class:`~subagent.SubAgent` does. A :class:`DurableLLM` is used as it is.
+        timeout: Seconds one LLM call may take, enforced inside the call's step (default:
+            the agent's ``timeout``).
+        name: The workflows' name (default: the agent's name); unique per application.
+        tracer_provider: Where the runs' spans go (default: the global provider).
+
+    Raises:
+        ConfigurationError: No model, or an option is invalid (the message names it).
+    """
+
+    def __init__(
+        self,
+        agent: SubAgent[OutputT],
+        *,
+        llm: LLM | str | None = None,
+        timeout: float | None = None,
+        name: str | None = None,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        if not isinstance(agent, SubAgent):
+            raise ConfigurationError("agent", f"must be a SubAgent, got {agent!r}")
+        name = agent.name if name is None else name
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigurationError("name", f"must be a non-empty string, got {name!r}")
+        durable = dataclasses.replace(
+            agent,
+            tools=[durable_tool(tool) for tool in agent.tools],
+            llm=agent.llm if llm is None else llm,
+            timeout=None,  # the call timeout moves inside the LLM step
+        )
+        model = cast(LLM | None, durable.llm)
+        if model is None:
+            raise ConfigurationError(
+                "llm", f"agent {agent.name!r} has no model: pass llm= to DurableAgent"
+            )
+        self.name = name
+        self.agent: SubAgent[OutputT] = durable
+        if isinstance(model, DurableLLM):  # wrapped already: its own timeout and step name
+            if timeout is not None:
+                raise ConfigurationError(
+                    "timeout", "give the timeout to the DurableLLM passed as llm="
+                )
+            self.llm = model
+        else:
+            self.llm = DurableLLM(
+                model, timeout=agent.timeout if timeout is None else timeout,
+                step_name=f"subagent.llm:{name}",
+            )  # fmt: skip
+        self._tracer_provider = tracer_provider
+
+        async def run_body(context: Context, options: dict[str, Any]) -> Step[OutputT]:
+            return await self._run_body(context, options)
+
+        async def batch_body(
+            contexts: list[Context], options: dict[str, Any], concurrency: int
+        ) -> list[Step[OutputT]]:
+            return await self._batch_body(contexts, options, concurrency)
+
+        # Plain functions (DBOS keeps its own attributes on a workflow's function).
+        self._run_workflow = DBOS.workflow(name=f"subagent.run:{name}")(run_body)
+        self._batch_workflow = DBOS.workflow(name=f"subagent.batch:{name}")(batch_body)
+
+    # --- the public calls ---
+
+    async def run(
+        self,
+        context: Context = None,
+        *,
+        workflow_id: str | None = None,
+        **options: Unpack[DurableRunArguments],
+    ) -> Step[OutputT]:
+        """Run the agent as a workflow, or wait for the workflow ``workflow_id`` to end.
+
+        With a ``workflow_id`` the run is idempotent: calling again with the same id (in
+        this process or after a restart) starts nothing new; it returns the Step of that
+        workflow once it ends (DBOS resumes a workflow a dead process left pending when it
+        is launched again).
+
+        Args:
+            context: Values for the prompt template (recorded as the workflow's input).
+            workflow_id: The workflow's id (default: one DBOS makes up).
+            **options: Run options DBOS can record (:class:`DurableRunArguments`).
+
+        Raises:
+            ConfigurationError: An option is invalid.
+            TypeError: An option a durable run does not take (the message says why).
+        """
+        self._check(options)
+        with _workflow_id(workflow_id), _trace_parent():
+            handle = await DBOS.start_workflow_async(self._run_workflow, context, dict(options))
+        return await handle.get_result()
+
+    async def run_many(
+        self,
+        contexts: Iterable[Context],
+        *,
+        batch_id: str | None = None,
+        concurrency: int = 8,
+        **options: Unpack[DurableRunArguments],
+    ) -> list[Step[OutputT]]:
+        """Run the agent once per context, as one batch workflow of child workflows.
+
+        Each run is a child workflow with the id ``<batch_id>/<index>``; at most
+        ``concurrency`` are under way at once, started in input order. A batch resumed
+        after a crash reads the finished runs' Steps back and resumes the unfinished ones
+        from their last completed step: no finished run or step is repeated.
+
+        Args:
+            contexts: One prompt context per run; read at once (the list is the
+                workflow's recorded input).
+            batch_id: The batch workflow's id (default: one DBOS makes up); calling again
+                with it is idempotent, as for :meth:`run`.
+            concurrency: Runs under way at once (>= 1).
+            **options: Run options for every run (:class:`DurableRunArguments`).
+
+        Returns:
+            One Step per context, in input order.
+        """
+        check_int("concurrency", concurrency, 1)
+        self._check(options)
+        inputs = list(contexts)
+        with _workflow_id(batch_id), _trace_parent():
+            handle = await DBOS.start_workflow_async(
+                self._batch_workflow, inputs, dict(options), concurrency
+            )
+        return await handle.get_result()
+
+    async def result(self, workflow_id: str) -> Step[OutputT]:
+        """The Step of the run (or the Steps of the batch) ``workflow_id``, once it ends."""
+        handle: WorkflowHandleAsync[Step[OutputT]] = await DBOS.retrieve_workflow_async(workflow_id)
+        return await handle.get_result()
+
+    # --- the workflows' bodies (replayed on resume: deterministic but for the steps) ---
+
+    async def _run_body(self, context: Context, options: dict[str, Any]) -> Step[OutputT]:
+        return await self.agent.run(
+            context, llm=self.llm, tracer_provider=self._tracer_provider, **options
+        )
+
+    async def _batch_body(
+        self, contexts: list[Context], options: dict[str, Any], concurrency: int
+    ) -> list[Step[OutputT]]:
+        batch_id = DBOS.workflow_id
+        steps: list[Step[OutputT]] = []
+        window: deque[WorkflowHandleAsync[Step[OutputT]]] = deque()
+        # Started in input order and awaited in input order: the batch's own operations
+        # (child starts, result reads) come in the same order on every replay.
+        for index, context in enumerate(contexts):
+            if len(window) == concurrency:
+                steps.append(await window.popleft().get_result())
+            with SetWorkflowID(f"{batch_id}/{index}"):
+                window.append(await DBOS.start_workflow_async(self._run_workflow, context, options))
+        while window:
+            steps.append(await window.popleft().get_result())
+        return steps
+
+    def _check(self, options: Mapping[str, Any]) -> None:
+        for key in options:
+            if key in _NOT_DURABLE:
+                raise TypeError(f"a durable run does not take {key}=: {_NOT_DURABLE[key]}")
+            if key not in _DURABLE_OPTIONS:
+                raise TypeError(
+                    f"DurableAgent.run() got an unexpected keyword argument {key!r} "
+                    f"(the durable run options: {', '.join(sorted(_DURABLE_OPTIONS))})"
+                )
+        self.agent.check_options(**options)
+
+    def __repr__(self) -> str:
+        return f"DurableAgent({self.name!r})"
+
+
+DurableAgent.__module__ = "subagent.durable"
+
+
+def _workflow_id(workflow_id: str | None) -> contextlib.AbstractContextManager[Any]:
+    if workflow_id is None:
+        return contextlib.nullcontext()
+    if not isinstance(workflow_id, str) or not workflow_id:
+        raise ConfigurationError("workflow_id", f"must be a non-empty str, got {workflow_id!r}")
+    return SetWorkflowID(workflow_id)
+
+
+def _trace_parent() -> PropagateOtelContext:
+    """The trace every attempt of the workflow joins, recorded with it by DBOS.
+
+    The caller's span when there is one; otherwise a made-up remote parent, so that the
+    first attempt and every resumed one still share one trace id.
+    """
+    if trace.get_current_span().get_span_context().is_valid:
+        return PropagateOtelContext()
+    made_up = SpanContext(
+        trace_id=random.getrandbits(128) or 1, span_id=random.getrandbits(64) or 1,
+        is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )  # fmt: skip
+    return PropagateOtelContext(
+        trace.set_span_in_context(NonRecordingSpan(made_up), otel_context.get_current())
+    )

@@ -1,0 +1,98 @@
+"""A durable run in a process of its own, for the crash tests (tests/test_durable_crash.py).
+
+``python durable_child.py BASE_URL DB_URL SIDE_EFFECTS [CRASH]`` runs the ``ledger`` agent
+durably against the OpenAI-compatible server at BASE_URL, with DBOS's system database at
+DB_URL, and prints ``STEP <json>``: the run's Step as :func:`subagent.durable.comparable`
+data. Its tool appends each recorded item to the file SIDE_EFFECTS (the side-effect counter).
+
+CRASH names a point where the process stops, prints ``AT <point>`` and waits on its
+standard input for the SIGKILL that the test sends: ``tool:<item>`` inside the tool call
+recording ``item`` (before its side effect), ``between:<n>`` in the workflow's body after
+turn n-1's steps completed and before the LLM call of turn n starts. (A kill during an LLM
+call is the server's doing: it holds the request.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import anyio
+from dbos import DBOS
+from pydantic import BaseModel
+
+from subagent import OpenAIChat, SubAgent, tool
+from subagent.durable import DurableAgent, DurableLLM, comparable
+from subagent.llm import LLMRequest, LLMResponse
+
+CRASH = sys.argv[4] if len(sys.argv) > 4 else ""
+SIDE_EFFECTS = sys.argv[3]
+
+
+def _stop_here(point: str) -> None:
+    sys.stdout.write(f"AT {point}\n")
+    sys.stdout.flush()
+    sys.stdin.readline()  # the test never writes: its SIGKILL ends the process here
+    raise SystemExit(f"reached {point} and was not killed")
+
+
+@tool(run_in_thread=False)
+def record(item: str) -> str:
+    """Record one item in the ledger.
+
+    Args:
+        item: The item to record.
+    """
+    if f"tool:{item}" == CRASH:
+        _stop_here(CRASH)
+    with open(SIDE_EFFECTS, "a", encoding="utf-8") as ledger:
+        ledger.write(f"{item}\n")
+    return f"recorded {item}"
+
+
+class Count(BaseModel):
+    count: int
+
+
+class _StopsBetween(DurableLLM):
+    """Stops before the LLM call of turn ``n`` when CRASH is ``between:<n>``."""
+
+    calls = 0
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        type(self).calls += 1
+        if f"between:{type(self).calls}" == CRASH:
+            _stop_here(CRASH)
+        return await super().complete(request)
+
+
+agent = SubAgent(
+    name="ledger",
+    prompt="Record a, b and c with the record tool, then return how many you recorded.",
+    tools=[record],
+    output=Count,
+    max_turns=3,
+    return_retries=1,
+    parallel_tool_calls=False,
+)
+
+
+async def main(base_url: str, db_url: str) -> None:
+    llm = OpenAIChat(model="served-model", base_url=base_url, api_key="test-key")
+    durable = DurableAgent(agent, llm=_StopsBetween(llm, step_name="subagent.llm:ledger"))
+    DBOS(config={"name": "durable-crash", "system_database_url": db_url,
+                 "log_level": "WARNING"})  # fmt: skip
+    DBOS.launch()
+    try:
+        step = await durable.run(workflow_id="ledger-run")
+        sys.stdout.write("STEP " + json.dumps(comparable(step), sort_keys=True) + "\n")
+        sys.stdout.flush()
+    finally:
+        await llm.aclose()
+        DBOS.destroy()
+
+
+if __name__ == "__main__":
+    os.environ.pop("OTEL_TRACES_EXPORTER", None)
+    anyio.run(main, sys.argv[1], sys.argv[2])

@@ -1,0 +1,76 @@
+"""Durable runs killed with SIGKILL at chosen points and restarted (subagent.durable).
+
+Each test runs the ledger agent (tests/durable_child.py) in a process of its own against a
+real scripted HTTP server, kills it at one point, starts it again on the same SQLite system
+database, and compares the resumed run's Step with the Step of a run that never stopped.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("dbos", reason="the dbos extra is not installed")
+
+from durable_harness import Ledger, child, crash_and_resume
+from openai_server import ScriptedServer
+
+
+@pytest.fixture(scope="module")
+def uncrashed(
+    shared_server: ScriptedServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[dict[str, Any], list[str]]]:
+    """The Step and the side effects of the ledger run that never stopped."""
+    shared_server.reset()
+    folder = tmp_path_factory.mktemp("uncrashed")
+    Ledger().script(shared_server)
+    with child(shared_server.base_url, f"sqlite:///{folder}/dbos.sqlite",
+               folder / "ledger.txt") as run:  # fmt: skip
+        step = run.step()
+    yield step, (folder / "ledger.txt").read_text().splitlines()
+    shared_server.reset()
+
+
+def test_the_uncrashed_run_records_each_item_once_and_succeeds(
+    uncrashed: tuple[dict[str, Any], list[str]],
+) -> None:
+    step, side_effects = uncrashed
+    assert step["ok"] is True
+    assert step["output"] == {"count": 3}
+    assert [turn["type"] for turn in step["turns"]] == ["normal", "normal", "must_return",
+                                                         "retry"]  # fmt: skip
+    assert side_effects == ["a", "b", "c"]
+
+
+# (point, the LLM calls made again after the restart: those cut off by the kill)
+POINTS = [
+    pytest.param("llm:4", [4], id="during-an-llm-call"),
+    pytest.param("between:3", [], id="between-turns"),
+    pytest.param("tool:c", [], id="during-a-tool-call"),
+    pytest.param("llm:10", [10], id="during-a-correction-turn"),
+]
+
+
+@pytest.mark.parametrize(("point", "repeated"), POINTS)
+def test_a_run_killed_at_a_point_resumes_to_the_uncrashed_step(
+    server: ScriptedServer,
+    tmp_path: Path,
+    uncrashed: tuple[dict[str, Any], list[str]],
+    point: str,
+    repeated: list[int],
+) -> None:
+    side_effects = tmp_path / "ledger.txt"
+    step, ledger = crash_and_resume(
+        server, f"sqlite:///{tmp_path}/dbos.sqlite", side_effects, point
+    )
+    expected_step, expected_effects = uncrashed
+    assert step == expected_step
+    # Each completed tool call happened exactly once (a call cut off before its side effect
+    # ran again), and each completed LLM call was never made again.
+    assert side_effects.read_text().splitlines() == expected_effects
+    calls = Counter(ledger.sizes)
+    assert calls == Counter({2: 1, 4: 1, 8: 1, 10: 1}) + Counter(repeated)
