@@ -1,13 +1,15 @@
 """A durable run in a process of its own, for the crash tests (tests/test_durable_crash.py).
 
-``python durable_child.py BASE_URL DB_URL SIDE_EFFECTS [CRASH]`` runs the ``ledger`` agent
-durably against the OpenAI-compatible server at BASE_URL, with DBOS's system database at
-DB_URL, and prints ``STEP <json>``: the run's Step as :func:`subagent.durable.comparable`
-data. Its tool appends each recorded item to the file SIDE_EFFECTS (the side-effect counter).
+``python durable_child.py BASE_URL DB_URL SIDE_EFFECTS [CRASH [batch]]`` runs the ``ledger``
+agent durably against the OpenAI-compatible server at BASE_URL, with DBOS's system database
+at DB_URL, and prints ``STEPS <json>``: the run's Step as :func:`subagent.durable.comparable`
+data, in a list (with ``batch``: a durable batch of three runs, tags r1 to r3, one at a
+time). Its tool appends each recorded item to the file SIDE_EFFECTS (the side-effect
+counter). CRASH may be empty.
 
 CRASH names a point where the process stops, prints ``AT <point>`` and waits on its
 standard input for the SIGKILL that the test sends: ``tool:<item>`` inside the tool call
-recording ``item`` (before its side effect), ``between:<n>`` in the workflow's body after
+recording ``item`` (``r2-c``, say) (before its side effect), ``between:<n>`` in the workflow's body after
 turn n-1's steps completed and before the LLM call of turn n starts. (A kill during an LLM
 call is the server's doing: it holds the request.)
 """
@@ -27,6 +29,7 @@ from subagent.durable import DurableAgent, DurableLLM, comparable
 from subagent.llm import LLMRequest, LLMResponse
 
 CRASH = sys.argv[4] if len(sys.argv) > 4 else ""
+BATCH = len(sys.argv) > 5 and sys.argv[5] == "batch"
 SIDE_EFFECTS = sys.argv[3]
 
 
@@ -69,7 +72,8 @@ class _StopsBetween(DurableLLM):
 
 agent = SubAgent(
     name="ledger",
-    prompt="Record a, b and c with the record tool, then return how many you recorded.",
+    prompt="Record a, b and c for {{tag}} with the record tool, then return how many you "
+    "recorded.",
     tools=[record],
     output=Count,
     max_turns=3,
@@ -85,8 +89,13 @@ async def main(base_url: str, db_url: str) -> None:
                  "log_level": "WARNING"})  # fmt: skip
     DBOS.launch()
     try:
-        step = await durable.run(workflow_id="ledger-run")
-        sys.stdout.write("STEP " + json.dumps(comparable(step), sort_keys=True) + "\n")
+        if BATCH:
+            tags = [{"tag": f"r{index}"} for index in range(1, 4)]
+            steps = await durable.run_many(tags, batch_id="ledger-batch", concurrency=1)
+        else:
+            steps = [await durable.run({"tag": "solo"}, workflow_id="ledger-run")]
+        data = [comparable(step) for step in steps]
+        sys.stdout.write("STEPS " + json.dumps(data, sort_keys=True) + "\n")
         sys.stdout.flush()
     finally:
         await llm.aclose()

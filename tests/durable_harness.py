@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -30,15 +31,28 @@ def _call(item: str) -> dict[str, Any]:
             "function": {"name": "record", "arguments": arguments}}  # fmt: skip
 
 
-# The ledger agent's conversation, by the number of messages its request sends: turn 1
-# records a, turn 2 records b then c (its last work turn), turn 3 (must_return) answers
-# without JSON, turn 4 (the correction turn) answers.
-REPLIES: dict[int, dict[str, Any]] = {
-    2: completion(None, tool_calls=[_call("a")], finish_reason="tool_calls"),
-    4: completion(None, tool_calls=[_call("b"), _call("c")], finish_reason="tool_calls"),
-    8: completion("I think it is three"),
-    10: completion('{"count": 3}'),
-}
+def reply_to(request: RecordedRequest) -> dict[str, Any]:
+    """The ledger agent's conversation, by the number of messages its request sends.
+
+    Turn 1 records ``<tag>-a``, turn 2 records ``<tag>-b`` then ``<tag>-c`` (its last work
+    turn), turn 3 (must_return) answers without JSON, turn 4 (the correction turn) answers.
+    """
+    messages = request.json["messages"]
+    tag = _TAG.search(messages[1]["content"])
+    assert tag is not None, messages[1]
+    size = len(messages)
+    if size == 2:
+        return completion(None, tool_calls=[_call(f"{tag[1]}-a")], finish_reason="tool_calls")
+    if size == 4:
+        calls = [_call(f"{tag[1]}-b"), _call(f"{tag[1]}-c")]
+        return completion(None, tool_calls=calls, finish_reason="tool_calls")
+    if size == 8:
+        return completion("I think it is three")
+    assert size == 10, size
+    return completion('{"count": 3}')
+
+
+_TAG = re.compile(r"for (\S+) with")
 
 
 @dataclass
@@ -49,15 +63,17 @@ class Ledger:
     held: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
     sizes: list[int] = field(default_factory=list)
+    requests: list[RecordedRequest] = field(default_factory=list)
 
     def __call__(self, request: RecordedRequest) -> Reply:
         size = len(request.json["messages"])
         self.sizes.append(size)
+        self.requests.append(request)
         if size == self.hold_at and not self.held.is_set():
             self.held.set()
             self.release.wait(MAX_WAIT)  # until the sender has been killed
             return Reply(drop="before")
-        return Reply.json(REPLIES[size])
+        return Reply.json(reply_to(request))
 
     def script(self, server: ScriptedServer) -> None:
         server.script(*[self] * 32)
@@ -66,10 +82,12 @@ class Ledger:
 class Child:
     """One process of the ledger run; its standard output read line by line."""
 
-    def __init__(self, base_url: str, db_url: str, side_effects: Path, crash: str = ""):
-        args = [sys.executable, str(CHILD), base_url, db_url, str(side_effects)]
+    def __init__(
+        self, base_url: str, db_url: str, side_effects: Path, crash: str = "", batch: bool = False
+    ):
+        args = [sys.executable, str(CHILD), base_url, db_url, str(side_effects), crash]
         self.process = subprocess.Popen(
-            [*args, crash] if crash else args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [*args, "batch"] if batch else args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         self._lines: queue.Queue[str | None] = queue.Queue()
@@ -93,12 +111,12 @@ class Child:
         assert self.process.stderr is not None
         return self.process.stderr.read()[-4000:]
 
-    def step(self) -> dict[str, Any]:
-        """The Step the child printed (it then exits)."""
+    def steps(self) -> list[dict[str, Any]]:
+        """The Steps the child printed (it then exits)."""
         line = self.next_line()
-        assert line.startswith("STEP "), line
+        assert line.startswith("STEPS "), line
         assert self.process.wait(WAIT) == 0, self.stderr()
-        result: dict[str, Any] = json.loads(line[5:])
+        result: list[dict[str, Any]] = json.loads(line[6:])
         return result
 
     def kill(self) -> None:
@@ -114,8 +132,10 @@ class Child:
 
 
 @contextmanager
-def child(base_url: str, db_url: str, side_effects: Path, crash: str = "") -> Iterator[Child]:
-    running = Child(base_url, db_url, side_effects, crash)
+def child(
+    base_url: str, db_url: str, side_effects: Path, crash: str = "", batch: bool = False
+) -> Iterator[Child]:
+    running = Child(base_url, db_url, side_effects, crash, batch)
     try:
         yield running
     finally:
@@ -123,21 +143,24 @@ def child(base_url: str, db_url: str, side_effects: Path, crash: str = "") -> It
 
 
 def crash_and_resume(
-    server: ScriptedServer, db_url: str, side_effects: Path, point: str
-) -> tuple[dict[str, Any], Ledger]:
+    server: ScriptedServer, db_url: str, side_effects: Path, point: str, batch: bool = False
+) -> tuple[list[dict[str, Any]], Ledger]:
     """Run the ledger, kill it at ``point`` (``llm:<size>`` or a child's point), resume it.
 
-    Returns the resumed run's Step (comparable data) and the server's record.
+    Returns the resumed run's Steps (comparable data) and the server's record.
     """
     kind, _, where = point.partition(":")
     ledger = Ledger(hold_at=int(where) if kind == "llm" else None)
     ledger.script(server)
-    with child(server.base_url, db_url, side_effects, "" if kind == "llm" else point) as first:
-        if kind == "llm":
-            assert ledger.held.wait(WAIT), "the request to hold never came"
-        else:
-            assert first.next_line() == f"AT {point}"
-        first.kill()
-    ledger.release.set()
-    with child(server.base_url, db_url, side_effects) as second:
-        return second.step(), ledger
+    crash = "" if kind == "llm" else point
+    try:
+        with child(server.base_url, db_url, side_effects, crash, batch) as first:
+            if kind == "llm":
+                assert ledger.held.wait(WAIT), "the request to hold never came"
+            else:
+                assert first.next_line() == f"AT {point}"
+            first.kill()
+    finally:
+        ledger.release.set()
+    with child(server.base_url, db_url, side_effects, batch=batch) as second:
+        return second.steps(), ledger

@@ -7,6 +7,7 @@ database, and compares the resumed run's Step with the Step of a run that never 
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +31,7 @@ def uncrashed(
     Ledger().script(shared_server)
     with child(shared_server.base_url, f"sqlite:///{folder}/dbos.sqlite",
                folder / "ledger.txt") as run:  # fmt: skip
-        step = run.step()
+        (step,) = run.steps()
     yield step, (folder / "ledger.txt").read_text().splitlines()
     shared_server.reset()
 
@@ -43,14 +44,14 @@ def test_the_uncrashed_run_records_each_item_once_and_succeeds(
     assert step["output"] == {"count": 3}
     assert [turn["type"] for turn in step["turns"]] == ["normal", "normal", "must_return",
                                                          "retry"]  # fmt: skip
-    assert side_effects == ["a", "b", "c"]
+    assert side_effects == ["solo-a", "solo-b", "solo-c"]
 
 
 # (point, the LLM calls made again after the restart: those cut off by the kill)
 POINTS = [
     pytest.param("llm:4", [4], id="during-an-llm-call"),
     pytest.param("between:3", [], id="between-turns"),
-    pytest.param("tool:c", [], id="during-a-tool-call"),
+    pytest.param("tool:solo-c", [], id="during-a-tool-call"),
     pytest.param("llm:10", [10], id="during-a-correction-turn"),
 ]
 
@@ -64,7 +65,7 @@ def test_a_run_killed_at_a_point_resumes_to_the_uncrashed_step(
     repeated: list[int],
 ) -> None:
     side_effects = tmp_path / "ledger.txt"
-    step, ledger = crash_and_resume(
+    (step,), ledger = crash_and_resume(
         server, f"sqlite:///{tmp_path}/dbos.sqlite", side_effects, point
     )
     expected_step, expected_effects = uncrashed
@@ -74,3 +75,28 @@ def test_a_run_killed_at_a_point_resumes_to_the_uncrashed_step(
     assert side_effects.read_text().splitlines() == expected_effects
     calls = Counter(ledger.sizes)
     assert calls == Counter({2: 1, 4: 1, 8: 1, 10: 1}) + Counter(repeated)
+
+
+def test_a_killed_batch_resumes_without_repeating_finished_runs_or_steps(
+    server: ScriptedServer, tmp_path: Path, uncrashed: tuple[dict[str, Any], list[str]]
+) -> None:
+    side_effects = tmp_path / "ledger.txt"
+    steps, ledger = crash_and_resume(
+        server, f"sqlite:///{tmp_path}/dbos.sqlite", side_effects, "tool:r2-c", batch=True
+    )
+    expected, _ = uncrashed
+    # Each run's Step is the uncrashed run's, its tag in place of "solo".
+    assert [json.dumps(step, sort_keys=True) for step in steps] == [
+        json.dumps(expected, sort_keys=True).replace("solo", f"r{run}") for run in (1, 2, 3)
+    ]
+    assert side_effects.read_text().splitlines() == [
+        f"r{run}-{item}" for run in (1, 2, 3) for item in "abc"
+    ]
+    # Run 1 finished before the kill and run 2's first two turns completed: none of their
+    # LLM calls was made again.
+    tags = Counter(
+        (request.json["messages"][1]["content"].split()[6], len(request.json["messages"]))
+        for request in ledger.requests
+    )
+    assert set(tags.values()) == {1}
+    assert len(tags) == 12
