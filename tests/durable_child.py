@@ -9,9 +9,9 @@ counter). CRASH may be empty.
 
 CRASH names a point where the process stops, prints ``AT <point>`` and waits on its
 standard input for the SIGKILL that the test sends: ``tool:<item>`` inside the tool call
-recording ``item`` (``r2-c``, say) (before its side effect), ``between:<n>`` in the workflow's body after
-turn n-1's steps completed and before the LLM call of turn n starts. (A kill during an LLM
-call is the server's doing: it holds the request.)
+recording ``item`` (``r2-c``, say) before its side effect; ``between:<n>`` in the
+workflow's body after turn n-1's steps completed and before the LLM call of turn n
+starts. (A kill during an LLM call is the server's doing: it holds the request.)
 """
 
 from __future__ import annotations
