@@ -72,8 +72,7 @@ class _StopsBetween(DurableLLM):
 
 agent = SubAgent(
     name="ledger",
-    prompt="Record a, b and c for {{tag}} with the record tool, then return how many you "
-    "recorded.",
+    prompt="Record a, b and c for {{tag}} with the record tool, then return how many you recorded.",
     tools=[record],
     output=Count,
     max_turns=3,
