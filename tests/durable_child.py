@@ -5,7 +5,8 @@ agent durably against the OpenAI-compatible server at BASE_URL, with DBOS's syst
 at DB_URL, and prints ``STEPS <json>``: the run's Step as :func:`subagent.durable.comparable`
 data, in a list (with ``batch``: a durable batch of three runs, tags r1 to r3, one at a
 time). Its tool appends each recorded item to the file SIDE_EFFECTS (the side-effect
-counter). CRASH may be empty.
+counter). CRASH may be empty. With DURABLE_SPANS set, the run's spans are appended to that
+file as JSON lines as each span ends.
 
 CRASH names a point where the process stops, prints ``AT <point>`` and waits on its
 standard input for the SIGKILL that the test sends: ``tool:<item>`` inside the tool call
@@ -19,9 +20,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 
 import anyio
 from dbos import DBOS
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from pydantic import BaseModel
 
 from subagent import OpenAIChat, SubAgent, tool
@@ -81,9 +85,44 @@ agent = SubAgent(
 )
 
 
+class _SpansToFile(SpanExporter):
+    """Appends each ended span (name, ids) to a file as a JSON line, as it ends."""
+
+    def __init__(self, path: str):
+        self._path = path
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        with open(self._path, "a", encoding="utf-8") as out:
+            for span in spans:
+                assert span.context is not None
+                parent = span.parent.span_id if span.parent is not None else None
+                out.write(
+                    json.dumps(
+                        {
+                            "name": span.name,
+                            "trace_id": span.context.trace_id,
+                            "span_id": span.context.span_id,
+                            "parent": parent,
+                        }
+                    )
+                    + "\n"
+                )
+        return SpanExportResult.SUCCESS
+
+
+def _tracer_provider() -> TracerProvider | None:
+    path = os.environ.get("DURABLE_SPANS")
+    if not path:
+        return None
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(_SpansToFile(path)))
+    return provider
+
+
 async def main(base_url: str, db_url: str) -> None:
     llm = OpenAIChat(model="served-model", base_url=base_url, api_key="test-key")
-    durable = DurableAgent(agent, llm=_StopsBetween(llm, step_name="subagent.llm:ledger"))
+    durable = DurableAgent(agent, llm=_StopsBetween(llm, step_name="subagent.llm:ledger"),
+                           tracer_provider=_tracer_provider())  # fmt: skip
     DBOS(config={"name": "durable-crash", "system_database_url": db_url,
                  "log_level": "WARNING"})  # fmt: skip
     DBOS.launch()

@@ -100,3 +100,26 @@ def test_a_killed_batch_resumes_without_repeating_finished_runs_or_steps(
     )
     assert set(tags.values()) == {1}
     assert len(tags) == 12
+
+
+def test_the_resumed_part_of_a_run_continues_its_original_trace(
+    server: ScriptedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spans_file = tmp_path / "spans.jsonl"
+    monkeypatch.setenv("DURABLE_SPANS", str(spans_file))
+    crash_and_resume(
+        server, f"sqlite:///{tmp_path}/dbos.sqlite", tmp_path / "ledger.txt", "between:3"
+    )
+    spans = [json.loads(line) for line in spans_file.read_text().splitlines()]
+    turns = [span for span in spans if span["name"].startswith("agent_turn ")]
+    (run,) = [span for span in spans if span["name"] == "invoke_agent ledger"]
+    # The first process ended turns 1 and 2 before it was killed (its run span never ended
+    # and was never exported); the resumed process replays them from the checkpoints and
+    # takes turns 3 and 4, all under its run span, in the same trace and under the parent
+    # the workflow recorded with its input.
+    assert len(turns) == 2 + 4
+    dead_run = turns[0]["parent"]
+    assert [turn["parent"] for turn in turns] == [dead_run] * 2 + [run["span_id"]] * 4
+    assert dead_run != run["span_id"]
+    assert {span["trace_id"] for span in spans} == {run["trace_id"]}
+    assert run["parent"] is not None

@@ -6,13 +6,14 @@ import contextlib
 import dataclasses
 import random
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypedDict, cast
 
-from dbos import DBOS, PropagateOtelContext, SetWorkflowID, WorkflowHandleAsync
+from dbos import DBOS, SetWorkflowID, WorkflowHandleAsync
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TracerProvider
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from pydantic import BaseModel
 from typing_extensions import TypeVar, Unpack
 
@@ -126,13 +127,20 @@ class DurableAgent(Generic[OutputT]):
             )  # fmt: skip
         self._tracer_provider = tracer_provider
 
-        async def run_body(context: Context, options: dict[str, Any]) -> Step[OutputT]:
-            return await self._run_body(context, options)
+        async def run_body(
+            context: Context, options: dict[str, Any], carrier: dict[str, str]
+        ) -> Step[OutputT]:
+            with _trace_joined(carrier):
+                return await self._run_body(context, options)
 
         async def batch_body(
-            contexts: list[Context], options: dict[str, Any], concurrency: int
+            contexts: list[Context],
+            options: dict[str, Any],
+            concurrency: int,
+            carrier: dict[str, str],
         ) -> list[Step[OutputT]]:
-            return await self._batch_body(contexts, options, concurrency)
+            with _trace_joined(carrier):
+                return await self._batch_body(contexts, options, concurrency)
 
         # Plain functions (DBOS keeps its own attributes on a workflow's function).
         self._run_workflow = DBOS.workflow(name=f"subagent.run:{name}")(run_body)
@@ -164,8 +172,10 @@ class DurableAgent(Generic[OutputT]):
             TypeError: An option a durable run does not take (the message says why).
         """
         self._check(options)
-        with _workflow_id(workflow_id), _trace_parent():
-            handle = await DBOS.start_workflow_async(self._run_workflow, context, dict(options))
+        with _workflow_id(workflow_id):
+            handle = await DBOS.start_workflow_async(
+                self._run_workflow, context, dict(options), _trace_carrier()
+            )
         return await handle.get_result()
 
     async def run_many(
@@ -197,9 +207,9 @@ class DurableAgent(Generic[OutputT]):
         check_int("concurrency", concurrency, 1)
         self._check(options)
         inputs = list(contexts)
-        with _workflow_id(batch_id), _trace_parent():
+        with _workflow_id(batch_id):
             handle = await DBOS.start_workflow_async(
-                self._batch_workflow, inputs, dict(options), concurrency
+                self._batch_workflow, inputs, dict(options), concurrency, _trace_carrier()
             )
         return await handle.get_result()
 
@@ -227,7 +237,13 @@ class DurableAgent(Generic[OutputT]):
             if len(window) == concurrency:
                 steps.append(await window.popleft().get_result())
             with SetWorkflowID(f"{batch_id}/{index}"):
-                window.append(await DBOS.start_workflow_async(self._run_workflow, context, options))
+                # The batch's recorded trace context is the current one: the same carrier
+                # on every replay.
+                window.append(
+                    await DBOS.start_workflow_async(
+                        self._run_workflow, context, options, _trace_carrier()
+                    )
+                )
         while window:
             steps.append(await window.popleft().get_result())
         return steps
@@ -258,18 +274,32 @@ def _workflow_id(workflow_id: str | None) -> contextlib.AbstractContextManager[A
     return SetWorkflowID(workflow_id)
 
 
-def _trace_parent() -> PropagateOtelContext:
-    """The trace every attempt of the workflow joins, recorded with it by DBOS.
+_W3C = TraceContextTextMapPropagator()
+
+
+def _trace_carrier() -> dict[str, str]:
+    """The W3C trace context every attempt of a workflow joins, recorded as its input.
 
     The caller's span when there is one; otherwise a made-up remote parent, so that the
     first attempt and every resumed one still share one trace id.
     """
-    if trace.get_current_span().get_span_context().is_valid:
-        return PropagateOtelContext()
-    made_up = SpanContext(
-        trace_id=random.getrandbits(128) or 1, span_id=random.getrandbits(64) or 1,
-        is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED),
-    )  # fmt: skip
-    return PropagateOtelContext(
-        trace.set_span_in_context(NonRecordingSpan(made_up), otel_context.get_current())
-    )
+    current = otel_context.get_current()
+    if not trace.get_current_span(current).get_span_context().is_valid:
+        made_up = SpanContext(
+            trace_id=random.getrandbits(128) or 1, span_id=random.getrandbits(64) or 1,
+            is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        )  # fmt: skip
+        current = trace.set_span_in_context(NonRecordingSpan(made_up), current)
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier, context=current)
+    return carrier
+
+
+@contextlib.contextmanager
+def _trace_joined(carrier: dict[str, str]) -> Iterator[None]:
+    """The workflow's body in the trace its input names (on every attempt, resumed or not)."""
+    token = otel_context.attach(_W3C.extract(carrier))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
