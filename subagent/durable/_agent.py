@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import random
+import types
+import typing
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypedDict, cast
@@ -126,10 +129,11 @@ class DurableAgent(Generic[OutputT]):
                 step_name=f"subagent.llm:{name}",
             )  # fmt: skip
         self._tracer_provider = tracer_provider
+        self._step_type = _step_type(agent)
 
         async def run_body(
             context: Context, options: dict[str, Any], carrier: dict[str, str]
-        ) -> Step[OutputT]:
+        ) -> str:
             with _trace_joined(carrier):
                 return await self._run_body(context, options)
 
@@ -138,7 +142,7 @@ class DurableAgent(Generic[OutputT]):
             options: dict[str, Any],
             concurrency: int,
             carrier: dict[str, str],
-        ) -> list[Step[OutputT]]:
+        ) -> list[str]:
             with _trace_joined(carrier):
                 return await self._batch_body(contexts, options, concurrency)
 
@@ -176,7 +180,7 @@ class DurableAgent(Generic[OutputT]):
             handle = await DBOS.start_workflow_async(
                 self._run_workflow, context, dict(options), _trace_carrier()
             )
-        return await handle.get_result()
+        return self._step(await handle.get_result())
 
     async def run_many(
         self,
@@ -211,26 +215,32 @@ class DurableAgent(Generic[OutputT]):
             handle = await DBOS.start_workflow_async(
                 self._batch_workflow, inputs, dict(options), concurrency, _trace_carrier()
             )
-        return await handle.get_result()
+        return [self._step(text) for text in await handle.get_result()]
 
     async def result(self, workflow_id: str) -> Step[OutputT]:
-        """The Step of the run (or the Steps of the batch) ``workflow_id``, once it ends."""
-        handle: WorkflowHandleAsync[Step[OutputT]] = await DBOS.retrieve_workflow_async(workflow_id)
-        return await handle.get_result()
+        """The Step of the run ``workflow_id`` (started by any process), once it ends."""
+        handle: WorkflowHandleAsync[Any] = await DBOS.retrieve_workflow_async(workflow_id)
+        return self._step(await handle.get_result())
 
     # --- the workflows' bodies (replayed on resume: deterministic but for the steps) ---
 
-    async def _run_body(self, context: Context, options: dict[str, Any]) -> Step[OutputT]:
-        return await self.agent.run(
+    async def _run_body(self, context: Context, options: dict[str, Any]) -> str:
+        step = await self.agent.run(
             context, llm=self.llm, tracer_provider=self._tracer_provider, **options
         )
+        # Recorded as JSON, read back against the output type: no pickled classes in the
+        # database, so an output model need not be importable by name to be stored.
+        return step.model_dump_json()
+
+    def _step(self, text: str) -> Step[OutputT]:
+        return cast("Step[OutputT]", self._step_type.model_validate_json(text))
 
     async def _batch_body(
         self, contexts: list[Context], options: dict[str, Any], concurrency: int
-    ) -> list[Step[OutputT]]:
+    ) -> list[str]:
         batch_id = DBOS.workflow_id
-        steps: list[Step[OutputT]] = []
-        window: deque[WorkflowHandleAsync[Step[OutputT]]] = deque()
+        steps: list[str] = []
+        window: deque[WorkflowHandleAsync[str]] = deque()
         # Started in input order and awaited in input order: the batch's own operations
         # (child starts, result reads) come in the same order on every replay.
         for index, context in enumerate(contexts):
@@ -272,6 +282,20 @@ def _workflow_id(workflow_id: str | None) -> contextlib.AbstractContextManager[A
     if not isinstance(workflow_id, str) or not workflow_id:
         raise ConfigurationError("workflow_id", f"must be a non-empty str, got {workflow_id!r}")
     return SetWorkflowID(workflow_id)
+
+
+def _step_type(agent: SubAgent[Any]) -> type[Step[Any]]:
+    """The Step model a run's Step validates against after its JSON trip (as ray.py's)."""
+    output = agent.output
+    if output is None or output is str:
+        return Step[str]
+    if (
+        inspect.isclass(output)
+        or typing.get_origin(output) is not None
+        or isinstance(output, types.UnionType)
+    ):
+        return Step[output]  # type: ignore[valid-type]
+    return Step[Any]  # a parser: its value comes back as plain JSON data
 
 
 _W3C = TraceContextTextMapPropagator()
