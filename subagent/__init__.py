@@ -18,7 +18,9 @@ from subagent._errors import (
     MissingVariableError,
     ParserContractError,
     RunFailedError,
+    RunPausedError,
     ScriptExhaustedError,
+    StateMismatchError,
     SubAgentError,
     TemplateError,
 )
@@ -34,6 +36,7 @@ from subagent._records import (
     TurnType,
     UsageSummary,
 )
+from subagent._state import Decision, PendingCalls, RunState
 from subagent.batch import Batch, BatchItem, BatchSummary, run_many, stream_many, summarize
 from subagent.llm import (
     LLM,
@@ -55,6 +58,7 @@ from subagent.observe import (
     ReasoningDelta,
     RunEnded,
     RunEvent,
+    RunPaused,
     RunStarted,
     TextDelta,
     ToolCallEnded,
@@ -92,6 +96,7 @@ __all__ = [
     "CallRetried",
     "ConfigurationError",
     "CorrectionError",
+    "Decision",
     "ErrorKind",
     "EventHandler",
     "FailReason",
@@ -108,6 +113,7 @@ __all__ = [
     "OutputParser",
     "ParseResult",
     "ParserContractError",
+    "PendingCalls",
     "Phase",
     "ReasoningDelta",
     "RetryLoop",
@@ -117,10 +123,14 @@ __all__ = [
     "RunEnded",
     "RunEvent",
     "RunFailedError",
+    "RunPaused",
+    "RunPausedError",
     "RunStarted",
+    "RunState",
     "ScriptExhaustedError",
     "ScriptedLLM",
     "SectionsParser",
+    "StateMismatchError",
     "Step",
     "StopReason",
     "StreamDelta",

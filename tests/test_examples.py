@@ -72,6 +72,18 @@ def test_watch_and_stop_example_streams_a_run_then_stops_one() -> None:
     assert "stopped: failed (cancelled: the run was stopped before it finished) in 2 turns" in out
 
 
+def test_approval_example_is_answered_from_a_second_process() -> None:
+    out = run_example("approval.py")
+    assert "[runner]   paused (1 call(s) awaiting approval) in 1 turn (normal)" in out
+    assert "[runner]   waiting: deploy({'env': 'production'})" in out
+    assert "[approver]   turn 1: error    {'deploy-production': 'deny'}" in out
+    assert "[approver]   turn 2: continue {'deploy-staging': 'approve'}" in out
+    assert "[approver] output: Release 1.4 is live on staging." in out
+    # The deploy ran once, in the approver's process; never in the runner's.
+    assert "[approver] deployed from this process: ['staging']" in out
+    assert "[runner]   deployed from this process: []" in out
+
+
 def test_batch_store_example_reruns_only_the_retryable_failures() -> None:
     out = run_example("batch_store.py")
     assert "first pass: 16 done, 4 failed, 20 calls" in out
@@ -89,3 +101,17 @@ def test_durable_crash_resume_example_resumes_without_repeating_completed_calls(
         "ledger: api, web (each deploy happened once)",
         "model calls made by the second process: 1 of 3",
     ]
+
+
+def test_metrics_demo_prints_the_metrics_of_its_three_runs() -> None:
+    rows = {tuple(line.split()[:-1]): line.split()[-1]
+            for line in run_example("metrics_demo.py").splitlines()}  # fmt: skip
+    assert rows[("gen_ai.client.token.usage", "{token}", "input", "count=8")] == "sum=280"
+    assert rows[("gen_ai.client.operation.duration", "s")] == "count=8"
+    assert rows[("gen_ai.execute_tool.duration", "s", "add")] == "count=1"
+    assert rows[("subagent.runs", "{run}", "done")] == "2"
+    assert rows[("subagent.runs", "{run}", "failed", "budget_exhausted")] == "1"
+    assert rows[("gen_ai.invoke_agent.duration", "s", "budget_exhausted")] == "count=1"
+    assert rows[("subagent.turns", "{turn}", "retry", "success")] == "1"
+    assert rows[("subagent.corrections", "{turn}", "success")] == "1"
+    assert rows[("subagent.corrections", "{turn}", "error")] == "1"

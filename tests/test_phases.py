@@ -142,10 +142,33 @@ def test_final_phases_accept_no_trigger(phase: Phase) -> None:
 
 def test_table_covers_every_trigger_from_every_active_phase() -> None:
     active = set(ACTIVE_PHASES)
+    only_from = {
+        Trigger.USED_TOOLS: {Phase.NORMAL},
+        Trigger.NEEDS_APPROVAL: {Phase.NORMAL},
+        Trigger.RESUMED: {Phase.PAUSED},
+    }
     for trigger in Trigger:
         sources = {row.source for row in TABLE if row.trigger is trigger}
-        expected = {Phase.NORMAL} if trigger is Trigger.USED_TOOLS else active
-        assert sources == expected, trigger
+        assert sources == only_from.get(trigger, active), trigger
+
+
+@pytest.mark.parametrize("work", [2, 3, 5])
+def test_a_pause_for_approval_spends_nothing_and_resuming_returns_to_normal(work: int) -> None:
+    budget = Budget(Phase.NORMAL.value, work, 2, 2)
+    assert advance(budget, Trigger.NEEDS_APPROVAL) is Phase.PAUSED
+    assert (budget.work_remaining, budget.retries_remaining) == (work, 2)
+    assert not budget.active
+    assert advance(budget, Trigger.RESUMED) is Phase.NORMAL
+    assert (budget.work_remaining, budget.retries_remaining) == (work, 2)
+    assert budget.active
+
+
+@pytest.mark.parametrize("phase", [Phase.MUST_RETURN, Phase.RETRY])
+def test_no_pause_is_possible_where_tools_are_not_offered(phase: Phase) -> None:
+    from transitions import MachineError
+
+    with pytest.raises(MachineError):
+        advance(Budget(phase.value, 1, 1, 1), Trigger.NEEDS_APPROVAL)
 
 
 def test_mermaid_chart_draws_every_row_of_the_table() -> None:

@@ -167,6 +167,9 @@ class Tool:
             ``additionalProperties: false``; otherwise unknown arguments are passed on.
         parameters: A JSON schema for the arguments, used instead of the signature: see
             :meth:`from_schema`.
+        requires_approval: A call of this tool waits for a decision: the run pauses before
+            running any call of that turn and returns a paused Step (see
+            ``SubAgent.resume``).
     """
 
     function: Callable[..., Any]
@@ -176,6 +179,7 @@ class Tool:
     timeout: float | None = None
     prune_unknown_args: bool | None = None
     parameters: Mapping[str, Any] | None = field(default=None, repr=False)
+    requires_approval: bool = False
     _params: type[BaseModel] | None = field(init=False, repr=False)
     _validator: Any = field(init=False, repr=False)
     _fields: frozenset[str] = field(init=False, repr=False)
@@ -193,7 +197,7 @@ class Tool:
                 "tools", f"tool name {name!r} must match {_NAME.pattern} (rename it with Tool)"
             )
         check_seconds("timeout", self.timeout)
-        for flag in ("run_in_thread", "prune_unknown_args"):
+        for flag in ("run_in_thread", "prune_unknown_args", "requires_approval"):
             value = getattr(self, flag)
             if not isinstance(value, bool) and not (flag == "prune_unknown_args" and value is None):
                 raise ConfigurationError(flag, f"must be a bool, got {value!r} (tool {name!r})")
@@ -376,6 +380,7 @@ def tool(
     run_in_thread: bool = True,
     timeout: float | None = None,
     prune_unknown_args: bool | None = None,
+    requires_approval: bool = False,
 ) -> Callable[[F], Tool]: ...
 def tool(
     function: Callable[..., Any] | None = None,
@@ -386,6 +391,7 @@ def tool(
     run_in_thread: bool = True,
     timeout: float | None = None,
     prune_unknown_args: bool | None = None,
+    requires_approval: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a function a :class:`Tool`: ``@tool`` or ``@tool(timeout=5, ...)``.
 
@@ -398,6 +404,7 @@ def tool(
         "run_in_thread": run_in_thread,
         "timeout": timeout,
         "prune_unknown_args": prune_unknown_args,
+        "requires_approval": requires_approval,
     }
     if function is not None:
         return Tool(function, **options)
