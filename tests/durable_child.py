@@ -5,8 +5,10 @@ agent durably against the OpenAI-compatible server at BASE_URL, with DBOS's syst
 at DB_URL, and prints ``STEPS <json>``: the run's Step as :func:`subagent.durable.comparable`
 data, in a list (with ``batch``: a durable batch of three runs, tags r1 to r3, one at a
 time). Its tool appends each recorded item to the file SIDE_EFFECTS (the side-effect
-counter). CRASH may be empty. With DURABLE_SPANS set, the run's spans are appended to that
-file as JSON lines as each span ends.
+counter). CRASH may be empty. With DURABLE_APPROVAL=1 the call recording ``<tag>-b``
+needs approval (sent as a DBOS message), and the child prints ``READY`` once DBOS is
+launched (its system database set up). With DURABLE_SPANS set, the run's spans are
+appended to that file as JSON lines as each span ends.
 
 CRASH names a point where the process stops, prints ``AT <point>`` and waits on its
 standard input for the SIGKILL that the test sends: ``tool:<item>`` inside the tool call
@@ -20,7 +22,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import anyio
 from dbos import DBOS
@@ -74,8 +77,14 @@ class _StopsBetween(DurableLLM):
         return await super().complete(request)
 
 
+def _needs_approval(name: str, arguments: Mapping[str, Any]) -> bool:
+    return str(arguments.get("item", "")).endswith("-b")
+
+
 agent = SubAgent(
     name="ledger",
+    # DURABLE_APPROVAL=1: recording b needs approval (the run pauses before turn 2's calls).
+    approval=_needs_approval if os.environ.get("DURABLE_APPROVAL") else None,
     prompt="Record a, b and c for {{tag}} with the record tool, then return how many you recorded.",
     tools=[record],
     output=Count,
@@ -126,6 +135,9 @@ async def main(base_url: str, db_url: str) -> None:
     DBOS(config={"name": "durable-crash", "system_database_url": db_url,
                  "log_level": "WARNING"})  # fmt: skip
     DBOS.launch()
+    if os.environ.get("DURABLE_APPROVAL"):
+        sys.stdout.write("READY\n")
+        sys.stdout.flush()
     try:
         if BATCH:
             tags = [{"tag": f"r{index}"} for index in range(1, 4)]

@@ -19,7 +19,7 @@ from dbos import DBOS
 from opentelemetry import trace
 from support import Traced, attrs, parent_id, span_id
 
-from subagent import ConfigurationError, LLMError, SubAgent, Tool, tool
+from subagent import ConfigurationError, Decision, LLMError, SubAgent, Tool, tool
 from subagent.durable import DurableAgent, DurableLLM, comparable, durable_tool
 from subagent.durable._tools import _Recorded
 from subagent.llm import LLMRequest, LLMResponse, Message, ToolCall
@@ -191,7 +191,9 @@ def test_a_durable_agent_needs_a_model() -> None:
         DurableAgent(SubAgent(name="modelless", prompt="x"))
 
 
-@pytest.mark.parametrize("option", ["on_event", "on_text", "tracer_provider", "llm", "timeout"])
+@pytest.mark.parametrize(
+    "option", ["on_event", "on_text", "on_state", "tracer_provider", "llm", "timeout"]
+)
 @pytest.mark.anyio
 async def test_process_local_options_are_refused_naming_where_they_go(option: str) -> None:
     agent, llm = _adder()
@@ -250,3 +252,69 @@ async def test_without_a_callers_span_a_durable_run_still_has_a_recorded_trace(
     assert run.parent is not None and run.parent.is_remote  # the made-up, recorded parent
     (status,) = await DBOS.list_workflows_async(workflow_ids=["rooted"])
     assert status is not None
+
+
+def _ops(deployed: list[str], *script: Any) -> tuple[SubAgent[str], ScriptedLLM]:
+    def deploy(env: str) -> str:
+        """Deploy the service to an environment."""
+        deployed.append(env)
+        return f"deployed to {env}"
+
+    agent = SubAgent(name="ops", prompt="Deploy the service.",
+                     tools=[Tool(deploy, requires_approval=True)], max_turns=3)  # fmt: skip
+    return agent, ScriptedLLM(list(script))
+
+
+@pytest.mark.anyio
+async def test_a_paused_durable_run_waits_for_decisions_sent_as_a_message(
+    launch: Callable[[], None],
+) -> None:
+    deployed: list[str] = []
+    agent, llm = _ops(deployed, _calls(("deploy", {"env": "prod"})), "done: staging")
+    durable = DurableAgent(agent, llm=llm)
+    launch()
+    steps: list[Any] = []
+
+    async def run() -> None:
+        steps.append(await durable.run(workflow_id="ops-1"))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        waiting = await durable.pending("ops-1", timeout=30)  # until the run pauses
+        assert [call.arguments for call in waiting] == [{"env": "prod"}]
+        assert deployed == []
+        with pytest.raises(ConfigurationError, match="missing"):
+            await durable.decide("ops-1", {})
+        await durable.decide("ops-1", {waiting[0].id: Decision.edit({"env": "staging"})})
+    (step,) = steps
+    assert step.ok and step.output == "done: staging"
+    assert deployed == ["staging"]
+    assert await durable.pending("ops-1") == []
+    with pytest.raises(ConfigurationError, match="not waiting"):
+        await durable.decide("ops-1", {waiting[0].id: True})
+    # The same Step as the plain run resumed with the same decision.
+    plain_llm = ScriptedLLM([_calls(("deploy", {"env": "prod"})), "done: staging"])
+    paused = await agent.run(llm=plain_llm)
+    assert paused.state is not None
+    resumed = await agent.resume(
+        paused.state, {waiting[0].id: Decision.edit({"env": "staging"})}, llm=plain_llm
+    )
+    assert comparable(step) == comparable(resumed)
+
+
+@pytest.mark.anyio
+async def test_a_durable_run_left_without_decisions_ends_paused_after_its_timeout(
+    launch: Callable[[], None],
+) -> None:
+    agent, llm = _ops([], _calls(("deploy", {"env": "prod"})))
+    durable = DurableAgent(agent, llm=llm, approval_timeout=0.2)
+    launch()
+    step = await durable.run(workflow_id="ops-2")
+    assert step.paused and step.state is not None
+    assert [call.arguments for call in (await durable.pending("ops-2"))] == [{"env": "prod"}]
+
+
+def test_an_unbounded_approval_wait_is_refused() -> None:
+    agent, llm = _ops([])
+    with pytest.raises(ConfigurationError, match="approval_timeout"):
+        DurableAgent(agent, llm=llm, approval_timeout=None)  # type: ignore[arg-type]

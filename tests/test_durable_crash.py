@@ -17,8 +17,13 @@ import pytest
 
 pytest.importorskip("dbos", reason="the dbos extra is not installed")
 
-from durable_harness import Ledger, child, crash_and_resume
+from dbos import DBOSClient
+from durable_harness import WAIT, Ledger, child, crash_and_resume
 from openai_server import ScriptedServer
+
+from subagent import Decision
+from subagent.durable import APPROVAL_TOPIC, PENDING_EVENT, decisions_message
+from subagent.llm import ToolCall
 
 
 @pytest.fixture(scope="module")
@@ -123,3 +128,47 @@ def test_the_resumed_part_of_a_run_continues_its_original_trace(
     assert dead_run != run["span_id"]
     assert {span["trace_id"] for span in spans} == {run["trace_id"]}
     assert run["parent"] is not None
+
+
+def test_a_run_killed_while_it_waits_for_approval_goes_on_with_decisions_from_elsewhere(
+    server: ScriptedServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    uncrashed: tuple[dict[str, Any], list[str]],
+) -> None:
+    monkeypatch.setenv("DURABLE_APPROVAL", "1")
+    db_url = f"sqlite:///{tmp_path}/dbos.sqlite"
+    side_effects = tmp_path / "ledger.txt"
+    ledger = Ledger()
+    ledger.script(server)
+    with child(server.base_url, db_url, side_effects) as first:
+        assert first.next_line() == "READY"  # the system database is set up
+        client = DBOSClient(system_database_url=db_url)
+        # The run publishes what it waits on, then waits for a message: kill it there.
+        value = client.get_event("ledger-run", PENDING_EVENT, timeout_seconds=WAIT)
+        assert value is not None, "the run never paused"
+        first.kill()
+    try:
+        waiting = [ToolCall.model_validate(call) for call in json.loads(value)["waiting"]]
+        assert [call.arguments for call in waiting] == [{"item": "solo-b"}]
+        assert side_effects.read_text().splitlines() == ["solo-a"]
+        # The decision comes from this process, which has neither the agent nor DBOS
+        # launched: a plain DBOS client and the message format.
+        message = decisions_message(waiting, {waiting[0].id: Decision.approve()})
+        client.send("ledger-run", message, APPROVAL_TOPIC)
+    finally:
+        client.destroy()
+    with child(server.base_url, db_url, side_effects) as second:
+        assert second.next_line() == "READY"
+        (step,) = second.steps()
+    assert step["ok"] is True and step["output"] == {"count": 3}
+    assert side_effects.read_text().splitlines() == ["solo-a", "solo-b", "solo-c"]
+    assert Counter(ledger.sizes) == Counter({2: 1, 4: 1, 8: 1, 10: 1})
+    # The uncrashed run without approval, but for the decision recorded on turn 2.
+    decided = step["turns"][1].pop("decisions")
+    assert decided == {"call_solo-b": {"action": "approve", "arguments": None, "reason": ""}}
+    expected, _ = uncrashed
+    assert step == {**expected, "turns": [
+        {key: value for key, value in turn.items() if key != "decisions"} if i == 1 else turn
+        for i, turn in enumerate(expected["turns"])
+    ]}  # fmt: skip

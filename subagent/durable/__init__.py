@@ -14,6 +14,8 @@ What lives here:
 - ``_tools``: :func:`durable_tool`, a tool whose function runs as a DBOS step (its timeout
   and its exception recorded with it).
 - ``_agent``: :class:`DurableAgent`, an agent's runs and batches as DBOS workflows.
+- ``_approval``: how a paused durable run waits for approval: the DBOS event saying what
+  waits (:data:`PENDING_EVENT`) and the DBOS message deciding it (:data:`APPROVAL_TOPIC`).
 - ``_compare``: :func:`comparable`, a Step without the fields a replay measures anew.
 
 It needs the extra (``pip install 'subagent-runtime[dbos]'``); nothing else in the library
@@ -25,9 +27,20 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("subagent.durable needs DBOS: pip install 'subagent-runtime[dbos]'") from exc
 
-from subagent.durable._agent import DurableAgent, DurableRunArguments
+from subagent.durable._agent import DEFAULT_APPROVAL_TIMEOUT, DurableAgent, DurableRunArguments
+from subagent.durable._approval import APPROVAL_TOPIC, PENDING_EVENT, decisions_message
 from subagent.durable._compare import comparable
 from subagent.durable._llm import DurableLLM
 from subagent.durable._tools import durable_tool
 
-__all__ = ["DurableAgent", "DurableLLM", "DurableRunArguments", "comparable", "durable_tool"]
+__all__ = [
+    "APPROVAL_TOPIC",
+    "DEFAULT_APPROVAL_TIMEOUT",
+    "PENDING_EVENT",
+    "DurableAgent",
+    "DurableLLM",
+    "DurableRunArguments",
+    "comparable",
+    "decisions_message",
+    "durable_tool",
+]

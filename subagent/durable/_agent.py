@@ -21,17 +21,29 @@ from pydantic import BaseModel
 from typing_extensions import TypeVar, Unpack
 
 from subagent._agent import SubAgent
-from subagent._checks import check_int
+from subagent._checks import check_int, check_seconds
 from subagent._conversation import ContextPolicy
 from subagent._errors import ConfigurationError
 from subagent._records import Step
+from subagent._state import Decision
+from subagent.durable._approval import (
+    APPROVAL_TOPIC,
+    PENDING_EVENT,
+    decisions_message,
+    pending_value,
+    read_decisions,
+    read_pending,
+)
 from subagent.durable._llm import DurableLLM
 from subagent.durable._tools import durable_tool
-from subagent.llm import LLM, Message, RetryPolicy
+from subagent.llm import LLM, Message, RetryPolicy, ToolCall
 
-__all__ = ["DurableAgent", "DurableRunArguments"]
+__all__ = ["DEFAULT_APPROVAL_TIMEOUT", "DurableAgent", "DurableRunArguments"]
 
 OutputT = TypeVar("OutputT", default=Any)
+
+DEFAULT_APPROVAL_TIMEOUT = 7 * 24 * 3600.0
+"""Seconds a durable run paused for approval waits for its decisions by default (a week)."""
 Context = Mapping[str, Any] | BaseModel | None
 
 
@@ -59,7 +71,9 @@ _NOT_DURABLE = {
     "tracer_provider": "give it to DurableAgent(tracer_provider=...)",
     "on_event": "a resumed run's listener would be in another process",
     "on_text": "a resumed run's listener would be in another process",
+    "on_state": "a resumed run's listener would be in another process",
 }
+_RESUME_OPTIONS = ("settings", "retry_policy", "mission_timeout")  # what resume() takes
 
 
 class DurableAgent(Generic[OutputT]):
@@ -85,6 +99,9 @@ class DurableAgent(Generic[OutputT]):
             the agent's ``timeout``).
         name: The workflows' name (default: the agent's name); unique per application.
         tracer_provider: Where the runs' spans go (default: the global provider).
+        approval_timeout: Seconds a run paused for approval waits for the decisions
+            (default: a week); past it the run ends paused, its Step holding the state to
+            resume from with :meth:`SubAgent.resume`.
 
     Raises:
         ConfigurationError: No model, or an option is invalid (the message names it).
@@ -98,6 +115,7 @@ class DurableAgent(Generic[OutputT]):
         timeout: float | None = None,
         name: str | None = None,
         tracer_provider: TracerProvider | None = None,
+        approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT,
     ) -> None:
         if not isinstance(agent, SubAgent):
             raise ConfigurationError("agent", f"must be a SubAgent, got {agent!r}")
@@ -129,6 +147,12 @@ class DurableAgent(Generic[OutputT]):
                 step_name=f"subagent.llm:{name}",
             )  # fmt: skip
         self._tracer_provider = tracer_provider
+        waits = check_seconds("approval_timeout", approval_timeout)
+        if waits is None:
+            raise ConfigurationError(
+                "approval_timeout", "must be a number of seconds > 0 (a wait is bounded)"
+            )
+        self.approval_timeout: float = waits
         self._step_type = _step_type(agent)
 
         async def run_body(
@@ -217,6 +241,44 @@ class DurableAgent(Generic[OutputT]):
             )
         return [self._step(text) for text in await handle.get_result()]
 
+    async def pending(self, workflow_id: str, *, timeout: float = 0.0) -> list[ToolCall]:
+        """The calls the run ``workflow_id`` waits on for approval (``[]``: none).
+
+        Args:
+            workflow_id: The run's workflow id.
+            timeout: Seconds to wait for the run to pause when it has not (yet).
+        """
+        check_seconds("timeout", timeout, allow_zero=True)
+        value = await DBOS.get_event_async(workflow_id, PENDING_EVENT, timeout)
+        return read_pending(value)
+
+    async def decide(
+        self,
+        workflow_id: str,
+        decisions: Mapping[str, Decision | bool],
+        *,
+        timeout: float = 0.0,
+    ) -> None:
+        """Send the decisions about the calls the paused run ``workflow_id`` waits on.
+
+        The run goes on in whichever process runs its workflow; any process with the
+        system database can send them (``DBOSClient.send`` with :data:`APPROVAL_TOPIC`
+        and the message of :func:`decisions_message`, where this agent is not built).
+
+        Args:
+            workflow_id: The run's workflow id.
+            decisions: One per waiting call, by call id: ``Decision.approve()`` (or
+                ``True``), ``Decision.deny(reason)`` (or ``False``), ``Decision.edit(...)``.
+            timeout: Seconds to wait for the run to pause when it has not (yet).
+
+        Raises:
+            ConfigurationError: The run waits on nothing, or the decisions do not match
+                the waiting calls one for one (the message names the ids).
+        """
+        waiting = await self.pending(workflow_id, timeout=timeout)
+        message = decisions_message(waiting, decisions)
+        await DBOS.send_async(workflow_id, message, APPROVAL_TOPIC)
+
     async def result(self, workflow_id: str) -> Step[OutputT]:
         """The Step of the run ``workflow_id`` (started by any process), once it ends."""
         handle: WorkflowHandleAsync[Any] = await DBOS.retrieve_workflow_async(workflow_id)
@@ -228,6 +290,21 @@ class DurableAgent(Generic[OutputT]):
         step = await self.agent.run(
             context, llm=self.llm, tracer_provider=self._tracer_provider, **options
         )
+        pauses = 0
+        while step.paused and step.state is not None:
+            # Waiting in the body, not in a step: no thread is held, and a process killed
+            # here waits again on restart (a message sent meanwhile is kept for it).
+            pauses += 1
+            await DBOS.set_event_async(PENDING_EVENT, pending_value(step, pauses))
+            message = await DBOS.recv_async(APPROVAL_TOPIC, self.approval_timeout)
+            if message is None:
+                break  # timed out: the run ends paused, its state in its Step
+            await DBOS.set_event_async(PENDING_EVENT, pending_value(None, pauses))
+            step = await self.agent.resume(
+                step.state, read_decisions(message), llm=self.llm,
+                tracer_provider=self._tracer_provider,
+                **{key: options[key] for key in _RESUME_OPTIONS if key in options},
+            )  # fmt: skip
         # Recorded as JSON, read back against the output type: no pickled classes in the
         # database, so an output model need not be importable by name to be stored.
         return step.model_dump_json()
