@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support import run_example
 
 from subagent._phases import mermaid_chart
@@ -90,6 +91,16 @@ def test_batch_store_example_reruns_only_the_retryable_failures() -> None:
     assert "second pass: 3 done, 23 calls in all" in out
     assert "done                19 (95.0%)" in out
     assert "  explicit_fail     1" in out
+
+
+def test_durable_crash_resume_example_resumes_without_repeating_completed_calls() -> None:
+    pytest.importorskip("dbos", reason="the dbos extra is not installed")
+    assert run_example("durable_crash_resume.py", timeout=120).splitlines() == [
+        "first process: killed by SIGKILL during deploy('web')",
+        "second process: done in 3 turns, deployed api, web",
+        "ledger: api, web (each deploy happened once)",
+        "model calls made by the second process: 1 of 3",
+    ]
 
 
 def test_metrics_demo_prints_the_metrics_of_its_three_runs() -> None:
