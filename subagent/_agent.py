@@ -65,6 +65,31 @@ def _check_policy(value: object) -> ContextPolicy:
     raise ConfigurationError("context_policy", f"must be one of {_POLICIES}, got {value!r}")
 
 
+class _Once:
+    """A zero-argument function's value, computed on first use and kept.
+
+    Unlike ``functools.cache`` of a bound method, it pickles (Ray sends agents to workers),
+    as the method and not the value.
+    """
+
+    __slots__ = ("_function", "_value")
+
+    def __init__(self, function: Callable[[], dict[str, str]]) -> None:
+        self._function = function
+        self._value: dict[str, str] | None = None
+
+    def __call__(self) -> dict[str, str]:
+        if self._value is None:
+            self._value = self._function()
+        return self._value
+
+    def __getstate__(self) -> tuple[Callable[[], dict[str, str]], None]:
+        return (self._function, None)
+
+    def __setstate__(self, state: tuple[Callable[[], dict[str, str]], None]) -> None:
+        self._function, self._value = state
+
+
 class RunArguments(TypedDict, total=False):
     """The keyword arguments of :meth:`SubAgent.run` (also taken by ``start`` and ``stream``)."""
 
@@ -382,7 +407,7 @@ class SubAgent(Generic[OutputT, DepsT]):
             system_without_tools=system(False),
             validators_take_context=any(takes_run_context(v) for v in self.validators),
             approval=_approval_check(tools, self.approval),
-            fingerprint=functools.cache(self._fingerprint),
+            fingerprint=_Once(self._fingerprint),
         )
         object.__setattr__(self, "_parts", parts)
         object.__setattr__(self, "_task", task)

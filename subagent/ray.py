@@ -63,6 +63,7 @@ from subagent._agent import SubAgent
 from subagent._checks import check_int, check_seconds
 from subagent._conversation import ContextPolicy
 from subagent._errors import ConfigurationError
+from subagent._limits import UsageLimits
 from subagent._records import FailReason, Failure, Step, build_step
 from subagent._text import shorten
 from subagent.batch import BatchItem, stream_many
@@ -95,8 +96,10 @@ class RayRunArguments(TypedDict, total=False):
     """The run options of :meth:`SubAgent.run` that travel to the workers.
 
     ``llm`` and ``tracer_provider`` are parameters of :func:`run_on_ray` with their own
-    meaning there; ``on_event`` and ``on_text`` are not offered (they would run in the
-    workers, out of the caller's sight).
+    meaning there; ``on_event``, ``on_text`` and ``on_state`` are not offered (they would
+    run in the workers, out of the caller's sight). ``deps`` are pickled to the workers with
+    the batch: every run of it gets a copy; ``usage_limits`` are per run (a whole batch's
+    ``batch_limits`` are not offered on Ray: the shards keep no shared books).
     """
 
     max_turns: int | None
@@ -107,6 +110,8 @@ class RayRunArguments(TypedDict, total=False):
     retry_policy: RetryPolicy | None
     timeout: float | None
     mission_timeout: float | None
+    deps: Any
+    usage_limits: UsageLimits | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,6 +354,7 @@ class RayBatch(Generic[OutputT]):
         self._count = 0
         self._done = 0
         self._failed = 0
+        self._paused = 0
         self._batch_ref: Any = None
         self._remote: Any = None
 
@@ -397,6 +403,7 @@ class RayBatch(Generic[OutputT]):
         self._span.set_attributes({
             "subagent.batch.done": self._done,
             "subagent.batch.failed": self._failed,
+            "subagent.batch.paused": self._paused,
             "subagent.batch.failed_shards": len(self._errors),
         })  # fmt: skip
         if exc is not None:  # the caller's code, or a cancellation, ended the batch early
@@ -455,6 +462,8 @@ class RayBatch(Generic[OutputT]):
     def _item(self, index: int, step: Step[Any], attempts: int) -> BatchItem[OutputT]:
         if step.ok:
             self._done += 1
+        elif step.paused:
+            self._paused += 1
         else:
             self._failed += 1
         return BatchItem(index, self.contexts[index], step, attempts)
@@ -715,7 +724,7 @@ async def _run(
             emit((item.index, item.step.model_dump_json(), item.attempts))
             if item.step.ok:
                 done += 1
-            else:
+            elif not item.step.paused:
                 failed += 1
     return done, failed
 

@@ -17,7 +17,7 @@ import anyio
 import ray
 from pydantic import BaseModel
 
-from subagent import LLMRequest, LLMResponse, SubAgent
+from subagent import LLMRequest, LLMResponse, SubAgent, Tool, ToolCall
 
 CRASH = 666
 """An input that ends its whole shard: the model raises past the batch's isolation."""
@@ -132,3 +132,24 @@ slow_double = SubAgent(name="slow_double", prompt="Double {{n}}", output=Doubled
 
 no_model = SubAgent(name="no_model", prompt="Double {{n}}", output=Doubled, max_turns=1)
 """Needs ``llm=`` from the caller."""
+
+
+class Releaser:
+    """Calls the ``release`` tool with the number of the task (every run pauses there)."""
+
+    model_name = "releaser"
+    provider_name = "scripted"
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        call = ToolCall(id="call-1", name="release", arguments=json.dumps({"n": _number(request)}))
+        return LLMResponse(tool_calls=(call,))
+
+
+def release(n: int) -> str:
+    """Release build ``n``."""
+    return f"released {n}"
+
+
+deploy = SubAgent(name="deploy", prompt="Release {{n}}", max_turns=2, llm=Releaser(),
+                  tools=[Tool(release, requires_approval=True)])  # fmt: skip
+"""Asks for approval of its one tool call: every run of it pauses."""

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import ray
 from otlp_receiver import Receiver, http_receiver, wire_attributes
-from ray_agents import CRASH, DiesOnce, Doubled, Signal, double, no_model
+from ray_agents import CRASH, DiesOnce, Doubled, Signal, deploy, double, no_model
 
 from subagent import ConfigurationError, FailReason, Step, tracing
 from subagent.ray import RayRunArguments, run_on_ray, stream_on_ray
@@ -188,6 +188,7 @@ async def test_the_runs_of_every_shard_are_children_of_the_batch_span(
         "subagent.batch.concurrency": 4,
         "subagent.batch.done": 8,
         "subagent.batch.failed": 0,
+        "subagent.batch.paused": 0,
         "subagent.batch.failed_shards": 0,
     }
     shards = by_name["ray_shard slow_double"]
@@ -258,5 +259,27 @@ async def test_without_the_extra_the_error_names_it(monkeypatch: pytest.MonkeyPa
 def test_the_options_that_travel_are_the_run_options_but_the_callers_own() -> None:
     from subagent import RunArguments
 
-    local = {"llm", "tracer_provider", "on_event", "on_text"}
+    local = {"llm", "tracer_provider", "on_event", "on_text", "on_state"}
     assert set(RayRunArguments.__annotations__) == set(RunArguments.__annotations__) - local
+
+
+async def test_paused_runs_come_back_paused_with_their_state_and_are_counted_apart(
+    cluster: None, receiver: Receiver
+) -> None:
+    receiver.requests.clear()
+    driver = tracing.configure(service_name="batch-driver", endpoint=receiver.endpoint,
+                               console=False, set_global=False)  # fmt: skip
+    try:
+        steps = await run_on_ray(deploy, numbers([1, 2, 3]), shards=2,
+                                 tracer_provider=driver.provider)  # fmt: skip
+    finally:
+        assert driver.shutdown()
+    assert [step.paused for step in steps] == [True, True, True]
+    assert all(step.state is not None and step.failure is None for step in steps)
+    assert steps[0].pending is not None
+    assert [call.name for call in steps[0].pending.waiting] == ["release"]
+
+    (batch,) = [span for _, _, span in receiver.spans() if span.name == "run_on_ray deploy"]
+    attributes = wire_attributes(batch)
+    assert (attributes["subagent.batch.done"], attributes["subagent.batch.failed"],
+            attributes["subagent.batch.paused"]) == (0, 0, 3)  # fmt: skip
