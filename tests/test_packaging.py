@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import sysconfig
@@ -134,7 +135,20 @@ def test_the_architecture_page_maps_every_room_and_layer() -> None:
         or (path.suffix == ".py" and path.name not in ("__init__.py", "__about__.py"))
     )
     assert [room for room in rooms if room not in rooms_block] == []
+    # Each room's entry names every module of the room.
+    entries = dict(re.findall(r"^  (\S+/) +(.*?)(?=^  \S|\Z)", rooms_block, re.M | re.S))
+    unnamed = [
+        f"{room}{module.name}"
+        for room in rooms
+        if room.endswith("/")
+        for module in sorted((package / room).glob("*.py"))
+        if module.name != "__init__.py" and module.name not in entries.get(room, "")
+    ]
+    assert unnamed == []
     layers_table = page.split("## Layers", 1)[1].split("\n\n```", 1)[0]
+    # Every top-level module and room has its row, the ones outside the layers included.
+    everything = [*rooms, "__init__.py"]
+    assert [name for name in everything if f"`{name}`" not in layers_table] == []
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     (layered,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
     names = [name.strip() for layer in layered["layers"] for name in layer.split("|")]
