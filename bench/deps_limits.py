@@ -15,15 +15,23 @@ this thread's CPU time per run (``time.thread_time``). Run: ``python bench/deps_
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-from core import CONTEXT, S1_AGENT, S1_SCRIPT, S2_AGENT, S2_SCRIPT, Answer
+from core import (
+    S1_AGENT,
+    S1_SCRIPT,
+    S2_AGENT,
+    S2_SCRIPT,
+    Answer,
+    alternating,
+    print_against_first,
+    runs_and_batches,
+    thread_timings,
+)
 
-from subagent import Price, RunContext, ScriptedLLM, SubAgent, Tool, UsageLimits
+from subagent import Price, RunContext, SubAgent, Tool, UsageLimits
 
 
 def add(ctx: RunContext[dict[str, int]], a: int, b: int) -> int:
@@ -56,49 +64,28 @@ def _agent(scenario: str, variant: str) -> SubAgent[Any]:
     return S2_DEPS if variant == "deps" else S2_AGENT
 
 
-async def _batch(scenario: str, variant: str, runs: int) -> list[float]:
+def _batch(scenario: str, variant: str, runs: int) -> Callable[[], Awaitable[list[float]]]:
     options, variants = SCENARIOS[scenario]
-    agent, script = _agent(scenario, variant), S1_SCRIPT if scenario == "S1" else S2_SCRIPT
-    timings = []
-    for _ in range(runs):
-        llm = ScriptedLLM(script)
-        start = time.thread_time()
-        step = await agent.run(CONTEXT, llm=llm, **options, **variants[variant])
-        timings.append((time.thread_time() - start) * 1e6)
-        if not step.ok:  # pragma: no cover - a broken scenario would measure nothing useful
-            raise RuntimeError(f"{scenario} {variant} failed: {step.summary()}")
-    return timings
+    script = S1_SCRIPT if scenario == "S1" else S2_SCRIPT
+    agent = _agent(scenario, variant)
+    return lambda: thread_timings(agent, script, runs, **options, **variants[variant])
 
 
 async def measure(scenario: str, runs: int, batches: int) -> dict[str, float]:
     """Median µs per run of each variant, batches alternating."""
-    variants = SCENARIOS[scenario][1]
-    for variant in variants:  # warm-up
-        await _batch(scenario, variant, runs)
-    timings: dict[str, list[float]] = {variant: [] for variant in variants}
-    for _ in range(batches):
-        for variant in variants:
-            timings[variant] += await _batch(scenario, variant, runs)
-    return {variant: statistics.median(values) for variant, values in timings.items()}
+    variants = {variant: _batch(scenario, variant, runs) for variant in SCENARIOS[scenario][1]}
+    return await alternating(variants, batches)
 
 
 async def main(runs: int = 500, batches: int = 7) -> dict[str, dict[str, float]]:
     results = {name: await measure(name, runs, batches) for name in SCENARIOS}
-    print(f"deps and usage limits (tracing off, ScriptedLLM, asyncio; CPU µs per run, median "
-          f"of {runs * batches} runs per variant, variants alternating)")  # fmt: skip
-    for name, figures in results.items():
-        plain = figures["plain"]
-        line = "  ".join(
-            f"{variant} {micros:6.1f} ({micros - plain:+.1f})"
-            for variant, micros in figures.items()
-        )
-        print(f"  {name}: {line}")
+    print_against_first(
+        f"deps and usage limits (tracing off, ScriptedLLM, asyncio; CPU µs per run, median of "
+        f"{runs * batches} runs per variant, variants alternating)",
+        results,
+    )
     return results
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=500)
-    parser.add_argument("--batches", type=int, default=7)
-    arguments = parser.parse_args()
-    anyio.run(main, arguments.runs, arguments.batches)
+    anyio.run(main, *runs_and_batches(__doc__))
