@@ -116,4 +116,3 @@ class AgentTools:
         result = (revisions, tools)
         self._built = result
         return result
-

@@ -557,7 +557,7 @@ def _checked_schema(parameters: Any, name: str) -> tuple[dict[str, Any], Any]:
         # OpenAI's API and the OpenAI-compatible servers refuse any other function schema.
         raise ConfigurationError(
             "tools",
-            f"the JSON schema of tool {name!r} must describe an object (\"type\": \"object\" "
+            f'the JSON schema of tool {name!r} must describe an object ("type": "object" '
             f"at its root, as OpenAI-compatible servers require), got type "
             f"{schema.get('type')!r:.60}",
         )
