@@ -78,3 +78,13 @@ def test_batch_store_example_reruns_only_the_retryable_failures() -> None:
     assert "second pass: 3 done, 23 calls in all" in out
     assert "done                19 (95.0%)" in out
     assert "  explicit_fail     1" in out
+
+
+def test_mcp_tools_example_calls_a_stdio_mcp_server_beside_a_python_tool() -> None:
+    out = run_example("mcp_tools.py")
+    assert out.splitlines() == [
+        "offered: add, multiply",
+        "add: 5.0",
+        "multiply: 20.0",
+        "done in 3 turns (normal, normal, normal) -> 20",
+    ]

@@ -338,3 +338,12 @@ def test_bad_server_options_are_errors_naming_the_field() -> None:
         MCPServerStdio("python", prefix="a b")
     with pytest.raises(ConfigurationError, match="args"):
         MCPServerStdio("python", "server.py")  # type: ignore[arg-type]
+
+
+def test_the_library_never_imports_the_mcp_sdk_unless_asked() -> None:
+    code = (
+        "import subagent, sys; print(any(m == 'mcp' or m.startswith('mcp.') for m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, check=True)  # fmt: skip
+    assert result.stdout.strip() == "False"
