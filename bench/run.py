@@ -1,4 +1,4 @@
-"""`make bench`: the core, tracing, parser and concurrency suites, in one process, in turn.
+"""`make bench`: the core, tracing, parser, concurrency and MCP suites, in one process, in turn.
 
 Figures are medians over repeated batches after a warm-up. They are for comparison on the
 same machine, not for pass/fail: timing targets live here, never in unit tests.
@@ -15,7 +15,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SUITES = ("core", "tracing", "parsers", "concurrency")
+SUITES = ("core", "tracing", "parsers", "concurrency", "mcp_calls")
 
 
 def main() -> None:
