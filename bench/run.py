@@ -1,4 +1,4 @@
-"""`make bench`: the core, tracing, parser, concurrency and MCP suites, in one process, in turn.
+"""`make bench`: the core, tracing, metrics, parser, concurrency, state, durable and MCP suites.
 
 Figures are medians over repeated batches after a warm-up. They are for comparison on the
 same machine, not for pass/fail: timing targets live here, never in unit tests.
@@ -7,6 +7,7 @@ same machine, not for pass/fail: timing targets live here, never in unit tests.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import sys
 from pathlib import Path
@@ -15,11 +16,14 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SUITES = ("core", "tracing", "parsers", "concurrency", "mcp_calls")
+SUITES = ("core", "tracing", "metrics", "parsers", "concurrency", "state", "durable", "mcp_calls")
 
 
 def main() -> None:
     for name in SUITES:
+        if name == "durable" and importlib.util.find_spec("dbos") is None:
+            print("durable: skipped (the dbos extra is not installed)\n")
+            continue
         module = importlib.import_module(name)
         if inspect.iscoroutinefunction(module.main):
             anyio.run(module.main)

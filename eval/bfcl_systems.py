@@ -350,12 +350,12 @@ async def run_subagent_contract(
 
 
 def _recording_tools(
-    case: Case, final_value: Callable[[list[dict[str, Any]]], Any]
+    case: Case, final_value: Callable[[list[dict[str, Any]]], Any], *, final: bool = True
 ) -> tuple[list[Any], list[dict[str, Any]]]:
-    """The case's functions as schema tools that record each call and end the run.
+    """The case's functions as schema tools that record each call (and end the run).
 
     Returns the tools and the list they append the calls to; each call's
-    ``ToolOutput(final=True)`` carries ``final_value`` of the calls so far.
+    ``ToolOutput(final=final)`` carries ``final_value`` of the calls so far.
     """
     from subagent import Tool, ToolOutput
 
@@ -364,7 +364,7 @@ def _recording_tools(
     def recorder(name: str) -> Callable[..., Any]:
         def record(**arguments: Any) -> ToolOutput:
             made.append({"name": name, "arguments": arguments})
-            return ToolOutput(final_value(made), final=True)
+            return ToolOutput(final_value(made), final=final)
 
         return record
 
@@ -381,13 +381,31 @@ def _recording_tools(
     return tools, made
 
 
+CALLS_PROMPT = (
+    "Do what the user asks by calling the functions you are given. Your answer is the JSON "
+    'list of every call the request needs, as {"name": <function name>, "arguments": '
+    "{<argument>: <value>}} objects: one call for each thing the user asks for, and no call "
+    "the request does not need; [] when none of the functions can do it."
+)
+
+
 async def run_subagent_tools(
-    case: Case, server: Server, llm: Any, *, protocol: str, return_retries: int
+    case: Case,
+    server: Server,
+    llm: Any,
+    *,
+    protocol: str,
+    return_retries: int,
+    system: str | None = None,
 ) -> Outcome:
-    """The functions as tools; the first valid call(s) end the run as its output."""
+    """The functions as tools; the first valid call(s) end the run as its output.
+
+    Every call of the turn is recorded before the run judges the first final value, so the
+    output is all of them: the tools hand back the shared list itself, not a copy.
+    """
     from subagent import SubAgent
 
-    tools, _ = _recording_tools(case, list)
+    tools, _ = _recording_tools(case, lambda made: made)
     agent: SubAgent[Calls] = SubAgent(
         name="function_caller",
         output=Calls,
@@ -399,7 +417,8 @@ async def run_subagent_tools(
         timeout=CALL_TIMEOUT,
         protocol=protocol,  # type: ignore[arg-type]
     )
-    step = await agent.run(llm=llm, messages=list(case.messages))
+    prompt = [] if system is None else [{"role": "system", "content": system}]
+    step = await agent.run(llm=llm, messages=[*prompt, *case.messages])
     return _step_outcome(step, _output_calls(step), _first_attempt(step, function_names(case)))
 
 
@@ -497,6 +516,14 @@ SYSTEMS: tuple[System, ...] = (
         run_subagent_tools_text,
     ),
     _subagent_tools("react", 1),
+    System(
+        "subagent-calls-r1",
+        "subagent, native tool calls asked for one per request, max_turns=2, return_retries=1",
+        "subagent",
+        lambda case, server, llm: run_subagent_tools(
+            case, server, llm, protocol="native", return_retries=1, system=CALLS_PROMPT
+        ),
+    ),
     System("pydantic-ai", "pydantic-ai, defaults", "peer", _peer, venv="peers"),
     System("openai-agents", "OpenAI Agents SDK, defaults", "peer", _peer, venv="peers"),
 )

@@ -10,6 +10,7 @@ from types import FunctionType
 
 from subagent.__about__ import __version__
 from subagent._agent import RunArguments, SubAgent
+from subagent._context import RunContext
 from subagent._errors import (
     ConfigurationError,
     ErrorKind,
@@ -18,11 +19,14 @@ from subagent._errors import (
     MissingVariableError,
     ParserContractError,
     RunFailedError,
+    RunPausedError,
     ScriptExhaustedError,
+    StateMismatchError,
     SubAgentError,
     TemplateError,
 )
 from subagent._handle import AgentRun
+from subagent._limits import Price, UsageLimits
 from subagent._phases import Phase
 from subagent._records import (
     FailReason,
@@ -34,6 +38,7 @@ from subagent._records import (
     TurnType,
     UsageSummary,
 )
+from subagent._state import Decision, PendingCalls, RunState
 from subagent.batch import Batch, BatchItem, BatchSummary, run_many, stream_many, summarize
 from subagent.llm import (
     LLM,
@@ -55,6 +60,7 @@ from subagent.observe import (
     ReasoningDelta,
     RunEnded,
     RunEvent,
+    RunPaused,
     RunStarted,
     TextDelta,
     ToolCallEnded,
@@ -92,6 +98,7 @@ __all__ = [
     "CallRetried",
     "ConfigurationError",
     "CorrectionError",
+    "Decision",
     "ErrorKind",
     "EventHandler",
     "FailReason",
@@ -108,19 +115,26 @@ __all__ = [
     "OutputParser",
     "ParseResult",
     "ParserContractError",
+    "PendingCalls",
     "Phase",
+    "Price",
     "ReasoningDelta",
     "RetryLoop",
     "RetryLoopResult",
     "RetryPolicy",
     "RunArguments",
+    "RunContext",
     "RunEnded",
     "RunEvent",
     "RunFailedError",
+    "RunPaused",
+    "RunPausedError",
     "RunStarted",
+    "RunState",
     "ScriptExhaustedError",
     "ScriptedLLM",
     "SectionsParser",
+    "StateMismatchError",
     "Step",
     "StopReason",
     "StreamDelta",
@@ -144,6 +158,7 @@ __all__ = [
     "TurnStarted",
     "TurnType",
     "Usage",
+    "UsageLimits",
     "UsageSummary",
     "Validation",
     "__version__",

@@ -23,13 +23,16 @@ from pydantic import BaseModel
 from typing_extensions import TypeVar, Unpack
 
 from subagent._checks import check_int, check_seconds
+from subagent._context import RunContext, takes_run_context
 from subagent._conversation import CONTEXT_POLICIES, ContextPolicy
-from subagent._errors import ConfigurationError, TemplateError
+from subagent._errors import ConfigurationError, StateMismatchError, TemplateError
 from subagent._handle import AgentRun
+from subagent._limits import UsageLimits
 from subagent._records import FailReason, Failure, Step, build_step, user_message
 from subagent._run import AgentParts, RunOptions, current_depth, current_run_model, execute_run
+from subagent._state import Decision, RunState, digest
 from subagent._templates import Template, default_templates
-from subagent.llm import LLM, LLMSpec, Message, RetryPolicy, messages_from
+from subagent.llm import LLM, LLMSpec, Message, RetryPolicy, ToolCall, messages_from
 from subagent.observe import EventHandler, check_callback
 from subagent.parsers import DEFAULT_MAX_REPLY_CHARS, OutputParser, build_contract
 from subagent.protocols import PROTOCOLS, ProtocolName, ReplyProtocol
@@ -52,8 +55,12 @@ __all__ = ["SubAgent"]
 # Defaults to Any: agents with a text or parser output are SubAgent[Any]; with a model or
 # type output, SubAgent[Model].
 OutputT = TypeVar("OutputT", default=Any)
+# The run's deps, second so that SubAgent[Model] keeps meaning what it meant; Any (not
+# declared) unless the agent names its deps_type.
+DepsT = TypeVar("DepsT", default=Any)
 
 _POLICIES = CONTEXT_POLICIES
+_PASS_DOWN: Any = object()  # as_tool(deps=...) not given: the calling run's deps
 
 
 def _check_policy(value: object) -> ContextPolicy:
@@ -78,6 +85,9 @@ class RunArguments(TypedDict, total=False):
     tracer_provider: TracerProvider | None
     on_event: EventHandler | None
     on_text: Callable[[str], object] | None
+    deps: Any
+    usage_limits: UsageLimits | None
+    on_state: Callable[[RunState], object] | None
 
 
 _RUN_OPTIONS: tuple[str, ...] = tuple(RunArguments.__annotations__)
@@ -176,7 +186,7 @@ def _extend(system: Message, extra: str) -> Message:
 
 
 @dataclass(frozen=True, eq=False)
-class SubAgent(Generic[OutputT]):
+class SubAgent(Generic[OutputT, DepsT]):
     """An agent definition: what to do, what to return, with which tools and budgets.
 
     Immutable and safe to share across concurrent runs; every run gets its own books.
@@ -202,7 +212,8 @@ class SubAgent(Generic[OutputT]):
             the latest, quoted inside its feedback rather than sent as the model's own turn
             (small models tend to repeat their own last turn word for word).
         validators: Checks run on the parsed output: ``(output) -> Validation`` or
-            ``{"valid": bool, "errors": [...]}``, sync or async.
+            ``{"valid": bool, "errors": [...]}``, sync or async; ``(ctx, output)`` when the
+            first parameter is annotated :class:`~subagent.RunContext`.
         parser_kwargs: Keyword arguments for a parser ``output``.
         prompts: Template overrides by name (``system``, ``retry_feedback``...).
         settings: Model settings passed to the LLM (``temperature``, ``max_tokens``...).
@@ -236,6 +247,20 @@ class SubAgent(Generic[OutputT]):
             the tools and the answer's format): a string, used as it is, or a function of
             the run's context (the values the prompt is rendered with; ``{}`` when there
             are none) returning a string, called once per run before anything is sent.
+            A function whose first parameter is annotated :class:`~subagent.RunContext`
+            is called ``(ctx, values)`` (``ctx.turn`` is 0).
+        deps_type: The type of the ``deps`` each run takes (``run(deps=...)``), reaching
+            tools, validators and ``instructions`` through a :class:`~subagent.RunContext`:
+            it types the agent (``SubAgent[Output, Deps]``), and a run given no deps, or
+            deps that are not an instance of it (when it is a plain class), is refused.
+            ``None`` (default): deps are optional and of any type.
+        usage_limits: The default :class:`~subagent.UsageLimits` of the agent's runs
+            (``run(usage_limits=...)`` replaces it for one run).
+        approval: A policy deciding which calls need approval: ``(tool_name, arguments)
+            -> bool``, called for each call of a ``normal`` turn's reply (tools with
+            ``requires_approval=True`` need it whatever the policy says). When a reply
+            calls one, the run pauses before running any call of that turn and returns a
+            paused Step: see :meth:`resume`.
     """
 
     name: str
@@ -246,7 +271,7 @@ class SubAgent(Generic[OutputT]):
     max_turns: int = 5
     return_retries: int = 0
     context_policy: ContextPolicy = "collapse"
-    validators: Sequence[Callable[[Any], Any]] = ()
+    validators: Sequence[Callable[[Any], Any] | Callable[[RunContext[DepsT], Any], Any]] = ()
     parser_kwargs: Mapping[str, Any] | None = None
     prompts: Mapping[str, str] = field(default_factory=dict)
     settings: Mapping[str, Any] = field(default_factory=dict)
@@ -262,7 +287,15 @@ class SubAgent(Generic[OutputT]):
     max_tool_calls_per_turn: int = TOOL_CALLS_PER_TURN
     correct_cut_replies: bool = True
     max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS
-    instructions: str | Callable[[Mapping[str, Any]], str] | None = None
+    instructions: (
+        str
+        | Callable[[Mapping[str, Any]], str]
+        | Callable[[RunContext[DepsT], Mapping[str, Any]], str]
+        | None
+    ) = None
+    deps_type: type[DepsT] | None = None
+    usage_limits: UsageLimits | None = None
+    approval: Callable[[str, Mapping[str, Any]], bool] | None = None
     _parts: AgentParts = field(init=False, repr=False)
     _task: Template = field(init=False, repr=False)
     # The settings every run without overrides sends (one dict, read by adapters only).
@@ -289,6 +322,11 @@ class SubAgent(Generic[OutputT]):
             )
         if not isinstance(self.settings, Mapping):
             raise ConfigurationError("settings", f"must be a mapping, got {self.settings!r}")
+        _check_limits("usage_limits", self.usage_limits)
+        if self.deps_type is not None and not _is_type_form(self.deps_type):
+            raise ConfigurationError(
+                "deps_type", f"must be a type (the class of the run's deps), got {self.deps_type!r}"
+            )
         for validator in self.validators:
             if not callable(validator):
                 raise ConfigurationError("validators", f"{validator!r} is not callable")
@@ -335,6 +373,11 @@ class SubAgent(Generic[OutputT]):
                 text = f"{text}\n\n{static}"
             return Message(role="system", content=text)
 
+        if self.approval is not None and not callable(self.approval):
+            raise ConfigurationError(
+                "approval", f"must be a function (tool_name, arguments) -> bool, got "
+                f"{self.approval!r}"
+            )  # fmt: skip
         parts = AgentParts(
             name=self.name,
             templates=templates,
@@ -346,6 +389,9 @@ class SubAgent(Generic[OutputT]):
             validators=tuple(self.validators),
             system_with_tools=system(True),
             system_without_tools=system(False),
+            validators_take_context=any(takes_run_context(v) for v in self.validators),
+            approval=_approval_check(tools, self.approval),
+            fingerprint=functools.cache(self._fingerprint),
         )
         object.__setattr__(self, "_parts", parts)
         if sources:
@@ -371,6 +417,9 @@ class SubAgent(Generic[OutputT]):
         tracer_provider: TracerProvider | None = None,
         on_event: EventHandler | None = None,
         on_text: Callable[[str], object] | None = None,
+        deps: DepsT | None = None,
+        usage_limits: UsageLimits | None = None,
+        on_state: Callable[[RunState], object] | None = None,
     ) -> Step[OutputT]:
         """Run the agent once and return its :class:`~subagent.Step`.
 
@@ -394,6 +443,14 @@ class SubAgent(Generic[OutputT]):
             on_event: Called with each :class:`~subagent.RunEvent`.
             on_text: Stream replies: called with each piece of text as it arrives, when
                 the model can stream (``stream()``); otherwise with nothing.
+            deps: The run's dependencies (a database handle, the caller's user id...),
+                handed to tools, validators and ``instructions`` that take a
+                :class:`~subagent.RunContext`; never recorded, traced or shown.
+            usage_limits: What the run may spend (tokens, tool calls, cost), in place of
+                the agent's ``usage_limits``; crossing one ends it ``failed(usage_limit)``.
+            on_state: Called with the run's :class:`~subagent.RunState` after each turn
+                that leaves it going on or paused (to save it, and :meth:`resume` from it);
+                not called, and nothing taken, when not given.
 
         Raises:
             ConfigurationError: An option is invalid (nothing was sent to the model).
@@ -408,13 +465,154 @@ class SubAgent(Generic[OutputT]):
             llm=llm, max_turns=max_turns, return_retries=return_retries,
             context_policy=context_policy, settings=settings, retry_policy=retry_policy,
             timeout=timeout, mission_timeout=mission_timeout, tracer_provider=tracer_provider,
-            on_event=on_event, on_text=on_text,
+            on_event=on_event, on_text=on_text, on_state=on_state, deps=deps,
+            usage_limits=usage_limits,
         )  # fmt: skip
         self._warn_if_tools_unused(options.max_turns, stacklevel=2)
-        opening, parts = self._opening(context, messages)
+        opening, parts = self._opening(context, messages, options)
         run = execute_run(parts, options, opening)
         del opening, parts, options  # the run keeps what it needs; this frame waits on it
         return cast("Step[OutputT]", await run)
+
+    async def resume(
+        self,
+        state: RunState | str | bytes,
+        decisions: Mapping[str, Decision | bool] | None = None,
+        *,
+        llm: LLM | str | None = None,
+        settings: Mapping[str, Any] | None = None,
+        retry_policy: RetryPolicy | None = None,
+        timeout: float | None = None,
+        mission_timeout: float | None = None,
+        tracer_provider: TracerProvider | None = None,
+        on_event: EventHandler | None = None,
+        on_text: Callable[[str], object] | None = None,
+        on_state: Callable[[RunState], object] | None = None,
+        deps: DepsT | None = None,
+        usage_limits: UsageLimits | None = None,
+    ) -> Step[OutputT]:
+        """Go on with a run from a saved :class:`~subagent.RunState`; return its Step.
+
+        Resuming the state saved after turn k gives the Step the run would have given had
+        it never stopped (the same turns, budgets and outcome; only wall-clock times differ).
+        A paused state (``step.state`` of a paused Step) needs a decision for each call
+        waiting for approval: ``Decision.approve()`` (or ``True``), ``Decision.deny(reason)``
+        (or ``False``), ``Decision.edit(arguments)``, keyed by the call's id. The run may
+        pause again.
+
+        The budgets, context policy, conversation and system prompts come from the state;
+        the options below are this part's own, as for :meth:`run`. ``mission_timeout``
+        counts the time the run has already run.
+
+        Args:
+            state: The saved state, or its JSON.
+            decisions: For a paused state: the decision about each waiting call, by id.
+            llm: The model (default: the agent's).
+            settings: Model settings, merged over the agent's.
+            retry_policy: Transport retries.
+            timeout: Seconds allowed for one LLM call.
+            mission_timeout: Seconds allowed for the whole run, the time already run
+                included.
+            tracer_provider: Where spans go: the resumed part's run span is a child of the
+                first part's, in the same trace.
+            on_event: As for :meth:`run`.
+            on_text: As for :meth:`run`.
+            on_state: As for :meth:`run`.
+            deps: As for :meth:`run` (a state never holds the deps: pass them again).
+            usage_limits: As for :meth:`run`, for the resumed part only (what the run spent
+                before the state was saved is not counted against them).
+
+        Raises:
+            StateMismatchError: The state was saved by another agent, or by one with other
+                output, tools, prompts or protocol (the error names which).
+            ConfigurationError: A decision is missing, names no waiting call, or the state
+                is not paused but decisions were given.
+            pydantic.ValidationError: ``state`` is JSON that is not a RunState (an unknown
+                ``version`` included).
+        """
+        saved = state if isinstance(state, RunState) else RunState.model_validate_json(state)
+        self._check_state(saved)
+        given = _checked_decisions(saved, decisions)
+        options = self._options(
+            llm=llm, max_turns=saved.max_turns, return_retries=saved.return_retries,
+            context_policy=saved.context_policy, settings=settings,
+            retry_policy=retry_policy, timeout=timeout, mission_timeout=mission_timeout,
+            tracer_provider=tracer_provider, on_event=on_event, on_text=on_text,
+            on_state=on_state, deps=deps, usage_limits=usage_limits,
+        )  # fmt: skip
+        if options.mission_timeout is not None:
+            options.mission_timeout = max(0.0, options.mission_timeout - saved.elapsed_s)
+        parts = self._parts
+        if (saved.system_with_tools, saved.system_without_tools) != (
+            parts.system_with_tools, parts.system_without_tools,
+        ):  # fmt: skip
+            # The run's own system prompts (instructions of its context, caller's text).
+            parts = dataclasses.replace(
+                parts, system_with_tools=saved.system_with_tools,
+                system_without_tools=saved.system_without_tools,
+            )  # fmt: skip
+        run = execute_run(parts, options, [], state=saved, decisions=given)
+        return cast("Step[OutputT]", await run)
+
+    def resume_sync(
+        self,
+        state: RunState | str | bytes,
+        decisions: Mapping[str, Decision | bool] | None = None,
+        *,
+        backend: str = "asyncio",
+        **options: Any,
+    ) -> Step[OutputT]:
+        """:meth:`resume` from synchronous code (starts and stops an event loop)."""
+        return anyio.run(
+            functools.partial(self.resume, state, decisions, **options), backend=backend
+        )
+
+    def _check_state(self, state: RunState) -> None:
+        """Refuse a state this agent did not save (or could not have saved).
+
+        Raises:
+            StateMismatchError: Naming the part that differs.
+        """
+        if state.agent != self.name:
+            raise StateMismatchError(
+                "agent", f"the state is of agent {state.agent!r}, not {self.name!r}"
+            )
+        mine = self._parts.fingerprint()
+        for part in sorted(set(mine) | set(state.fingerprint)):
+            if mine.get(part) != state.fingerprint.get(part):
+                raise StateMismatchError(
+                    part,
+                    f"agent {self.name!r} has another {part} than the agent that saved the "
+                    f"state ({_PART_HINTS.get(part, part)}); resume it with the same "
+                    f"definition",
+                )
+
+    def _fingerprint(self) -> dict[str, str]:
+        """Digests of what a resuming agent must share with the saving one (computed once)."""
+        parts = self._parts
+        output: object
+        if self.output is None or self.output is str:
+            output = "text"
+        elif _is_type_form(self.output):
+            output = parts.contract.instructions(parts.templates)
+        else:
+            output = _qualified(self.output)
+        tools = [
+            [tool.name, tool.description, definition.parameters, tool.requires_approval]
+            for tool, definition in zip(
+                parts.toolbox.tools.values(), parts.toolbox.definitions, strict=True
+            )
+        ]
+        instructions = self.instructions
+        return {
+            "output": digest([output, [_qualified(v) for v in self.validators],
+                              dict(self.parser_kwargs or {})]),
+            "tools": digest([tools, None if self.approval is None else _qualified(self.approval)]),
+            "prompts": digest([self.prompt, dict(self.prompts), instructions
+                               if instructions is None or isinstance(instructions, str)
+                               else _qualified(instructions)]),
+            "protocol": digest(self.protocol),
+        }  # fmt: skip
 
     def start(
         self,
@@ -488,7 +686,7 @@ class SubAgent(Generic[OutputT]):
         options = self._options(**given)
         # stacklevel 3: the line that called start() / stream()
         self._warn_if_tools_unused(options.max_turns, stacklevel=3)
-        opening, parts = self._opening(context, messages)
+        opening, parts = self._opening(context, messages, options)
         return AgentRun(parts, options, opening, stream=stream)
 
     def run_sync(
@@ -531,6 +729,8 @@ class SubAgent(Generic[OutputT]):
         description: str | None = None,
         parameters: type[BaseModel] | Mapping[str, Any] | None = None,
         max_depth: int = 3,
+        deps: Any = _PASS_DOWN,
+        requires_approval: bool = False,
     ) -> Tool:
         """This agent as a tool of another agent.
 
@@ -551,13 +751,27 @@ class SubAgent(Generic[OutputT]):
                 their types. Default: the prompt's top-level variables, as strings.
             max_depth: How deep agents may nest below the top-level run. A call that would
                 start this agent deeper is refused with a tool error the parent sees.
+            deps: The deps this agent's runs take. Default: the calling run's deps, passed
+                down as they are.
+            requires_approval: Calls of this tool need approval in the parent's run (see
+                :class:`Tool`).
 
         Raises:
             ConfigurationError: ``parameters`` leaves out a variable the prompt needs,
                 ``max_depth`` is not an int >= 1, or the tool's name (the agent's, when
                 ``name`` is not given) is not a valid tool name: the message suggests one.
+                Also when this agent asks for approval of its own tool calls: a child run
+                cannot pause inside its parent's tool call (see ``docs/durable.md``).
         """
         check_int("max_depth", max_depth, 1)
+        if self._parts.approval is not None:
+            raise ConfigurationError(
+                "approval",
+                f"agent {self.name!r} asks for approval of tool calls, so it cannot be "
+                f"another agent's tool: its run would pause inside the parent's tool call, "
+                f"which a saved state cannot resume; give the approval to the parent "
+                f"instead (as_tool(requires_approval=True), or the parent's approval policy)",
+            )
         named = self.name if name is None else name
         if not isinstance(named, str) or not _TOOL_NAME.match(named):
             whose = f"agent {self.name!r}" if name is None else f"{name!r}"
@@ -571,7 +785,7 @@ class SubAgent(Generic[OutputT]):
         signature, model = _tool_signature(self._task.variables(), parameters)
         agent = self
 
-        async def call(**arguments: Any) -> ToolOutput:
+        async def call(run: RunContext[Any], /, **arguments: Any) -> ToolOutput:
             depth = current_depth() + 1
             if depth > max_depth:
                 raise NestedRunError(
@@ -583,7 +797,7 @@ class SubAgent(Generic[OutputT]):
             )
             started = time.perf_counter()
             try:
-                step = await agent.run(context)
+                step = await agent.run(context, deps=run.deps if deps is _PASS_DOWN else deps)
             except Exception as exc:  # a bug below; its turns (and tokens) stay counted
                 message = f"agent {agent.name!r} raised {type(exc).__name__}: {exc}"
                 failed = build_step(
@@ -602,12 +816,21 @@ class SubAgent(Generic[OutputT]):
                 )
             return ToolOutput(step.output, step=step)
 
-        call.__signature__ = signature  # type: ignore[attr-defined]
+        # The run's context first (passed by the calling run, never in the schema; named so
+        # that no prompt variable clashes with it), then the tool's arguments.
+        context_parameter = inspect.Parameter(
+            "_subagent_run", inspect.Parameter.POSITIONAL_ONLY, annotation=RunContext
+        )
+        call.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=[context_parameter, *signature.parameters.values()]
+        )
         call.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+        call.__annotations__["_subagent_run"] = RunContext
         return Tool(
             call,
             name=name or self.name,
             description=description or self.description or f"Delegate to the {self.name} agent.",
+            requires_approval=requires_approval,
         )
 
     # --- per run ---
@@ -626,6 +849,9 @@ class SubAgent(Generic[OutputT]):
         tracer_provider: TracerProvider | None = None,
         on_event: EventHandler | None = None,
         on_text: Callable[[str], object] | None = None,
+        deps: Any = None,
+        usage_limits: UsageLimits | None = None,
+        on_state: Callable[[RunState], object] | None = None,
     ) -> RunOptions:
         parent_llm, parent_provider = current_run_model()
         # The agent's own model was checked when it was built (a spec string is an LLMSpec).
@@ -640,6 +866,11 @@ class SubAgent(Generic[OutputT]):
             raise ConfigurationError("retry_policy", f"must be a RetryPolicy, got {retry_policy!r}")
         check_callback("on_event", on_event)
         check_callback("on_text", on_text)
+        if deps is not None or self.deps_type is not None:
+            self._check_deps(deps)
+        if usage_limits is not None:
+            _check_limits("usage_limits", usage_limits)
+        check_callback("on_state", on_state)
         return RunOptions(
             llm=model,
             max_turns=self.max_turns if max_turns is None else check_int("max_turns", max_turns, 1),
@@ -663,7 +894,37 @@ class SubAgent(Generic[OutputT]):
             tracer_provider=tracer_provider or parent_provider,
             on_event=on_event,
             on_text=on_text,
+            deps=deps,
+            usage_limits=self.usage_limits if usage_limits is None else usage_limits,
+            on_state=on_state,
         )
+
+    def _check_deps(self, deps: object) -> None:
+        """Refuse a run without the deps the agent declared, or with deps of another type.
+
+        Raises:
+            ConfigurationError: Naming the agent, the type and what was given.
+        """
+        expected = self.deps_type
+        if expected is None:
+            return
+        if deps is None:
+            raise ConfigurationError(
+                "deps",
+                f"agent {self.name!r} declares deps_type={_type_name(expected)}: pass "
+                f"deps= to the run",
+            )
+        if isinstance(expected, type):
+            try:
+                fits = isinstance(deps, expected)
+            except TypeError:  # a Protocol that is not runtime-checkable: not checked
+                fits = True
+            if not fits:
+                raise ConfigurationError(
+                    "deps",
+                    f"agent {self.name!r} declares deps_type={_type_name(expected)}, got "
+                    f"{_article(type(deps).__name__)} instance",
+                )
 
     def _warn_if_tools_unused(self, max_turns: object, stacklevel: int) -> None:
         """Warn, once per agent, of a run whose tools can never be offered (max_turns=1)."""
@@ -684,12 +945,13 @@ class SubAgent(Generic[OutputT]):
         self,
         context: Mapping[str, Any] | BaseModel | None,
         messages: Sequence[Message | Mapping[str, Any]] | str | None,
+        options: RunOptions | None = None,
     ) -> tuple[list[Message], AgentParts]:
         parts = self._parts if self._sources is None else self._sources.parts()
         if callable(self.instructions):
             # The system prompt of this run: the runtime's, then the agent's instructions
             # (then, below, any system text the caller's messages bring).
-            extra = self._run_instructions(context)
+            extra = self._run_instructions(context, options)
             if extra:
                 parts = dataclasses.replace(
                     parts,
@@ -698,10 +960,20 @@ class SubAgent(Generic[OutputT]):
                 )
         return self._opening_as_given(context, messages, parts)
 
-    def _run_instructions(self, context: Mapping[str, Any] | BaseModel | None) -> str:
-        """The text of ``instructions=`` for one run, from its context."""
-        function = cast(Callable[[Mapping[str, Any]], object], self.instructions)
-        text = function(_values(context))
+    def _run_instructions(
+        self, context: Mapping[str, Any] | BaseModel | None, options: RunOptions | None
+    ) -> str:
+        """The text of ``instructions=`` for one run, from its context (and its deps)."""
+        function = cast(Callable[..., object], self.instructions)
+        if takes_run_context(function):
+            max_turns = self.max_turns if options is None else options.max_turns
+            phase = "normal" if max_turns > 1 else "must_return"
+            deps = None if options is None else options.deps
+            run = RunContext(deps=deps, agent=self.name, turn=0, phase=phase,
+                             depth=current_depth() + 1)  # fmt: skip
+            text = function(run, _values(context))
+        else:
+            text = function(_values(context))
         if not isinstance(text, str):
             raise ConfigurationError(
                 "instructions",
@@ -742,6 +1014,94 @@ class SubAgent(Generic[OutputT]):
                 "prompt", f"agent {self.name!r} has an empty prompt and no messages were given"
             )
         return [user_message(self._task.render(values).strip())], parts
+
+
+def _check_limits(name: str, value: object) -> None:
+    if value is not None and not isinstance(value, UsageLimits):
+        raise ConfigurationError(name, f"must be a UsageLimits or None, got {value!r}")
+
+
+def _type_name(kind: object) -> str:
+    return getattr(kind, "__name__", None) or repr(kind)
+
+
+_PART_HINTS = {
+    "output": "output type or parser, validators, parser_kwargs",
+    "tools": "tool names, descriptions, schemas, which need approval, the approval policy",
+    "prompts": "the task prompt, template overrides, instructions",
+    "protocol": "native or react",
+}
+
+
+def _qualified(value: object) -> str:
+    """A function's or type's module and qualified name (its identity across processes)."""
+    module = getattr(value, "__module__", "") or ""
+    name = getattr(value, "__qualname__", None) or repr(value)
+    return f"{module}.{name}"
+
+
+def _approval_check(
+    tools: Mapping[str, Tool], policy: Callable[[str, Mapping[str, Any]], bool] | None
+) -> Callable[[ToolCall], bool] | None:
+    """Whether a call needs approval: ``None`` when no call of the agent ever does."""
+    needing = frozenset(name for name, tool in tools.items() if tool.requires_approval)
+    if not needing and policy is None:
+        return None
+
+    def needs_approval(call: ToolCall) -> bool:
+        if call.name in needing:
+            return True
+        if policy is None or call.name not in tools:  # an unknown tool never runs
+            return False
+        arguments = call.arguments if isinstance(call.arguments, dict) else {}
+        return bool(policy(call.name, arguments))
+
+    return needs_approval
+
+
+def _checked_decisions(
+    state: RunState, decisions: Mapping[str, Decision | bool] | None
+) -> dict[str, Decision]:
+    """The decisions for a paused state's waiting calls, each one checked.
+
+    Raises:
+        ConfigurationError: One is missing, names no waiting call, is not a decision, or
+            decisions were given for a state that is not paused.
+    """
+    given = dict(decisions or {})
+    pending = state.pending
+    if pending is None:
+        if given:
+            raise ConfigurationError(
+                "decisions", f"the state is not paused (phase {state.phase!r}): it takes none"
+            )
+        return {}
+    waiting = {call.id: call for call in pending.waiting}
+    unknown = sorted(set(given) - set(waiting))
+    if unknown:
+        raise ConfigurationError(
+            "decisions", f"no call waiting for approval has the id(s) {unknown}; the waiting "
+            f"calls: {sorted(waiting)}"
+        )  # fmt: skip
+    checked: dict[str, Decision] = {}
+    for call_id, call in waiting.items():
+        if call_id not in given:
+            raise ConfigurationError(
+                "decisions", f"call {call_id!r} ({call.name}) needs a decision: "
+                f"Decision.approve(), Decision.deny(reason) or Decision.edit(arguments)"
+            )  # fmt: skip
+        decision = given[call_id]
+        if decision is True:
+            decision = Decision.approve()
+        elif decision is False:
+            decision = Decision.deny()
+        if not isinstance(decision, Decision):
+            raise ConfigurationError(
+                "decisions", f"the decision for call {call_id!r} must be a Decision or a "
+                f"bool, got {decision!r}"
+            )  # fmt: skip
+        checked[call_id] = decision
+    return checked
 
 
 class _SourcedParts:

@@ -99,6 +99,24 @@ class Conversation:
         self._end_streak()
         self._history.extend(messages)
 
+    def snapshot(self) -> tuple[list[Message], list[Message], int]:
+        """(the kept history, the latest failed attempt, messages collapsed so far): copies."""
+        return list(self._history), list(self._latest_failure), self._collapsed
+
+    @classmethod
+    def restore(
+        cls,
+        policy: ContextPolicy,
+        history: Iterable[Message],
+        latest_failure: Iterable[Message],
+        collapsed: int,
+    ) -> Conversation:
+        """The conversation a :meth:`snapshot` was taken of."""
+        conversation = cls(policy, history)
+        conversation._latest_failure = tuple(latest_failure)
+        conversation._collapsed = collapsed
+        return conversation
+
     def _end_streak(self) -> None:
         self._history.extend(self._latest_failure)
         self._latest_failure = ()

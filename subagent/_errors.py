@@ -31,7 +31,9 @@ __all__ = [
     "MissingVariableError",
     "ParserContractError",
     "RunFailedError",
+    "RunPausedError",
     "ScriptExhaustedError",
+    "StateMismatchError",
     "SubAgentError",
     "TemplateError",
     "blame_callback",
@@ -205,6 +207,36 @@ class RunFailedError(SubAgentError):
         super().__init__(f"run failed ({failure.reason.value}): {failure.message}")
         self.step = step
         self.reason = failure.reason
+
+
+class RunPausedError(SubAgentError):
+    """Raised by :meth:`Step.raise_for_failure` for a run that paused for approval.
+
+    Attributes:
+        step: The paused Step; ``step.state`` is what to resume from.
+    """
+
+    def __init__(self, step: Step[Any]):
+        state = step.state
+        waiting = len(state.pending.needs_approval) if state and state.pending else 0
+        super().__init__(
+            f"run paused: {waiting} tool call(s) await approval; resume it with "
+            f"agent.resume(step.state, decisions)"
+        )
+        self.step = step
+
+
+class StateMismatchError(SubAgentError):
+    """A saved :class:`~subagent.RunState` does not fit the agent asked to resume it.
+
+    Attributes:
+        part: What differs: ``version``, ``agent``, ``output``, ``tools``, ``prompts``,
+            ``protocol``.
+    """
+
+    def __init__(self, part: str, message: str):
+        super().__init__(f"cannot resume this state: {part} differs: {message}")
+        self.part = part
 
 
 class ScriptExhaustedError(SubAgentError):

@@ -50,6 +50,7 @@ class Phase(StrEnum):
     RETRY = "retry"
     DONE = "done"
     FAILED = "failed"
+    PAUSED = "paused"
 
 
 class Trigger(StrEnum):
@@ -60,7 +61,11 @@ class Trigger(StrEnum):
     an error, an invalid return, a cut-off reply or a refused tool call. ``LLM_FAILED``: a
     call that failed for good (non-retryable, or its retries spent). ``TIMED_OUT``: a call
     that kept timing out, or the mission timeout. ``STOPPED``: the run was stopped from
-    outside.
+    outside. ``NEEDS_APPROVAL``: a reply in ``normal`` called a tool that needs approval;
+    the run pauses before running any call, spending nothing. ``RESUMED``: the decisions
+    came; the paused turn goes on in ``normal`` (its tool calls run, then it spends its
+    work turn as any tool turn does). ``LIMIT_REACHED``: a usage limit (tokens, tool calls,
+    cost) was reached before a call, or crossed by a reply or by the tool calls it asked for.
     """
 
     RETURNED = "returned"
@@ -70,9 +75,15 @@ class Trigger(StrEnum):
     LLM_FAILED = "llm_failed"
     TIMED_OUT = "timed_out"
     STOPPED = "stopped"
+    NEEDS_APPROVAL = "needs_approval"
+    RESUMED = "resumed"
+    LIMIT_REACHED = "limit_reached"
 
 
 ACTIVE_PHASES = (Phase.NORMAL, Phase.MUST_RETURN, Phase.RETRY)
+# The phases a run's call returns in: done and failed end the run; paused ends this part of
+# it (resume() goes on from there).
+_ENDS_A_RUN = frozenset({Phase.DONE.value, Phase.FAILED.value, Phase.PAUSED.value})
 _PHASE_OF = {phase.value: phase for phase in Phase}
 
 
@@ -109,8 +120,8 @@ class Budget:
 
     @property
     def active(self) -> bool:
-        """Whether another turn will be taken."""
-        return self.state not in (Phase.DONE, Phase.FAILED)
+        """Whether another turn will be taken (not in ``done``, ``failed`` or ``paused``)."""
+        return self.state not in _ENDS_A_RUN
 
     def left_after_turn(self) -> tuple[int, int]:
         """(work, retries) left once the current turn is spent, whatever it came to.
@@ -216,6 +227,14 @@ def _rows() -> tuple[Row, ...]:
         Row(Trigger.MISSED, Phase.RETRY, Phase.FAILED, None, (_spend_retry,),
             FailReason.BUDGET_EXHAUSTED, "miss [retries-1 == 0] / budget_exhausted"),
     ]  # fmt: skip
+    # Approval: tools are offered in normal only, so only a normal turn can pause. The
+    # pause spends nothing; the resumed turn is then a tool turn of normal like any other.
+    rows += [
+        Row(Trigger.NEEDS_APPROVAL, Phase.NORMAL, Phase.PAUSED,
+            label="calls a tool needing approval / spends nothing"),
+        Row(Trigger.RESUMED, Phase.PAUSED, Phase.NORMAL,
+            label="resume(state, decisions) / spends nothing"),
+    ]  # fmt: skip
     for trigger, reason in (
         (Trigger.LLM_FAILED, FailReason.LLM_ERROR),
         (Trigger.TIMED_OUT, FailReason.TIMEOUT),
@@ -224,7 +243,17 @@ def _rows() -> tuple[Row, ...]:
         for phase in ACTIVE_PHASES:
             rows.append(Row(trigger, phase, Phase.FAILED, None, _spends(phase), reason,
                             _ABORTED))  # fmt: skip
+    rows += _limit_rows()
     return tuple(rows)
+
+
+def _limit_rows() -> list[Row]:
+    """A usage limit reached ends the run from any active phase, like an abort."""
+    return [
+        Row(Trigger.LIMIT_REACHED, phase, Phase.FAILED, None, _spends(phase),
+            FailReason.USAGE_LIMIT, "usage limit reached / usage_limit")
+        for phase in ACTIVE_PHASES
+    ]  # fmt: skip
 
 
 TABLE: tuple[Row, ...] = _rows()
@@ -323,5 +352,9 @@ def mermaid_chart() -> str:
         if key not in seen:
             seen.add(key)
             lines.append(f"    {row.source.value} --> {row.dest.value}: {row.label}")
-    lines += ["    done --> [*]", "    failed --> [*]"]
+    lines += [
+        "    done --> [*]",
+        "    failed --> [*]",
+        "    paused --> [*]: the run returns, paused",
+    ]
     return "\n".join(lines) + "\n"

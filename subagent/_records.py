@@ -14,7 +14,8 @@ from typing import Annotated, Any, Generic, Self, TypeVar, cast
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field
 from pydantic_core import PydanticSerializationError
 
-from subagent._errors import ErrorKind, RunFailedError
+from subagent._errors import ErrorKind, RunFailedError, RunPausedError
+from subagent._state import Decision, PendingCalls, RunState
 from subagent._text import scrub_surrogates
 from subagent.llm import Message, StopReason, ToolCall, TransportRetry, Usage
 
@@ -48,7 +49,9 @@ class FailReason(StrEnum):
     other runs go on; a single ``run()`` raises instead. ``worker_lost``: a run of a batch
     on Ray (``subagent.ray``) that never finished because the worker process running it
     died (killed, out of memory, its node lost) and was not resubmitted; running it again
-    may succeed, so its Step is ``retryable``.
+    may succeed, so its Step is ``retryable``. ``usage_limit``: the run (or its batch,
+    or an agent that ran it as a tool) reached one of its :class:`~subagent.UsageLimits`;
+    not ``retryable``: the same run would spend the same.
     """
 
     BUDGET_EXHAUSTED = "budget_exhausted"
@@ -58,6 +61,7 @@ class FailReason(StrEnum):
     CANCELLED = "cancelled"
     ERROR = "error"
     WORKER_LOST = "worker_lost"
+    USAGE_LIMIT = "usage_limit"
 
 
 class TurnType(StrEnum):
@@ -73,13 +77,16 @@ class TurnOutcome(StrEnum):
 
     ``continue``: a tool turn that went through; ``success``: a valid return; ``error``: an
     invalid return, a refused or failed tool call, or a cut-off reply (fed back as feedback);
-    ``fail``: the run ended here (explicit fail or an LLM error).
+    ``fail``: the run ended here (explicit fail or an LLM error); ``paused``: the reply
+    called a tool that needs approval, and the run paused before running any call (the
+    turn is completed, with its own outcome, when the run resumes).
     """
 
     CONTINUE = "continue"
     SUCCESS = "success"
     ERROR = "error"
     FAIL = "fail"
+    PAUSED = "paused"
 
 
 class ToolResult(BaseModel):
@@ -152,6 +159,9 @@ class Turn(BaseModel):
         retries_remaining: Correction turns left after this turn.
         transport_retries: Failed calls repeated within this turn.
         duration_s: Wall-clock seconds of the whole turn.
+        decisions: What was decided about the calls that needed approval, by call id
+            (``tool_calls`` keep the model's own arguments; an edited call ran with the
+            decision's).
     """
 
     index: int
@@ -175,6 +185,7 @@ class Turn(BaseModel):
     retries_remaining: int = 0
     transport_retries: list[TransportRetry] = Field(default_factory=list)
     duration_s: float = 0.0
+    decisions: dict[str, Decision] = Field(default_factory=dict)
 
 
 RETRYABLE_KINDS: frozenset[ErrorKind] = frozenset(
@@ -295,6 +306,9 @@ class Step(BaseModel, Generic[OutputT]):
         max_turns: The work budget the run had.
         return_retries: The correction budget the run had.
         duration_s: Wall-clock seconds of the run.
+        state: Set only when the run paused for approval of tool calls: the state to
+            resume from (``SubAgent.resume(step.state, decisions)``), its pending calls in
+            ``state.pending``. A paused run is neither ``ok`` nor failed.
     """
 
     agent: str
@@ -304,12 +318,24 @@ class Step(BaseModel, Generic[OutputT]):
     max_turns: int
     return_retries: int
     duration_s: float = 0.0
+    state: RunState | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def ok(self) -> bool:
-        """Whether the run produced a valid output."""
-        return self.failure is None
+        """Whether the run produced a valid output (not when it failed or paused)."""
+        return self.failure is None and self.state is None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def paused(self) -> bool:
+        """Whether the run paused, waiting for decisions about tool calls (see ``state``)."""
+        return self.state is not None
+
+    @property
+    def pending(self) -> PendingCalls | None:
+        """The calls a paused run waits on (``None`` unless paused)."""
+        return None if self.state is None else self.state.pending
 
     # Derived from the turns: computed on first use (and serialized), never stored twice.
     @computed_field  # type: ignore[prop-decorator]
@@ -377,9 +403,12 @@ class Step(BaseModel, Generic[OutputT]):
 
         Raises:
             RunFailedError: The run failed; the error carries this step.
+            RunPausedError: The run paused for approval; the error carries this step.
         """
         if self.failure is not None:
             raise RunFailedError(self)
+        if self.state is not None:
+            raise RunPausedError(self)
         return self
 
     def output_or_raise(self) -> OutputT:
@@ -390,19 +419,24 @@ class Step(BaseModel, Generic[OutputT]):
 
         Raises:
             RunFailedError: The run failed; the error carries this step.
+            RunPausedError: The run paused for approval; the error carries this step.
         """
         if self.failure is not None:
             raise RunFailedError(self)
+        if self.state is not None:
+            raise RunPausedError(self)
         return cast(OutputT, self.output)
 
     def summary(self) -> str:
         """A one-line description, e.g. ``done in 3 turns (normal, must_return, retry)``."""
         types = ", ".join(turn.type.value for turn in self.turns)
-        head = (
-            "done"
-            if self.failure is None
-            else f"failed ({self.failure.reason.value}: {self.failure.message})"
-        )
+        if self.failure is not None:
+            head = f"failed ({self.failure.reason.value}: {self.failure.message})"
+        elif self.state is not None:
+            waiting = len(self.state.pending.needs_approval) if self.state.pending else 0
+            head = f"paused ({waiting} call(s) awaiting approval)"
+        else:
+            head = "done"
         extra = ""
         cut = self.stop_reasons.get(StopReason.LENGTH.value, 0)
         if cut:
@@ -470,16 +504,21 @@ def build_step(
     max_turns: int,
     return_retries: int,
     duration_s: float,
+    state: RunState | None = None,
 ) -> Step[Any]:
-    """Assemble a :class:`Step` from the parts of a finished run."""
+    """Assemble a :class:`Step` from the parts of a finished (or paused) run."""
     return trusted(_ANY_STEP, _STEP_FIELDS, {
         "agent": agent, "output": output, "failure": failure, "turns": turns,
         "max_turns": max_turns, "return_retries": return_retries, "duration_s": duration_s,
+        "state": state,
     })  # fmt: skip
 
 
 # ToolResult refers to Step (an agent run as a tool), which is defined after it.
 ToolResult.model_rebuild()
 Turn.model_rebuild()
+# RunState (in _state, below this module) names Turn by forward reference.
+RunState.model_rebuild(_types_namespace={"Turn": Turn})
+Step.model_rebuild(force=True)
 _ANY_STEP = Step[Any]
 _STEP_FIELDS = set(Step.model_fields)

@@ -11,6 +11,7 @@ through the run's :class:`~subagent.observe.Observer`, scope by scope.
 from __future__ import annotations
 
 import contextvars
+import inspect
 import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -20,8 +21,17 @@ from typing import Any
 import anyio
 from opentelemetry.trace import TracerProvider
 
+from subagent._context import RunContext
 from subagent._conversation import ContextPolicy, Conversation, with_notice
-from subagent._errors import ErrorKind, LLMContractError, LLMError, SubAgentError, callback_error
+from subagent._errors import (
+    ErrorKind,
+    LLMContractError,
+    LLMError,
+    SubAgentError,
+    blame_callback,
+    callback_error,
+)
+from subagent._limits import Ledger, RunLimits, UsageLimits, ledgers_in_scope, run_limits
 from subagent._phases import Budget, Phase, Trigger, advance
 from subagent._records import (
     Failure,
@@ -34,8 +44,9 @@ from subagent._records import (
     trusted,
     user_message,
 )
+from subagent._state import STATE_VERSION, Decision, PendingCalls, RunState
 from subagent._templates import TemplateSet
-from subagent._text import scrub_surrogates
+from subagent._text import fence, scrub_surrogates
 from subagent.llm import (
     LLM,
     LLMRequest,
@@ -59,7 +70,11 @@ from subagent.observe import (
     EventQueue,
     Observer,
     TurnScope,
+    continuing_trace,
+    current_traceparent,
+    mark_resumed,
     observer_for_run,
+    refuse_awaitable,
 )
 from subagent.parsers import OutputContract, ParseResult, detect_explicit_fail, run_validators
 from subagent.protocols import ReplyProtocol
@@ -82,9 +97,15 @@ class AgentParts:
     validators: Sequence[Any]
     system_with_tools: Message
     system_without_tools: Message
+    # Whether a call needs approval before it runs (None: no tool of the agent does).
+    approval: Callable[[ToolCall], bool] | None = None
+    # What must match between the agent that saved a RunState and the one resuming it.
+    fingerprint: Callable[[], dict[str, str]] = dict
     # Immutable records every run of the agent would otherwise build again (bounded).
     _turn_infos: dict[tuple[int, TurnType], TurnInfo] = field(default_factory=dict)
     _notices: dict[str, Message] = field(default_factory=dict)
+    # Whether a validator takes a RunContext: the run builds one for validators only then.
+    validators_take_context: bool = False
 
     def turn_info(self, index: int, turn_type: TurnType) -> TurnInfo:
         """The (shared, frozen) :class:`TurnInfo` of turn ``index`` of this agent."""
@@ -121,6 +142,11 @@ class RunOptions:
     tracer_provider: TracerProvider | None
     on_event: EventHandler | None
     on_text: Callable[[str], object] | None = None
+    # The caller's deps: handed to tools and validators in a RunContext, never recorded.
+    deps: Any = field(default=None, repr=False)
+    usage_limits: UsageLimits | None = None
+    # Called with the run's state after each turn that leaves it active or paused.
+    on_state: Callable[[RunState], object] | None = None
 
 
 @dataclass(slots=True)
@@ -138,6 +164,7 @@ class _Verdict:
     note: str | None = None  # feedback after a tool turn (an invalid final tool answer)
     calls: list[ToolCall] | None = None  # the calls the reply asked for, with their ids
     summary: str | None = None  # the error without text of the reply (else from error_type)
+    waiting: list[str] | None = None  # the ids of calls that need approval (a pause)
 
 
 # The run in progress in this task: its model, tracer provider and nesting depth, so an
@@ -167,36 +194,47 @@ def execute_run(
     *,
     stop: anyio.CancelScope | None = None,
     events: EventQueue | None = None,
+    state: RunState | None = None,
+    decisions: Mapping[str, Decision] | None = None,
 ) -> Coroutine[Any, Any, Step[Any]]:
-    """The run of the agent to ``done`` or ``failed``: await it for its :class:`Step`.
+    """The run of the agent to ``done``, ``failed`` or ``paused``: await it for its Step.
 
     Args:
         parts: The agent's prepared parts.
         options: The run's options.
-        opening: The task's messages.
+        opening: The task's messages (unused when ``state`` is given).
         stop: Cancelling this scope stops the run: it ends ``failed(cancelled)`` with the
             turns taken so far.
         events: Where the run's events go (``SubAgent.stream()``).
+        state: Go on from this saved state instead of starting (checked by the caller).
+        decisions: For a paused state: the decision about each call that needs one.
     """
     # A plain function returning the run's coroutine: one coroutine less per run in flight.
-    return _Run(parts, options, opening, stop, events).execute()
+    return _Run(parts, options, opening, stop, events, state, decisions).execute()
 
 
 class _Run:
     __slots__ = (
         "_budget",
         "_conversation",
+        "_decisions",
         "_depth",
+        "_elapsed",
         "_extras",
         "_failure",
         "_in_flight",
+        "_limits",
         "_observer",
         "_options",
         "_output",
         "_parts",
+        "_pending",
+        "_reply_usage",
+        "_resumed",
         "_retries",
         "_started",
         "_stop",
+        "_traceparent",
         "_turns",
     )  # fmt: skip
 
@@ -207,15 +245,36 @@ class _Run:
         opening: list[Message],
         stop: anyio.CancelScope | None = None,
         events: EventQueue | None = None,
+        state: RunState | None = None,
+        decisions: Mapping[str, Decision] | None = None,
     ):
         self._parts = parts
         self._options = options
         self._stop = stop
-        self._budget = Budget.start(options.max_turns, options.return_retries)
-        if self._budget.phase is Phase.MUST_RETURN:
-            opening = with_notice(opening, parts.notice(self._must_return_warning()))
-        self._conversation = Conversation(options.context_policy, opening)
-        self._turns: list[Turn] = []
+        # What a saved state brings (see _state.py); a fresh run has none of it.
+        self._resumed = state is not None
+        self._pending: PendingCalls | None = None
+        self._decisions = decisions
+        self._elapsed = 0.0
+        self._traceparent: str | None = None
+        if state is None:
+            self._budget = Budget.start(options.max_turns, options.return_retries)
+            if self._budget.phase is Phase.MUST_RETURN:
+                opening = with_notice(opening, parts.notice(self._must_return_warning()))
+            self._conversation = Conversation(options.context_policy, opening)
+            self._turns: list[Turn] = []
+        else:
+            self._budget = Budget(state.phase, state.work_remaining, state.retries_remaining,
+                                  state.retry_total)  # fmt: skip
+            self._conversation = Conversation.restore(
+                state.context_policy, state.history, state.latest_failure, state.collapsed
+            )
+            self._turns = list(state.turns)
+            self._pending = state.pending
+            if self._pending is not None:  # the decisions are given: the turn goes on
+                advance(self._budget, Trigger.RESUMED)
+            self._elapsed = state.elapsed_s
+            self._traceparent = state.traceparent
         self._output: Any = None
         self._failure: Failure | None = None
         self._observer: Observer = observer_for_run(
@@ -230,15 +289,28 @@ class _Run:
         # The calls of the tool turn under way and what has come back, for the record of a
         # turn cut short.
         self._in_flight: tuple[list[ToolCall], list[ToolRun | None]] | None = None
+        # The usage limits this run checks (its own and those of its callers and batch).
+        self._limits: RunLimits | None = (
+            None
+            if options.usage_limits is None and not _LEDGERS.get()
+            else run_limits(options.usage_limits, parts.name, options.llm)
+        )
+        self._reply_usage = _NO_USAGE  # the turn under way's reply, for a RunContext
 
     # --- the loop ---
 
     async def execute(self) -> Step[Any]:
         self._started = time.perf_counter()
         options = self._options
-        with self._observer.run(
-            options.max_turns, options.return_retries, self._budget.state
-        ) as run:
+        # A resumed run continues its original trace: its span is a child of the first's.
+        with (
+            continuing_trace(self._traceparent if self._resumed else None),
+            self._observer.run(
+                options.max_turns, options.return_retries, self._budget.state
+            ) as run,
+        ):
+            if self._resumed:
+                mark_resumed()
             try:
                 if options.mission_timeout is None and self._stop is None:
                     budget = self._budget
@@ -254,6 +326,7 @@ class _Run:
                 if error is None or error is exc:
                     raise
                 raise error from None  # alone, not inside a task group's ExceptionGroup
+            paused = self._budget.state == Phase.PAUSED
             step = build_step(
                 agent=self._parts.name,
                 output=self._output,
@@ -261,7 +334,8 @@ class _Run:
                 turns=self._turns,
                 max_turns=options.max_turns,
                 return_retries=options.return_retries,
-                duration_s=time.perf_counter() - self._started,
+                duration_s=self._elapsed + time.perf_counter() - self._started,
+                state=self.snapshot() if paused else None,
             )
             try:
                 run.finished(step)
@@ -308,6 +382,11 @@ class _Run:
     # --- one turn ---
 
     async def _take_turn(self) -> None:
+        if self._pending is not None:  # a paused turn, its decisions given
+            await self._resume_turn(self._pending)
+            return
+        if self._limits is not None and self._limit_reached():
+            return
         budget = self._budget
         phase = budget.phase
         turn_type = _TURN_TYPE[phase]
@@ -360,7 +439,8 @@ class _Run:
                 except LLMError as exc:
                     verdict = self._llm_failure(exc)
                 else:
-                    verdict = await self._judge(response, index)
+                    over = None if self._limits is None else self._over_limit(response)
+                    verdict = over or await self._judge(response, index)
             except anyio.get_cancelled_exc_class():
                 self._record(observed, Turn(
                     index=index, type=turn_type, outcome=TurnOutcome.FAIL,
@@ -423,7 +503,119 @@ class _Run:
                 "work_remaining": budget.work_remaining,
                 "retries_remaining": budget.retries_remaining,
                 "transport_retries": sink.retries, "duration_s": time.perf_counter() - started,
+                "decisions": {},
             }))  # fmt: skip
+        if options.on_state is not None and budget.state not in _FINAL:
+            self._tell_state(options.on_state)
+
+    # --- a paused turn, resumed ---
+
+    async def _resume_turn(self, pending: PendingCalls) -> None:
+        """Finish the turn that paused: run its calls as decided, then move on.
+
+        The turn goes on as any tool turn does (the table's ``used_tools`` rows); the pause
+        itself spent nothing.
+        """
+        self._pending = None
+        paused = self._turns.pop()  # the paused turn's record, completed here
+        budget = self._budget
+        parts = self._parts
+        decisions = dict(self._decisions or {})
+        index = paused.index
+        offered = len(parts.toolbox.definitions) if parts.protocol.native_tools else 0
+        started = time.perf_counter() - paused.duration_s
+        response = pending.response
+        with self._observer.turn(
+            index, TurnType.NORMAL, budget.work_remaining, budget.retries_remaining, None, None,
+            offered, paused.messages_sent, paused.messages_collapsed,
+        ) as observed:  # fmt: skip
+            calls, preset = self._decided(pending, decisions)
+            try:
+                verdict = await self._run_tools(response, calls, preset)
+                verdict.calls = list(pending.calls)  # the record keeps the model's arguments
+                feedback = self._apply(verdict, response)
+            except anyio.get_cancelled_exc_class():
+                self._record(observed, paused.model_copy(update={
+                    "outcome": TurnOutcome.FAIL, "phase_after": Phase.NORMAL.value,
+                    "tool_results": self._interrupted_results(),
+                    "error": "cancelled before the turn completed", "error_type": "cancelled",
+                    "error_summary": "cancelled before the turn completed",
+                    "work_remaining": budget.left_after_turn()[0],
+                    "duration_s": time.perf_counter() - started, "decisions": decisions,
+                }))  # fmt: skip
+                raise
+            except SubAgentError as exc:
+                self._record(observed, self._broken_turn(
+                    index, TurnType.NORMAL, Phase.NORMAL, response, None, exc,
+                    paused.messages_sent, paused.messages_collapsed, started,
+                ))  # fmt: skip
+                raise
+            error = verdict.error
+            self._record(observed, paused.model_copy(update={
+                "outcome": verdict.outcome, "phase_after": budget.state,
+                "tool_calls": verdict.calls, "tool_results": list(verdict.tool_results),
+                "error": None if error is None else scrub_surrogates(error),
+                "error_type": verdict.error_type,
+                "error_summary": None if error is None else _summary(verdict),
+                "feedback": None if feedback is None else scrub_surrogates(feedback),
+                "work_remaining": budget.work_remaining,
+                "retries_remaining": budget.retries_remaining,
+                "duration_s": time.perf_counter() - started, "decisions": decisions,
+            }))  # fmt: skip
+        if self._options.on_state is not None and budget.state not in _FINAL:
+            self._tell_state(self._options.on_state)
+
+    def _tell_state(self, on_state: Callable[[RunState], object]) -> None:
+        """Hand the state to ``on_state``; its exception ends the run, raised as it is."""
+        try:
+            returned = on_state(self.snapshot())
+        except Exception as exc:
+            blame_callback(exc, "on_state")
+            raise
+        if returned is not None and inspect.isawaitable(returned):
+            refuse_awaitable("on_state", returned)
+
+    def _decided(
+        self, pending: PendingCalls, decisions: Mapping[str, Decision]
+    ) -> tuple[list[ToolCall], dict[int, ToolResult]]:
+        """The calls to run (edited ones with new arguments); denied ones' results by position."""
+        calls: list[ToolCall] = []
+        denied: dict[int, ToolResult] = {}
+        templates = self._parts.templates
+        for position, call in enumerate(pending.calls):
+            decision = decisions.get(call.id)
+            if decision is not None and decision.action == "edit":
+                call = call.model_copy(update={"arguments": dict(decision.arguments or {})})
+            elif decision is not None and decision.action == "deny":
+                reason = scrub_surrogates(decision.reason)
+                content = templates.render("tool_denied", name=call.name, reason=reason,
+                                           fence=fence(reason))  # fmt: skip
+                denied[position] = ToolResult(call_id=call.id, name=call.name, ok=False,
+                                              content=content, error_type="denied")  # fmt: skip
+            calls.append(call)
+        return calls, denied
+
+    def snapshot(self) -> RunState:
+        """The run's state now, between two turns (or paused): see :class:`RunState`."""
+        history, latest, collapsed = self._conversation.snapshot()
+        budget = self._budget
+        parts = self._parts
+        options = self._options
+        # Built from values of the right types already: no validation (measured in bench).
+        return trusted(RunState, _STATE_FIELDS, {
+            "version": STATE_VERSION, "agent": parts.name, "fingerprint": parts.fingerprint(),
+            "phase": budget.state, "work_remaining": budget.work_remaining,
+            "retries_remaining": budget.retries_remaining, "retry_total": budget.retry_total,
+            "max_turns": options.max_turns, "return_retries": options.return_retries,
+            "context_policy": options.context_policy,
+            "system_with_tools": parts.system_with_tools,
+            "system_without_tools": parts.system_without_tools,
+            "history": history, "latest_failure": latest, "collapsed": collapsed,
+            "turns": list(self._turns), "pending": self._pending,
+            "traceparent": self._traceparent or current_traceparent(),
+            "elapsed_s": self._elapsed + time.perf_counter() - self._started,
+            "dropped_extras": sorted(self._extras) if self._extras else [],
+        })  # fmt: skip
 
     def _record(self, observed: TurnScope, turn: Turn) -> None:
         self._turns.append(turn)
@@ -494,6 +686,7 @@ class _Run:
                         error_kind=exc.kind)  # fmt: skip
 
     async def _judge(self, response: LLMResponse, index: int) -> _Verdict:
+        self._reply_usage = response.usage  # counted in the usage a RunContext shows
         if response.stop_reason is StopReason.CONTENT_FILTER:
             message = "the provider's content filter blocked the reply"
             return _Verdict(TurnOutcome.FAIL, Trigger.LLM_FAILED, error=message,
@@ -509,6 +702,12 @@ class _Run:
                 for position, call in enumerate(reading.calls, start=1)
             ]
             if in_normal:
+                approval = parts.approval
+                if approval is not None:
+                    waiting = [call.id for call in calls if approval(call)]
+                    if waiting:
+                        return _Verdict(TurnOutcome.PAUSED, Trigger.NEEDS_APPROVAL,
+                                        calls=calls, waiting=waiting)  # fmt: skip
                 return await self._run_tools(response, calls)
             error, results = self._parts.toolbox.refuse(calls)
             return _Verdict(TurnOutcome.ERROR, Trigger.MISSED, error, "tools_unavailable",
@@ -533,10 +732,13 @@ class _Run:
                             summary=parsed.summary or None)  # fmt: skip
         value = parsed.value
         if self._parts.validators:
-            token = self._nesting()
+            context = self._run_context() if self._parts.validators_take_context else None
+            token, ledgers = self._nesting(), self._handing_down()
             try:
-                validation = await run_validators(self._parts.validators, value)
+                validation = await run_validators(self._parts.validators, value, context)
             finally:
+                if ledgers is not None:
+                    _LEDGERS.reset(ledgers)
                 _CURRENT.reset(token)
             if not validation.valid:
                 error = templates.render("validation_failed", errors=list(validation.errors))
@@ -545,30 +747,52 @@ class _Run:
                                 summary=f"{count} validation error(s)")  # fmt: skip
         return _Verdict(TurnOutcome.SUCCESS, Trigger.RETURNED, output=value)
 
-    async def _run_tools(self, response: LLMResponse, calls: list[ToolCall]) -> _Verdict:
-        """Run a tool turn's calls (concurrently unless told not to); results keep call order."""
+    async def _run_tools(
+        self,
+        response: LLMResponse,
+        calls: list[ToolCall],
+        preset: Mapping[int, ToolResult] | None = None,
+    ) -> _Verdict:
+        """Run a tool turn's calls (concurrently unless told not to); results keep call order.
+
+        ``preset``: results of calls that are not run (denied), by position.
+        """
         toolbox = self._parts.toolbox
         runs: list[ToolRun | None] = [None] * len(calls)
         # The calls past the per-reply limit are refused, never run.
         running = calls[: toolbox.call_limit]
         refused = toolbox.over_limit(calls)
         runs[len(running) :] = [ToolRun(result) for result in refused]
+        to_run: Sequence[tuple[int, ToolCall]] = list(enumerate(running))
+        if preset:
+            for position, result in preset.items():
+                if position < len(running):
+                    runs[position] = ToolRun(result)
+            to_run = [(position, call) for position, call in to_run if position not in preset]
+        if self._limits is not None:  # denied and refused calls never run: they do not count
+            over = self._limits.before_tools(len(to_run))
+            if over is not None:
+                return _Verdict(TurnOutcome.FAIL, Trigger.LIMIT_REACHED, over, "usage_limit",
+                                calls=calls)  # fmt: skip
         self._in_flight = (calls, runs)
         extras, self._extras = self._extras, None  # handed to this turn's calls, then cleared
-        token = self._nesting()
+        context = self._run_context() if toolbox.wants_context else None
+        token, ledgers = self._nesting(), self._handing_down()
         try:
-            if len(running) == 1 or not self._parts.parallel_tool_calls:
-                for position, call in enumerate(running):
-                    runs[position] = await self._run_tool(call, extras)
+            if len(to_run) == 1 or not self._parts.parallel_tool_calls:
+                for position, call in to_run:
+                    runs[position] = await self._run_tool(call, extras, context)
             else:
 
                 async def run_one(position: int, call: ToolCall) -> None:
-                    runs[position] = await self._run_tool(call, extras)
+                    runs[position] = await self._run_tool(call, extras, context)
 
                 async with anyio.create_task_group() as group:
-                    for position, call in enumerate(running):
+                    for position, call in to_run:
                         group.start_soon(run_one, position, call)
         finally:
+            if ledgers is not None:
+                _LEDGERS.reset(ledgers)
             _CURRENT.reset(token)
         self._in_flight = None
         done = [run for run in runs if run is not None]
@@ -607,9 +831,11 @@ class _Run:
         value = final.value
         return await self._judge_answer(value if isinstance(value, str) else render_result(value))
 
-    async def _run_tool(self, call: ToolCall, extras: Mapping[str, Any] | None) -> ToolRun:
+    async def _run_tool(
+        self, call: ToolCall, extras: Mapping[str, Any] | None, context: RunContext[Any] | None
+    ) -> ToolRun:
         with self._observer.tool(call) as observed:
-            run = await self._parts.toolbox.run(call, extras)
+            run = await self._parts.toolbox.run(call, extras, context)
             observed.returned(run.result)
         return run
 
@@ -622,12 +848,57 @@ class _Run:
         options = self._options
         return _CURRENT.set((options.llm, options.tracer_provider, self._depth))
 
+    def _handing_down(self) -> contextvars.Token[tuple[Ledger, ...]] | None:
+        """Hand this run's ledgers to the runs its tools or validators start (with limits)."""
+        return None if self._limits is None else _LEDGERS.set(self._limits.ledgers)
+
+    # --- the run's context and limits ---
+
+    def _run_context(self) -> RunContext[Any]:
+        """The :class:`RunContext` of the turn under way (for tools and validators)."""
+        usage = self._reply_usage
+        calls = 0
+        for turn in self._turns:
+            usage = usage + turn.usage
+            for result in turn.tool_results:
+                if result.error_type not in _NOT_RUN:
+                    calls += 1
+                if result.step is not None:
+                    usage = usage + result.step.usage.total
+        return RunContext(
+            deps=self._options.deps, agent=self._parts.name, turn=len(self._turns) + 1,
+            phase=self._budget.state, usage=usage, tool_calls=calls, depth=self._depth,
+        )  # fmt: skip
+
+    def _limit_reached(self) -> bool:
+        """End the run before its next call when a usage limit is reached already."""
+        assert self._limits is not None
+        reached = self._limits.before_call()
+        if reached is None:
+            return False
+        self._abort(Trigger.LIMIT_REACHED, reached, None)
+        return True
+
+    def _over_limit(self, response: LLMResponse) -> _Verdict | None:
+        """Charge a reply to the limits; the verdict ending the run when it crossed one."""
+        assert self._limits is not None
+        exceeded = self._limits.after_reply(response.usage)
+        if exceeded is None:
+            return None
+        return _Verdict(TurnOutcome.FAIL, Trigger.LIMIT_REACHED, exceeded, "usage_limit",
+                        calls=list(response.tool_calls) or None)  # fmt: skip
+
     # --- moving on ---
 
     def _apply(self, verdict: _Verdict, response: LLMResponse | None) -> str | None:
         """Fire the verdict's trigger; write what the next turn needs. Returns the feedback."""
         budget = self._budget
         next_phase = advance(budget, verdict.trigger)
+        if next_phase is Phase.PAUSED:
+            assert response is not None and verdict.calls is not None and verdict.waiting
+            self._pending = PendingCalls(response=response, calls=verdict.calls,
+                                         needs_approval=verdict.waiting)  # fmt: skip
+            return None
         if next_phase is Phase.DONE:
             self._output = verdict.output
             return None
@@ -701,10 +972,15 @@ _TURN_TYPE = {Phase(kind.value): kind for kind in TurnType}
 # never change it).
 _REQUEST_FIELDS = set(LLMRequest.model_fields)
 _TURN_FIELDS = set(Turn.model_fields)
+_STATE_FIELDS = set(RunState.model_fields)
+_FINAL = (Phase.DONE.value, Phase.FAILED.value)
 _CACHE_LIMIT = 256
 _NONE_OFFERED: frozenset[str] = frozenset()
 _NO_TOOLS: list[ToolDefinition] = []  # shared by requests offering none; never changed
 _NO_USAGE = LLMResponse.model_fields["usage"].get_default(call_default_factory=True)
+_LEDGERS = ledgers_in_scope()
+# Tool results of calls that were refused, never run (they count as no tool call).
+_NOT_RUN = frozenset({"tools_unavailable", "too_many_calls"})
 
 
 _NO_RETRIES: list[TransportRetry] = []  # shared while a turn has none; never appended to

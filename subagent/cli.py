@@ -43,6 +43,7 @@ __all__ = [
     "EXIT_ERROR",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
+    "EXIT_PAUSED",
     "EXIT_USAGE",
     "MAX_INPUT_BYTES",
     "main",
@@ -56,6 +57,9 @@ EXIT_USAGE: Final = 2
 """Bad usage: the message names the argument or value."""
 EXIT_ERROR: Final = 3
 """The agent or code it runs raised: a bug to fix (a ``failed(error)`` run in a batch)."""
+EXIT_PAUSED: Final = 4
+"""A run paused for approval of tool calls (and none failed): its Step's ``state`` resumes
+it (``SubAgent.resume``); ``--json`` prints it."""
 EXIT_INTERRUPTED: Final = 130
 """Interrupted (Ctrl-C); a batch says how far it got and how to resume."""
 
@@ -266,7 +270,16 @@ def _run_command(args: argparse.Namespace) -> int:
         print(step.model_dump_json(indent=2))
     else:
         print(turn_table(step))
-    return EXIT_DONE if step.ok else EXIT_FAILED
+    return _exit_code([step])
+
+
+def _exit_code(steps: list[Step[Any]]) -> int:
+    """Done when every run is; failed when one failed; else paused when one paused."""
+    if any(step.failure is not None for step in steps):
+        return EXIT_FAILED
+    if any(step.state is not None for step in steps):
+        return EXIT_PAUSED
+    return EXIT_DONE
 
 
 async def _run_once(
@@ -334,7 +347,7 @@ def _batch_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
-    return EXIT_DONE if all(step.ok for step in steps) else EXIT_FAILED
+    return _exit_code(list(steps))
 
 
 def _raised(step: Step[Any]) -> bool:
@@ -738,7 +751,7 @@ def plan_batch(
     rerun = []
     for index in sorted(matched):
         step = matched[index].step
-        if (rerun_failed and not step.ok) or (rerun_retryable and step.retryable):
+        if (rerun_failed and step.failure is not None) or (rerun_retryable and step.retryable):
             rerun.append(inputs[index].line)
             del matched[index]
     return Plan(
@@ -1057,6 +1070,9 @@ def turn_table(step: Step[Any]) -> str:
             f"{turn.duration_s:>6.2f}  {note}"
         )
     rows.append(step.summary())
+    pending = step.pending
+    if pending is not None:
+        rows += [f"awaiting approval: {call.name} (call {call.id})" for call in pending.waiting]
     if step.ok:
         rows.append(f"output: {step.output!r}")
     return "\n".join(rows)

@@ -781,6 +781,7 @@ def _worker_provider() -> TracerProvider | None:
                 handle = tracing.configure(
                     set_global=False,
                     console=False,
+                    metrics=False,  # runs record metrics to a global meter provider only
                     resource_attributes={"process.pid": os.getpid(),
                                          "host.name": socket.gethostname()},
                 )  # fmt: skip

@@ -1,8 +1,9 @@
-"""Exporting a run's spans, for applications: :func:`configure` and the console summary.
+"""Exporting a run's spans and metrics, for applications: :func:`configure`, the console summary.
 
-The library itself only uses the OpenTelemetry API (see :mod:`subagent.observe._otel`); this
-module is the one place that builds an SDK ``TracerProvider``, and only when the
-application calls :func:`configure`. It needs the ``otlp`` extra::
+The library itself only uses the OpenTelemetry API (see :mod:`subagent.observe._otel` and
+:mod:`subagent.observe._metrics`); this module is the one place that builds an SDK
+``TracerProvider`` and ``MeterProvider``, and only when the application calls
+:func:`configure`. It needs the ``otlp`` extra::
 
     pip install 'subagent-runtime[otlp]'
 
@@ -19,6 +20,12 @@ so a slow or unreachable receiver never fails or slows a run. Shutting down (exp
 at interpreter exit) flushes what is left for at most ``shutdown_timeout`` seconds
 (:data:`DEFAULT_SHUTDOWN_TIMEOUT`), however large the backlog; spans not exported by then
 are dropped.
+
+Metrics go to the same receiver (``OTEL_EXPORTER_OTLP_METRICS_*`` override it) through a
+``PeriodicExportingMetricReader`` (every ``OTEL_METRIC_EXPORT_INTERVAL`` ms, 60 s by
+default, on its own thread); the shutdown collects and exports them a last time within the
+same ``shutdown_timeout``. ``OTEL_METRICS_EXPORTER=none`` (or ``configure(metrics=False)``)
+leaves metrics off; ``console`` prints them on ``stream`` instead.
 """
 
 from __future__ import annotations
@@ -28,15 +35,25 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Final, TextIO
 
+import opentelemetry.metrics._internal as _metrics_state
 from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.metrics import set_meter_provider
 from opentelemetry.util.types import AttributeValue
 
 try:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import (
+        ConsoleMetricExporter,
+        MetricExporter,
+        MetricReader,
+        PeriodicExportingMetricReader,
+    )
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
     from opentelemetry.sdk.trace import Span as SdkSpan
@@ -70,8 +87,13 @@ _logger = logging.getLogger(__name__)
 
 _PROTOCOLS = ("grpc", "http/protobuf")
 _DEFAULT_PROTOCOL = "http/protobuf"
-_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _PROTOCOL_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+_METRICS_PROTOCOL_VARIABLES = (
+    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+)
+_METRICS_EXPORTER_VARIABLE = "OTEL_METRICS_EXPORTER"
+_METRICS_EXPORTERS = ("otlp", "console", "none")
 _MISSING_EXPORTER = (
     "the OTLP {protocol} exporter is not installed ({error}); it comes with the `otlp` "
     "extra: pip install 'subagent-runtime[otlp]'"
@@ -199,10 +221,12 @@ def _first_env(names: tuple[str, ...]) -> tuple[str, str] | None:
     return None
 
 
-def _resolve_protocol(protocol: str | None) -> str:
+def _resolve_protocol(
+    protocol: str | None, variables: tuple[str, ...] = _PROTOCOL_VARIABLES
+) -> str:
     source = "protocol"
     if protocol is None:
-        found = _first_env(_PROTOCOL_VARIABLES)
+        found = _first_env(variables)
         if found is None:
             return _DEFAULT_PROTOCOL
         source, protocol = found
@@ -214,22 +238,24 @@ def _resolve_protocol(protocol: str | None) -> str:
     return value
 
 
-def _resolve_endpoint(endpoint: str | None, protocol: str) -> tuple[str | None, str | None]:
+def _resolve_endpoint(
+    endpoint: str | None, protocol: str, signal: str = "traces"
+) -> tuple[str | None, str | None]:
     """``(url the exporter sends to, the value to pass it)``; ``(None, None)``: no endpoint.
 
     ``endpoint`` is a base URL, like ``OTEL_EXPORTER_OTLP_ENDPOINT``: for OTLP/HTTP the
-    ``/v1/traces`` path is appended. Without it the exporter reads the variables itself.
+    ``/v1/{signal}`` path is appended. Without it the exporter reads the variables itself.
     """
     if endpoint:
         base = endpoint.strip().rstrip("/")
-        url = base if protocol == "grpc" else f"{base}/v1/traces"
+        url = base if protocol == "grpc" else f"{base}/v1/{signal}"
         return url, url
-    traces = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
-    if traces:
-        return traces, None
+    own = os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT", "").strip()
+    if own:
+        return own, None
     base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip().rstrip("/")
     if base:
-        return (base if protocol == "grpc" else f"{base}/v1/traces"), None
+        return (base if protocol == "grpc" else f"{base}/v1/{signal}"), None
     return None, None
 
 
@@ -248,6 +274,42 @@ def _otlp_exporter(protocol: str, endpoint: str | None) -> SpanExporter:
         return HttpExporter(endpoint=endpoint)
     except ImportError as exc:
         raise ImportError(_MISSING_EXPORTER.format(protocol=protocol, error=exc)) from exc
+
+
+def _otlp_metric_exporter(protocol: str, endpoint: str | None) -> MetricExporter:
+    try:
+        if protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+                OTLPMetricExporter as GrpcExporter,
+            )
+
+            return GrpcExporter(endpoint=endpoint)
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+            OTLPMetricExporter as HttpExporter,
+        )
+
+        return HttpExporter(endpoint=endpoint)
+    except ImportError as exc:
+        raise ImportError(_MISSING_EXPORTER.format(protocol=protocol, error=exc)) from exc
+
+
+def _metrics_exporters(enabled: bool) -> tuple[str, ...]:
+    """The exporters ``OTEL_METRICS_EXPORTER`` asks for (``otlp`` by default), none if off.
+
+    Raises:
+        ValueError: A value is not ``otlp``, ``console`` or ``none``, naming the variable.
+    """
+    if not enabled:
+        return ()
+    raw = os.environ.get(_METRICS_EXPORTER_VARIABLE, "").strip().lower() or "otlp"
+    names = tuple(part.strip() for part in raw.split(",") if part.strip())
+    for name in names:
+        if name not in _METRICS_EXPORTERS:
+            raise ValueError(
+                f"{_METRICS_EXPORTER_VARIABLE}: unsupported metrics exporter {name!r}; use "
+                f"one of {', '.join(_METRICS_EXPORTERS)} (or a comma-separated list of them)"
+            )
+    return () if "none" in names else names
 
 
 class _AbortableExporter(SpanExporter):
@@ -290,14 +352,15 @@ class _AbortableExporter(SpanExporter):
 
 
 class _ShutdownRunner:
-    """Runs ``provider.shutdown()`` on its own thread, so the caller can stop waiting.
+    """Runs a provider's ``shutdown()`` on its own thread, so the caller can stop waiting.
 
     The thread is started with the handle and waits idle: Python 3.12.0-3.12.1 refuse to start
     a thread during interpreter exit, which is when the ``atexit`` hook shuts down.
     """
 
-    def __init__(self, provider: TracerProvider):
-        self._provider = provider
+    def __init__(self, shutdown: Callable[[], object], what: str = "tracer provider"):
+        self._shutdown = shutdown
+        self._what = what
         self._requested = threading.Event()
         self.done = threading.Event()
         self._thread = threading.Thread(
@@ -308,9 +371,9 @@ class _ShutdownRunner:
     def _run(self) -> None:
         self._requested.wait()
         try:
-            self._provider.shutdown()
+            self._shutdown()
         except Exception:  # a processor that fails to shut down must not hang the caller
-            _logger.exception("shutting down the tracer provider failed")
+            _logger.exception("shutting down the %s failed", self._what)
         finally:
             self.done.set()
 
@@ -323,13 +386,18 @@ class _ShutdownRunner:
         self._requested.set()
         return self.done.wait(timeout)
 
+    def request(self) -> None:
+        """Start shutting down without waiting (see :meth:`shutdown` to wait)."""
+        if self._thread.is_alive():
+            self._requested.set()
+
     def _run_inline(self) -> None:
         self._requested.set()
         self._run()
 
 
 class Tracing:
-    """What :func:`configure` set up: the provider, and how to flush and shut it down.
+    """What :func:`configure` set up: the providers, and how to flush and shut them down.
 
     Use it as a context manager, or call :meth:`shutdown`; otherwise it is shut down (and
     its spans flushed) when the interpreter exits.
@@ -342,6 +410,10 @@ class Tracing:
         exporter: The OTLP span exporter, or ``None``.
         console: The console summary processor, or ``None``.
         shutdown_timeout: Seconds :meth:`shutdown` spends flushing, at most.
+        meter_provider: The SDK meter provider (the global one when ``set_global``), or
+            ``None`` when metrics are off (no endpoint, or ``OTEL_METRICS_EXPORTER=none``).
+        metrics_endpoint: The URL metrics are exported to, or ``None``.
+        metric_exporter: The OTLP (or console) metric exporter, or ``None``.
     """
 
     def __init__(
@@ -354,6 +426,9 @@ class Tracing:
         console: ConsoleSummary | None,
         shutdown_timeout: float | None = DEFAULT_SHUTDOWN_TIMEOUT,
         _abortable: _AbortableExporter | None = None,
+        meter_provider: MeterProvider | None = None,
+        metrics_endpoint: str | None = None,
+        metric_exporter: MetricExporter | None = None,
     ):
         self.provider = provider
         self.endpoint = endpoint
@@ -363,13 +438,27 @@ class Tracing:
         self.shutdown_timeout = check_seconds("shutdown_timeout", shutdown_timeout,
                                               allow_zero=True)  # fmt: skip
         self._abortable = _abortable
-        self._runner = _ShutdownRunner(provider)
+        self.meter_provider = meter_provider
+        self.metrics_endpoint = metrics_endpoint
+        self.metric_exporter = metric_exporter
+        self._runner = _ShutdownRunner(provider.shutdown)
+        self._meter_runner = (
+            None
+            if meter_provider is None
+            else _ShutdownRunner(meter_provider.shutdown, "meter provider")
+        )
         self._closed = False
         self._lock = threading.Lock()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        """Export every finished span now (blocks the caller); ``False`` if it timed out."""
-        return self.provider.force_flush(timeout_millis)
+        """Export every finished span and the metrics so far now (blocks the caller).
+
+        Returns ``False`` if it timed out.
+        """
+        flushed = self.provider.force_flush(timeout_millis)
+        if self.meter_provider is not None:
+            flushed = self.meter_provider.force_flush(timeout_millis) and flushed
+        return flushed
 
     def shutdown(self, timeout: float | None = None) -> bool:
         """Flush and stop exporting. Idempotent; later spans are dropped.
@@ -377,13 +466,14 @@ class Tracing:
         Blocks for at most ``timeout`` seconds (default :attr:`shutdown_timeout`), however
         many spans are waiting and whether or not the receiver answers: past it, the
         export in progress is interrupted and the spans not exported yet are dropped.
+        Metrics are collected and exported a last time, in parallel, within the same time.
 
         Args:
             timeout: Seconds to spend at most; ``None``: :attr:`shutdown_timeout`.
 
         Returns:
             ``True`` if everything was flushed in time (or the handle was already shut
-            down), ``False`` if spans were dropped.
+            down), ``False`` if spans or metrics were dropped.
         """
         with self._lock:
             if self._closed:
@@ -391,17 +481,40 @@ class Tracing:
             self._closed = True
         atexit.unregister(self.shutdown)
         limit = self.shutdown_timeout if timeout is None else timeout
-        if self._runner.shutdown(limit):
+        deadline = None if limit is None else time.monotonic() + limit
+        meter_runner = self._meter_runner
+        if meter_runner is not None:
+            meter_runner.request()  # in parallel with the spans' flush
+        spans_done = self._runner.shutdown(limit)
+        metrics_done = True
+        if meter_runner is not None:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            metrics_done = meter_runner.shutdown(left)
+        if spans_done and metrics_done:
             return True
-        if self._abortable is not None:
+        if not spans_done and self._abortable is not None:
             self._abortable.abort()
+        if not metrics_done and self.metric_exporter is not None:
+            self._abort_metrics(self.metric_exporter)
+        dropped = " and ".join(
+            what for what, done in (("spans", spans_done), ("metrics", metrics_done)) if not done
+        )
         _logger.warning(
-            "subagent.tracing: spans not exported within %s s of shutdown were dropped "
+            "subagent.tracing: %s not exported within %s s of shutdown were dropped "
             "(is the receiver at %s up?)",
+            dropped,
             f"{limit:g}",
-            self.endpoint,
+            self.endpoint if not spans_done else self.metrics_endpoint or self.endpoint,
         )
         return False
+
+    @staticmethod
+    def _abort_metrics(exporter: MetricExporter) -> None:
+        """Interrupt the metric export under way (its retries wait on this shutdown)."""
+        try:
+            exporter.shutdown(timeout_millis=0)
+        except Exception:  # already shut down, or failing: nothing more to stop
+            _logger.debug("interrupting the metric exporter failed", exc_info=True)
 
     @property
     def closed(self) -> bool:
@@ -421,6 +534,8 @@ class Tracing:
 
     def __repr__(self) -> str:
         target = f"{self.protocol} {self.endpoint}" if self.endpoint else "console"
+        if self.meter_provider is not None:
+            target += f", metrics {self.metrics_endpoint or 'console'}"
         return f"<Tracing {target}{' closed' if self._closed else ''}>"
 
 
@@ -434,8 +549,9 @@ def configure(
     stream: TextIO | None = None,
     set_global: bool = True,
     shutdown_timeout: float | None = DEFAULT_SHUTDOWN_TIMEOUT,
+    metrics: bool = True,
 ) -> Tracing:
-    """Set up the OpenTelemetry SDK to export runs' spans; for applications, not libraries.
+    """Set up the OpenTelemetry SDK to export runs' spans and metrics; for applications.
 
     The OTLP exporter follows the standard variables: ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
     ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (where), ``OTEL_EXPORTER_OTLP_PROTOCOL`` or
@@ -445,6 +561,14 @@ def configure(
     ``BatchSpanProcessor`` (``OTEL_BSP_*``): a background thread exports them, so an
     unreachable receiver costs a run nothing. With no endpoint at all, a compact console
     summary (one line per turn and per run, on stderr) is printed instead.
+
+    Metrics (``docs/tracing.md``, "Metrics") are exported over OTLP to the same receiver,
+    or to ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_METRICS_PROTOCOL``
+    when set, by a ``PeriodicExportingMetricReader`` (``OTEL_METRIC_EXPORT_INTERVAL``,
+    ``OTEL_METRIC_EXPORT_TIMEOUT``, in milliseconds). ``OTEL_METRICS_EXPORTER`` picks the
+    exporters: ``otlp`` (the default; only when an endpoint is configured), ``console``
+    (printed on ``stream``), ``none``. With no exporter no meter provider is built, and
+    runs record no metrics at all.
 
     Args:
         service_name: ``service.name`` of the resource; overrides ``OTEL_SERVICE_NAME``.
@@ -463,28 +587,45 @@ def configure(
         shutdown_timeout: Seconds the shutdown (at exit, or :meth:`Tracing.shutdown`)
             spends flushing, at most (default 10); spans not exported by then are dropped.
             ``None``: wait until the exporter gives up on each batch.
+        metrics: Export metrics as the variables say (default); ``False``: never.
 
     Returns:
         A :class:`Tracing` handle; it is also shut down (spans flushed) at exit.
 
     Raises:
-        ValueError: The protocol is not ``grpc`` or ``http/protobuf``, or
-            ``shutdown_timeout`` is not a number of seconds >= 0 (a ``ConfigurationError``).
-        RuntimeError: ``set_global`` and a global tracer provider is already installed.
+        ValueError: The protocol is not ``grpc`` or ``http/protobuf``,
+            ``OTEL_METRICS_EXPORTER`` names an exporter other than ``otlp``, ``console`` or
+            ``none``, or ``shutdown_timeout`` is not a number of seconds >= 0 (a
+            ``ConfigurationError``).
+        RuntimeError: ``set_global`` and a global tracer provider (or, with metrics on, a
+            global meter provider) is already installed.
         ImportError: The ``otlp`` extra is not installed.
     """
     check_seconds("shutdown_timeout", shutdown_timeout, allow_zero=True)
     chosen_protocol = _resolve_protocol(protocol)
     url, exporter_endpoint = _resolve_endpoint(endpoint, chosen_protocol)
+    metric_exporters = _metrics_exporters(metrics)
+    metrics_protocol = _resolve_protocol(protocol, _METRICS_PROTOCOL_VARIABLES)
+    metrics_url, metrics_exporter_endpoint = _resolve_endpoint(
+        endpoint, metrics_protocol, "metrics"
+    )
+    if metrics_url is None:
+        metric_exporters = tuple(name for name in metric_exporters if name != "otlp")
     if set_global and not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         raise RuntimeError(
             "a global tracer provider is already installed; call configure(set_global=False) "
             "and pass tracer_provider=handle.provider to runs"
         )
+    if set_global and metric_exporters and _metrics_state._METER_PROVIDER is not None:
+        raise RuntimeError(
+            "a global meter provider is already installed; call configure(metrics=False), "
+            "or configure(set_global=False) (runs record metrics to the global provider only)"
+        )
     attributes: dict[str, AttributeValue] = dict(resource_attributes or {})
     if service_name:
         attributes[SERVICE_NAME] = service_name
-    provider = TracerProvider(resource=Resource.create(attributes), shutdown_on_exit=False)
+    resource = Resource.create(attributes)
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     exporter: SpanExporter | None = None
     abortable: _AbortableExporter | None = None
     if url is not None:
@@ -495,8 +636,25 @@ def configure(
     if console or (console is None and url is None):
         summary = ConsoleSummary(stream)
         provider.add_span_processor(summary)
+    meter_provider: MeterProvider | None = None
+    metric_exporter: MetricExporter | None = None
+    if metric_exporters:
+        readers: list[MetricReader] = []
+        for name in metric_exporters:
+            if name == "otlp":
+                metric_exporter = _otlp_metric_exporter(metrics_protocol, metrics_exporter_endpoint)
+                readers.append(PeriodicExportingMetricReader(metric_exporter))
+            else:
+                console_exporter = ConsoleMetricExporter(out=stream or sys.stderr)
+                metric_exporter = metric_exporter or console_exporter
+                readers.append(PeriodicExportingMetricReader(console_exporter))
+        meter_provider = MeterProvider(
+            resource=resource, metric_readers=readers, shutdown_on_exit=False
+        )
     if set_global:
         trace.set_tracer_provider(provider)
+        if meter_provider is not None:
+            set_meter_provider(meter_provider)
     handle = Tracing(
         provider,
         endpoint=url,
@@ -505,6 +663,9 @@ def configure(
         console=summary,
         shutdown_timeout=shutdown_timeout,
         _abortable=abortable,
+        meter_provider=meter_provider,
+        metrics_endpoint=metrics_url if metric_exporters and "otlp" in metric_exporters else None,
+        metric_exporter=metric_exporter,
     )
     atexit.register(handle.shutdown)
     return handle

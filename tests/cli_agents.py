@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from subagent import LLMRequest, LLMResponse, SubAgent
+from subagent import LLMRequest, LLMResponse, SubAgent, Tool, ToolCall
 
 
 class Answer(BaseModel):
@@ -46,3 +46,24 @@ def add(a: int, b: int) -> int:
 with_tool = SubAgent(name="with_tool", prompt="Answer {{question}}", output=Answer, tools=[add],
                      max_turns=1)  # fmt: skip
 """A tool: the request shows the protocol (native tools, or ReAct text)."""
+
+
+class AsksToDeploy:
+    """A model of the agent's own that asks to deploy: the run pauses for approval."""
+
+    model_name = "deployer"
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        call = ToolCall(id="d1", name="deploy", arguments={"env": "prod"})
+        return LLMResponse(tool_calls=[call])
+
+
+def deploy(env: str) -> str:
+    """Deploy to an environment."""
+    return f"deployed to {env}"
+
+
+needs_approval = SubAgent(name="needs_approval", prompt="Deploy {{question}}", max_turns=3,
+                          tools=[Tool(deploy, requires_approval=True)],
+                          llm=AsksToDeploy())  # fmt: skip
+"""Pauses on its first turn: exit status 4."""

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 from openai_server import ScriptedServer, running_server
-from support import Traced
+from support import Metered, Traced
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -33,3 +33,13 @@ def traced() -> Iterator[Traced]:
     recorder = Traced()
     yield recorder
     recorder.provider.shutdown()
+
+
+@pytest.fixture
+def metered() -> Iterator[Metered]:
+    """A global SDK meter provider recording metrics in memory, unset again afterwards."""
+    recorder = Metered()
+    try:
+        yield recorder
+    finally:
+        recorder.close()

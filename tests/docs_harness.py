@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import opentelemetry.metrics._internal as metrics_state
 import pytest
 from openai_server import Reply, ScriptedServer, completion, running_server, sse_chunk
 from opentelemetry import trace
@@ -229,9 +230,10 @@ def open_page(namespace: dict[str, Any]) -> None:
 
     ``OPENAI_BASE_URL`` points at a fresh server playing the page's :data:`PAGE_REPLIES`;
     every other ``OPENAI_*``, ``SUBAGENT_LLM`` and ``OTEL_*`` variable is removed, so no
-    block can reach a real provider or receiver. OpenTelemetry's global tracer provider can
-    be set once per process: the page gets a fresh, unset one (as OpenTelemetry's own test
-    utilities reset it), and the session's is put back by :func:`close_page`.
+    block can reach a real provider or receiver. OpenTelemetry's global tracer and meter
+    providers can be set once per process: the page gets fresh, unset ones (as
+    OpenTelemetry's own test utilities reset them), and the session's are put back by
+    :func:`close_page`.
     """
     page = namespace["__file__"]
     with ExitStack() as stack:
@@ -245,6 +247,8 @@ def open_page(namespace: dict[str, Any]) -> None:
         patch.setenv("OPENAI_API_KEY", "sk-docs-test")
         patch.setattr(trace, "_TRACER_PROVIDER", None)
         patch.setattr(trace, "_TRACER_PROVIDER_SET_ONCE", Once())
+        patch.setattr(metrics_state, "_METER_PROVIDER", None)
+        patch.setattr(metrics_state, "_METER_PROVIDER_SET_ONCE", Once())
         server.script(*PAGE_REPLIES.get(_relative(page), ()))
         stack.callback(_check_all_replies_asked_for, page, server)
         _OPEN_PAGES[page] = stack.pop_all()

@@ -11,12 +11,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import opentelemetry.metrics._internal as metrics_state
 import pytest
+from opentelemetry import metrics
 from opentelemetry.context import Context
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.util._once import Once
 from pydantic import BaseModel
 
 from subagent import SubAgent
@@ -79,6 +84,55 @@ class Traced:
 
     def names(self) -> list[str]:
         return [span.name for span in self.spans]
+
+
+def unset_global_meter_provider(patch: pytest.MonkeyPatch) -> None:
+    """Make OpenTelemetry's global meter provider unset again until ``patch`` is undone.
+
+    The global can be set once per process; OpenTelemetry's own test utilities reset it the
+    same way.
+    """
+    patch.setattr(metrics_state, "_METER_PROVIDER", None)
+    patch.setattr(metrics_state, "_METER_PROVIDER_SET_ONCE", Once())
+
+
+class Metered:
+    """An SDK meter provider with an in-memory reader, installed as the global one.
+
+    Runs record metrics to the global meter provider only; :meth:`close` puts the unset
+    global back.
+    """
+
+    def __init__(self) -> None:
+        self._patch = pytest.MonkeyPatch()
+        unset_global_meter_provider(self._patch)
+        self.reader = InMemoryMetricReader()
+        self.provider = MeterProvider(metric_readers=[self.reader], shutdown_on_exit=False)
+        metrics.set_meter_provider(self.provider)
+
+    def collect(self) -> dict[str, Metric]:
+        """Every metric recorded so far (cumulative), by name."""
+        data = self.reader.get_metrics_data()
+        found: dict[str, Metric] = {}
+        if data is None:
+            return found
+        for resource_metrics in data.resource_metrics:
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    found[metric.name] = metric
+        return found
+
+    def points(self, name: str) -> dict[frozenset[tuple[str, Any]], Any]:
+        """The data points of metric ``name``, by their attributes."""
+        metric = self.collect().get(name)
+        if metric is None:
+            return {}
+        return {frozenset((point.attributes or {}).items()): point
+                for point in metric.data.data_points}  # fmt: skip
+
+    def close(self) -> None:
+        self.provider.shutdown()
+        self._patch.undo()
 
 
 def attrs(span: ReadableSpan) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import io
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -681,6 +682,27 @@ def test_the_agents_own_model_wins_over_the_environment_and_is_named(
     assert "output: Answer(value=42)" in out
     assert model.requests == []
     assert "model: forty-two (the agent's own llm=)" in err.splitlines()
+
+
+def test_a_run_that_paused_for_approval_exits_4_naming_the_waiting_calls(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    for name in ("SUBAGENT_LLM", "OPENAI_BASE_URL", "OPENAI_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    argv = ["run", "cli_agents:needs_approval", "--context", '{"question": "x"}']
+    status, out, _ = run(argv, capsys)
+    assert status == cli.EXIT_PAUSED == 4
+    assert "paused (1 call(s) awaiting approval) in 1 turn (normal)" in out
+    assert "awaiting approval: deploy (call d1)" in out
+    status, out, _ = run([*argv, "--json"], capsys)
+    assert status == 4
+    step = Step.model_validate_json(out)
+    assert step.paused and step.state is not None and step.state.phase == "paused"
+    inputs, outputs = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inputs.write_text('{"question": "a"}\n{"question": "b"}\n', encoding="utf-8")
+    status, out, _ = run(batch_argv(inputs, outputs, agent="needs_approval"), capsys)
+    assert status == 4
+    assert re.search(r"paused\s+2 \(awaiting approval\)", out)
 
 
 def test_the_llm_flag_wins_over_the_agents_own_model(

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from support import run_example
 
 from subagent._phases import mermaid_chart
@@ -71,6 +72,18 @@ def test_watch_and_stop_example_streams_a_run_then_stops_one() -> None:
     assert "stopped: failed (cancelled: the run was stopped before it finished) in 2 turns" in out
 
 
+def test_approval_example_is_answered_from_a_second_process() -> None:
+    out = run_example("approval.py")
+    assert "[runner]   paused (1 call(s) awaiting approval) in 1 turn (normal)" in out
+    assert "[runner]   waiting: deploy({'env': 'production'})" in out
+    assert "[approver]   turn 1: error    {'deploy-production': 'deny'}" in out
+    assert "[approver]   turn 2: continue {'deploy-staging': 'approve'}" in out
+    assert "[approver] output: Release 1.4 is live on staging." in out
+    # The deploy ran once, in the approver's process; never in the runner's.
+    assert "[approver] deployed from this process: ['staging']" in out
+    assert "[runner]   deployed from this process: []" in out
+
+
 def test_batch_store_example_reruns_only_the_retryable_failures() -> None:
     out = run_example("batch_store.py")
     assert "first pass: 16 done, 4 failed, 20 calls" in out
@@ -78,6 +91,51 @@ def test_batch_store_example_reruns_only_the_retryable_failures() -> None:
     assert "second pass: 3 done, 23 calls in all" in out
     assert "done                19 (95.0%)" in out
     assert "  explicit_fail     1" in out
+
+
+def test_durable_crash_resume_example_resumes_without_repeating_completed_calls() -> None:
+    pytest.importorskip("dbos", reason="the dbos extra is not installed")
+    assert run_example("durable_crash_resume.py", timeout=120).splitlines() == [
+        "first process: killed by SIGKILL during deploy('web')",
+        "second process: done in 3 turns, deployed api, web",
+        "ledger: api, web (each deploy happened once)",
+        "model calls made by the second process: 1 of 3",
+    ]
+
+
+def test_metrics_demo_prints_the_metrics_of_its_three_runs() -> None:
+    rows = {tuple(line.split()[:-1]): line.split()[-1]
+            for line in run_example("metrics_demo.py").splitlines()}  # fmt: skip
+    assert rows[("gen_ai.client.token.usage", "{token}", "input", "count=8")] == "sum=280"
+    assert rows[("gen_ai.client.operation.duration", "s")] == "count=8"
+    assert rows[("gen_ai.execute_tool.duration", "s", "add")] == "count=1"
+    assert rows[("subagent.runs", "{run}", "done")] == "2"
+    assert rows[("subagent.runs", "{run}", "failed", "budget_exhausted")] == "1"
+    assert rows[("gen_ai.invoke_agent.duration", "s", "budget_exhausted")] == "count=1"
+    assert rows[("subagent.turns", "{turn}", "retry", "success")] == "1"
+    assert rows[("subagent.corrections", "{turn}", "success")] == "1"
+    assert rows[("subagent.corrections", "{turn}", "error")] == "1"
+
+
+def test_deps_example_hands_the_database_to_the_tool_validator_and_instructions() -> None:
+    out = run_example("deps.py")
+    assert "tool sees: caller=ada@example.com turn=1 phase=normal" in out
+    assert "the model sees the parameters: ['order_id']" in out
+    assert "system prompt ends: You are answering ada@example.com." in out
+    assert "the status of A-1 is 'shipped', not 'delivered'" in out
+    assert "output: Reply(order_id='A-1', status='shipped')" in out
+
+
+def test_usage_limits_example_stops_a_run_a_nested_agent_and_a_batch() -> None:
+    out = run_example("usage_limits.py")
+    assert "1. failed (usage_limit: usage limit exceeded by the reply: max_total_tokens=1200" in out
+    assert "retryable: False; tokens kept on the turns: 1500" in out
+    assert "2. searcher: usage_limit: usage limit reached before the call" in out
+    assert "of agent 'researcher'" in out
+    assert (
+        "3. 6 inputs, 6 Steps: ['done', 'done', 'done', 'done', 'usage_limit', 'usage_limit']"
+        in out
+    )
 
 
 def test_mcp_tools_example_calls_a_stdio_mcp_server_beside_a_python_tool() -> None:

@@ -47,6 +47,7 @@ def test_left_after_turn_is_what_the_table_leaves_after_a_turn_that_ends_the_run
         (Trigger.LLM_FAILED, FailReason.LLM_ERROR),
         (Trigger.TIMED_OUT, FailReason.TIMEOUT),
         (Trigger.STOPPED, FailReason.CANCELLED),
+        (Trigger.LIMIT_REACHED, FailReason.USAGE_LIMIT),
     ],
 )
 @pytest.mark.parametrize("phase", ACTIVE_PHASES)
@@ -142,10 +143,33 @@ def test_final_phases_accept_no_trigger(phase: Phase) -> None:
 
 def test_table_covers_every_trigger_from_every_active_phase() -> None:
     active = set(ACTIVE_PHASES)
+    only_from = {
+        Trigger.USED_TOOLS: {Phase.NORMAL},
+        Trigger.NEEDS_APPROVAL: {Phase.NORMAL},
+        Trigger.RESUMED: {Phase.PAUSED},
+    }
     for trigger in Trigger:
         sources = {row.source for row in TABLE if row.trigger is trigger}
-        expected = {Phase.NORMAL} if trigger is Trigger.USED_TOOLS else active
-        assert sources == expected, trigger
+        assert sources == only_from.get(trigger, active), trigger
+
+
+@pytest.mark.parametrize("work", [2, 3, 5])
+def test_a_pause_for_approval_spends_nothing_and_resuming_returns_to_normal(work: int) -> None:
+    budget = Budget(Phase.NORMAL.value, work, 2, 2)
+    assert advance(budget, Trigger.NEEDS_APPROVAL) is Phase.PAUSED
+    assert (budget.work_remaining, budget.retries_remaining) == (work, 2)
+    assert not budget.active
+    assert advance(budget, Trigger.RESUMED) is Phase.NORMAL
+    assert (budget.work_remaining, budget.retries_remaining) == (work, 2)
+    assert budget.active
+
+
+@pytest.mark.parametrize("phase", [Phase.MUST_RETURN, Phase.RETRY])
+def test_no_pause_is_possible_where_tools_are_not_offered(phase: Phase) -> None:
+    from transitions import MachineError
+
+    with pytest.raises(MachineError):
+        advance(Budget(phase.value, 1, 1, 1), Trigger.NEEDS_APPROVAL)
 
 
 def test_mermaid_chart_draws_every_row_of_the_table() -> None:
@@ -175,3 +199,9 @@ def test_memoised_advance_matches_live_firing_everywhere() -> None:
         advance(Budget(phase, work, retries, 4), trigger)  # first time: fills the memo
         advance(replayed, trigger)  # second time: replays it
         assert replayed == live, (phase, trigger, work, retries)
+
+
+def test_the_chart_shows_the_usage_limit_row_from_every_active_phase() -> None:
+    chart = mermaid_chart()
+    for phase in ACTIVE_PHASES:
+        assert f"{phase.value} --> failed: usage limit reached / usage_limit" in chart

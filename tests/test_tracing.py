@@ -24,16 +24,25 @@ from typing import Any
 
 import anyio
 import pytest
+from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+    OTLPMetricExporter as GrpcMetricExporter,
+)
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+    OTLPMetricExporter as HttpMetricExporter,
+)
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as WireSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import Status as WireStatus
+from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.util._once import Once
 from otlp_receiver import Receiver, grpc_receiver, http_receiver, wire_attributes, wire_value
-from support import CALC, Answer
+from support import CALC, Answer, unset_global_meter_provider
 
 import subagent
 from subagent import (
@@ -43,8 +52,10 @@ from subagent import (
     ScriptedLLM,
     SubAgent,
     ToolCall,
+    Usage,
     tracing,
 )
+from subagent.observe import metrics_observer
 from subagent.tracing import PROJECT_NAME_ATTRIBUTE, ConsoleSummary, configure, summary_line
 
 pytestmark = pytest.mark.anyio
@@ -57,6 +68,10 @@ OTEL_VARIABLES = (
     "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
     "OTEL_SERVICE_NAME",
     "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+    "OTEL_METRICS_EXPORTER",
+    "OTEL_METRIC_EXPORT_INTERVAL",
 )
 
 
@@ -105,6 +120,13 @@ def closed_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
     return port
+
+
+def unset_global_providers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the global tracer and meter providers unset until the test ends."""
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER_SET_ONCE", Once())
+    unset_global_meter_provider(monkeypatch)
 
 
 # --- on the wire ---
@@ -235,6 +257,149 @@ async def test_unreachable_endpoint_never_blocks_or_fails_a_run(
     release.set()
     handle.shutdown()
     assert results and set(results) == {SpanExportResult.FAILURE}
+
+
+async def test_metrics_reach_an_otlp_receiver_with_names_units_and_attributes(
+    receiver: Receiver, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A corrected run with a tool call, exported by configure() and flushed at shutdown."""
+    protocol = request.node.callspec.params["receiver"]
+    unset_global_providers(monkeypatch)
+    handle = configure("metrics-wire", endpoint=receiver.endpoint, protocol=protocol,
+                       console=False)  # fmt: skip
+    try:
+        script = ScriptedLLM(
+            [
+                LLMResponse(tool_calls=[ToolCall(name="add", arguments={"a": 1, "b": 2})]),
+                '{"value": "three"}',
+                LLMResponse(text='{"value": 3}', usage=Usage(input_tokens=40, output_tokens=4)),
+            ]
+        )
+        step = await CALC.run({"question": "1+2"}, llm=script, max_turns=2, return_retries=1)
+        assert step.ok and len(step.turns) == 3
+    finally:
+        assert handle.shutdown() is True
+    suffix = "" if protocol == "grpc" else "/v1/metrics"
+    assert handle.metrics_endpoint == receiver.endpoint + suffix
+
+    received = receiver.metrics()
+    assert {resource["service.name"] for resource, _, _ in received} == {"metrics-wire"}
+    assert {scope.name for _, scope, _ in received} == {"subagent"}
+    metrics = {metric.name: metric for _, _, metric in received}
+    assert {name: metric.unit for name, metric in metrics.items()} == {
+        "gen_ai.client.token.usage": "{token}",
+        "gen_ai.client.operation.duration": "s",
+        "gen_ai.invoke_agent.duration": "s",
+        "gen_ai.execute_tool.duration": "s",
+        "subagent.runs": "{run}",
+        "subagent.turns": "{turn}",
+        "subagent.corrections": "{turn}",
+    }
+
+    def points(name: str) -> list[tuple[dict[str, Any], Any]]:
+        metric = metrics[name]
+        kind = metric.WhichOneof("data")
+        return [(wire_attributes(point), point) for point in getattr(metric, kind).data_points]
+
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "scripted",
+            "gen_ai.request.model": "scripted"}  # fmt: skip
+    tokens = {attributes["gen_ai.token.type"]: (attributes, point)
+              for attributes, point in points("gen_ai.client.token.usage")}  # fmt: skip
+    assert tokens["input"][0] == {**chat, "gen_ai.token.type": "input"}
+    assert (tokens["input"][1].count, tokens["input"][1].sum) == (3, 40)
+    assert (tokens["output"][1].count, tokens["output"][1].sum) == (3, 4)
+    ((call_attributes, calls),) = points("gen_ai.client.operation.duration")
+    assert call_attributes == chat and calls.count == 3
+    ((tool_attributes, tools),) = points("gen_ai.execute_tool.duration")
+    assert tool_attributes == {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.agent.name": "calc",
+        "gen_ai.tool.name": "add", "gen_ai.tool.type": "function",
+    }  # fmt: skip
+    assert tools.count == 1
+    ((run_attributes, run),) = points("gen_ai.invoke_agent.duration")
+    assert run_attributes == {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "calc",
+        "gen_ai.request.model": "scripted",
+    }  # fmt: skip
+    assert run.count == 1 and run.sum > 0
+    turns = {(a["subagent.turn.type"], a["subagent.turn.outcome"], a.get("error.type")): p.as_int
+             for a, p in points("subagent.turns")}  # fmt: skip
+    assert turns == {("normal", "continue", None): 1, ("must_return", "error", "invalid_output"): 1,
+                     ("retry", "success", None): 1}  # fmt: skip
+    assert [(a, p.as_int) for a, p in points("subagent.corrections")] == [
+        ({"gen_ai.agent.name": "calc", "subagent.turn.outcome": "success"}, 1)
+    ]
+    assert [(a, p.as_int) for a, p in points("subagent.runs")] == [
+        ({"gen_ai.agent.name": "calc", "subagent.outcome": "done"}, 1)
+    ]
+
+
+def test_configure_builds_the_metric_exporter_from_the_standard_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318/")
+    with configure(set_global=False) as handle:
+        assert isinstance(handle.metric_exporter, HttpMetricExporter)
+        assert isinstance(handle.meter_provider, MeterProvider)
+        assert handle.metrics_endpoint == "http://127.0.0.1:4318/v1/metrics"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "grpc")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://127.0.0.1:4317")
+    with configure(set_global=False) as handle:
+        assert isinstance(handle.exporter, HttpExporter)  # spans keep the general settings
+        assert handle.endpoint == "http://127.0.0.1:4318/v1/traces"
+        assert isinstance(handle.metric_exporter, GrpcMetricExporter)
+        assert handle.metrics_endpoint == "http://127.0.0.1:4317"
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    with configure(set_global=False) as handle:
+        assert handle.meter_provider is None and handle.metric_exporter is None
+    monkeypatch.delenv("OTEL_METRICS_EXPORTER")
+    with configure(set_global=False, metrics=False) as handle:
+        assert handle.meter_provider is None
+
+
+def test_without_an_endpoint_configure_sets_up_no_metrics(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    unset_global_providers(monkeypatch)
+    with configure(console=False) as handle:
+        assert handle.meter_provider is None
+        assert metrics_observer("calc", ScriptedLLM([])) is None  # runs record nothing
+
+
+async def test_console_metrics_exporter_prints_the_metrics_at_shutdown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    unset_global_providers(monkeypatch)
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "console")
+    stream = io.StringIO()
+    with configure(console=False, stream=stream) as handle:
+        assert handle.meter_provider is not None and handle.metrics_endpoint is None
+        step = await CALC.run({"question": "1+2"}, llm=ScriptedLLM(['{"value": 3}']))
+        assert step.ok
+    assert '"name": "subagent.runs"' in stream.getvalue()
+
+
+def test_configure_rejects_an_unknown_metrics_exporter_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
+    with pytest.raises(ValueError, match=r"^OTEL_METRICS_EXPORTER: unsupported metrics exporter"):
+        configure(set_global=False)
+
+
+def test_configure_refuses_to_replace_an_installed_global_meter_provider(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    unset_global_providers(monkeypatch)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
+    installed = MeterProvider(shutdown_on_exit=False)
+    otel_metrics.set_meter_provider(installed)
+    with pytest.raises(RuntimeError, match="global meter provider is already installed"):
+        configure()
+    assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)  # nothing set
+    with configure(metrics=False) as handle:  # spans alone are fine
+        assert handle.meter_provider is None
+    assert otel_metrics.get_meter_provider() is installed
 
 
 def test_configure_builds_the_exporter_from_the_standard_variables(

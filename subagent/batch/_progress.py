@@ -30,9 +30,9 @@ class Progress:
 
     def record(self, step: Step[Any]) -> None:
         """Count one finished run."""
-        if step.failure is None:
+        if step.failure is None and step.state is None:
             self._done += 1
-        else:
+        elif step.failure is not None:
             self._failed += 1
         if self._bar is not None:
             self._bar.set_postfix(done=self._done, failed=self._failed, refresh=False)

@@ -25,6 +25,7 @@ from typing_extensions import TypeVar, Unpack
 from subagent._agent import RunArguments, SubAgent
 from subagent._checks import check_int, check_seconds
 from subagent._errors import ConfigurationError
+from subagent._limits import Ledger, UsageLimits, ledgers_in_scope
 from subagent._records import FailReason, Failure, Step, build_step
 from subagent.batch._progress import Progress
 
@@ -59,6 +60,7 @@ async def run_many(
     rerun_retryable: int = 0,
     rerun_delay: float = 1.0,
     progress: bool | None = None,
+    batch_limits: UsageLimits | None = None,
     **options: Unpack[RunArguments],
 ) -> list[Step[OutputT]]:
     """Run ``agent`` once per context and return the Steps in input order.
@@ -74,6 +76,10 @@ async def run_many(
         rerun_delay: Seconds before the first rerun of an input; doubled for each next one.
         progress: Show a progress bar on standard error: ``None`` (default) when it is a
             terminal.
+        batch_limits: What the whole batch may spend: every run charges it (besides its
+            own ``usage_limits``). Once a limit is reached, the runs under way end
+            ``failed(usage_limit)`` before their next call, and the inputs not started yet
+            get a Step ``failed(usage_limit)`` with no turns: none is lost.
         **options: The keyword arguments of :meth:`SubAgent.run`, for every run.
 
     Returns:
@@ -85,7 +91,7 @@ async def run_many(
     steps: dict[int, Step[OutputT]] = {}
     batch = stream_many(agent, contexts, concurrency=concurrency,
                         rerun_retryable=rerun_retryable, rerun_delay=rerun_delay,
-                        progress=progress, **options)  # fmt: skip
+                        progress=progress, batch_limits=batch_limits, **options)  # fmt: skip
     async with batch:
         async for item in batch:
             steps[item.index] = item.step
@@ -100,6 +106,7 @@ def stream_many(
     rerun_retryable: int = 0,
     rerun_delay: float = 1.0,
     progress: bool | None = None,
+    batch_limits: UsageLimits | None = None,
     **options: Unpack[RunArguments],
 ) -> Batch[OutputT]:
     """Run ``agent`` once per context; yield each outcome as it completes.
@@ -116,9 +123,16 @@ def stream_many(
     delay = check_seconds("rerun_delay", rerun_delay, allow_zero=True)
     if progress is not None and not isinstance(progress, bool):
         raise ConfigurationError("progress", f"must be a bool or None, got {progress!r}")
+    if batch_limits is not None and not isinstance(batch_limits, UsageLimits):
+        raise ConfigurationError(
+            "batch_limits", f"must be a UsageLimits or None, got {batch_limits!r}"
+        )
     agent.check_options(**options)
-    return Batch(agent, _check_contexts(contexts), concurrency, rerun_retryable, delay or 0.0,
-                 progress, options)  # fmt: skip
+    batch = Batch(agent, _check_contexts(contexts), concurrency, rerun_retryable, delay or 0.0,
+                  progress, options)  # fmt: skip
+    if batch_limits is not None:
+        batch._ledger = Ledger(batch_limits, "the batch")
+    return batch
 
 
 def _check_contexts(contexts: Iterable[Context]) -> Iterable[Context]:
@@ -155,6 +169,8 @@ class Batch(Generic[OutputT]):
         self._progress = Progress(agent.name, total, show)
         self._group: TaskGroup | None = None
         self._receive: MemoryObjectReceiveStream[BatchItem[OutputT]] | None = None
+        # The books of the batch's usage limits, charged by every run (batch_limits=).
+        self._ledger: Ledger | None = None
 
     async def __aenter__(self) -> Self:
         if self._group is not None:
@@ -208,6 +224,9 @@ class Batch(Generic[OutputT]):
         inputs: Iterator[tuple[int, Context]],
         send: MemoryObjectSendStream[BatchItem[OutputT]],
     ) -> None:
+        if self._ledger is not None:
+            # The worker task's own context: every run it starts charges the batch's ledger.
+            ledgers_in_scope().set((self._ledger,))
         with send:
             for index, context in inputs:  # shared by the workers: each takes the next input
                 item = await self._run(index, context)
@@ -218,6 +237,10 @@ class Batch(Generic[OutputT]):
         attempts = 0
         delay = self._rerun_delay
         while True:
+            reached = None if self._ledger is None else self._ledger.reached()
+            if reached is not None:  # not started: the batch's budget is spent
+                step = self._unstarted(f"usage limit reached before the run started: {reached}")
+                return BatchItem(index, context, step, attempts)
             attempts += 1
             try:
                 step = await self._agent.run(context, **self._options)
@@ -229,14 +252,21 @@ class Batch(Generic[OutputT]):
             delay = min(delay * 2, math.inf)
 
     def _errored(self, exc: Exception) -> Step[OutputT]:
+        failure = Failure(reason=FailReason.ERROR, message=f"{type(exc).__name__}: {exc}")
+        return self._failed(failure, list(getattr(exc, "turns", ())))
+
+    def _unstarted(self, message: str) -> Step[OutputT]:
+        return self._failed(Failure(reason=FailReason.USAGE_LIMIT, message=message), [])
+
+    def _failed(self, failure: Failure, turns: list[Any]) -> Step[OutputT]:
         agent, options = self._agent, self._options
         max_turns = options.get("max_turns") or agent.max_turns
         return_retries = options.get("return_retries")
         step = build_step(
             agent=agent.name,
             output=None,
-            failure=Failure(reason=FailReason.ERROR, message=f"{type(exc).__name__}: {exc}"),
-            turns=list(getattr(exc, "turns", ())),
+            failure=failure,
+            turns=turns,
             max_turns=max_turns,
             return_retries=agent.return_retries if return_retries is None else return_retries,
             duration_s=0.0,

@@ -27,7 +27,9 @@ class BatchSummary(BaseModel):
     Attributes:
         runs: How many runs.
         done: Runs that produced a valid output.
-        failed: Runs that did not.
+        failed: Runs that failed.
+        paused: Runs that paused for approval of tool calls (neither done nor failed:
+            each Step's ``state`` resumes it).
         failure_reasons: Failed runs by failure reason (``budget_exhausted``...).
         error_kinds: ``llm_error`` runs by error kind (``rate_limit``...).
         stop_reasons: Replies by stop reason, over every turn of every run.
@@ -48,6 +50,7 @@ class BatchSummary(BaseModel):
     runs: int = 0
     done: int = 0
     failed: int = 0
+    paused: int = 0
     failure_reasons: dict[str, int] = Field(default_factory=dict)
     error_kinds: dict[str, int] = Field(default_factory=dict)
     stop_reasons: dict[str, int] = Field(default_factory=dict)
@@ -80,6 +83,8 @@ class BatchSummary(BaseModel):
                 f"{self.failed}" + (f" ({self.retryable} retryable)" if self.failed else ""),
             ),
         ]
+        if self.paused:
+            rows.append(("paused", f"{self.paused} (awaiting approval)"))
         for reason, count in _by_count(self.failure_reasons):
             rows.append((f"  {reason}", f"{count}"))
             if reason == FailReason.LLM_ERROR.value:  # its kinds, under it
@@ -121,7 +126,9 @@ def summarize(steps: Iterable[Step[Any]]) -> BatchSummary:
         summary.runs += 1
         durations.append(step.duration_s)
         failure = step.failure
-        if failure is None:
+        if step.state is not None:
+            summary.paused += 1
+        elif failure is None:
             summary.done += 1
         else:
             summary.failed += 1

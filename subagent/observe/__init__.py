@@ -4,10 +4,13 @@ The turn loop reports to one :class:`Observer` through nested scopes (run > turn
 tool); see :mod:`subagent.observe._observer`. Implementations:
 
 - ``_otel``: OpenTelemetry spans (the API only; the library never installs a provider).
+- ``_metrics``: OpenTelemetry metrics (GenAI conventions and subagent's own counters; the
+  API only, recorded to the global meter provider once an application has set one).
 - ``_events``: the typed events (``RunStarted``, ``TurnStarted``, ``TurnEnded``,
   ``RunEnded``) handed to ``run(on_event=...)``.
 - ``_observer``: the interface, the silent :data:`NO_OBSERVER`, ``on_text``'s
   :class:`TextObserver`, and :func:`combine` for several at once.
+- ``_context``: the W3C ``traceparent`` a saved run state carries, and continuing it.
 - ``_stream``: :class:`StreamObserver`, every event into an :class:`EventQueue` for
   ``SubAgent.stream()``.
 
@@ -21,8 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container
 
+import opentelemetry.metrics._internal as _metrics_state
 from opentelemetry.trace import TracerProvider
 
+from subagent.observe._context import continuing_trace, current_traceparent, mark_resumed
 from subagent.observe._events import (
     CallRetried,
     EventHandler,
@@ -30,6 +35,7 @@ from subagent.observe._events import (
     ReasoningDelta,
     RunEnded,
     RunEvent,
+    RunPaused,
     RunStarted,
     TextDelta,
     ToolCallEnded,
@@ -37,6 +43,7 @@ from subagent.observe._events import (
     TurnEnded,
     TurnStarted,
 )
+from subagent.observe._metrics import METER_PROVIDER_FROM_ENV, MetricsObserver, metrics_observer
 from subagent.observe._observer import (
     NO_OBSERVER,
     ChatScope,
@@ -47,6 +54,7 @@ from subagent.observe._observer import (
     TurnScope,
     check_callback,
     combine,
+    refuse_awaitable,
 )
 from subagent.observe._otel import (
     CAPTURE_CONTENT_ENV,
@@ -71,10 +79,12 @@ __all__ = [
     "EventHandler",
     "EventObserver",
     "EventQueue",
+    "MetricsObserver",
     "Observer",
     "ReasoningDelta",
     "RunEnded",
     "RunEvent",
+    "RunPaused",
     "RunScope",
     "RunStarted",
     "SpanObserver",
@@ -90,7 +100,12 @@ __all__ = [
     "capture_enabled",
     "check_callback",
     "combine",
+    "continuing_trace",
+    "current_traceparent",
+    "mark_resumed",
+    "metrics_observer",
     "observer_for_run",
+    "refuse_awaitable",
     "span_observer",
 ]
 
@@ -104,14 +119,18 @@ def observer_for_run(
     events: EventQueue | None = None,
     tool_names: Container[str] = (),
 ) -> Observer:
-    """The observer of one run: its spans, its callbacks, its event stream.
+    """The observer of one run: its spans, its metrics, its callbacks, its event stream.
 
     With none of them, :data:`NO_OBSERVER`: the run pays nothing for observation.
     """
+    # Checked here, inline, rather than in metrics_observer: with no meter provider ever set
+    # (the common case) a run then pays one attribute read for metrics, not a call.
+    metered = _metrics_state._METER_PROVIDER is not None or METER_PROVIDER_FROM_ENV
     return combine(
         [
             EventObserver(agent, on_event) if on_event is not None else None,
             span_observer(agent, tracer_provider, llm, tool_names),
+            metrics_observer(agent, llm, tool_names) if metered else None,
             TextObserver(on_text) if on_text is not None else None,
             StreamObserver(agent, events) if events is not None else None,
         ]

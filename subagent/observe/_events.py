@@ -193,6 +193,23 @@ class RunEnded:
         return self.step.failure.reason if self.step.failure else None
 
 
+@dataclass(frozen=True, slots=True)
+class RunPaused:
+    """A run paused: a reply called tools that need approval (``RunEnded`` follows).
+
+    ``step.state`` is what to resume from; ``calls`` are the calls waiting for a decision.
+    """
+
+    agent: str
+    step: Step[Any]
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        """The calls that need a decision."""
+        pending = self.step.pending
+        return [] if pending is None else pending.waiting
+
+
 RunEvent: TypeAlias = (
     RunStarted
     | TurnStarted
@@ -202,11 +219,12 @@ RunEvent: TypeAlias = (
     | ToolCallStarted
     | ToolCallEnded
     | TurnEnded
+    | RunPaused
     | RunEnded
 )
 """Any event of a run: ``RunStarted``; per turn ``TurnStarted``, the reply's deltas and
 retried calls (``stream()`` only), ``ToolCallStarted`` / ``ToolCallEnded`` per tool call and
-``TurnEnded``; then ``RunEnded``."""
+``TurnEnded``; then ``RunEnded``, after ``RunPaused`` when the run paused for approval."""
 
 EventHandler: TypeAlias = Callable[[RunEvent], None]
 """``run(on_event=...)``: a synchronous callable receiving each :data:`RunEvent` but the
@@ -274,6 +292,8 @@ class EventObserver(Observer):
         return None
 
     def finished(self, step: Step[Any]) -> None:
+        if step.state is not None:
+            self._tell(RunPaused(self._agent, step))
         self._tell(RunEnded(self._agent, step))
 
     def ended(self, turn: Turn) -> None:

@@ -257,12 +257,17 @@ class _RunSpan(_SpanScope):
             input_tokens += turn.usage.input_tokens
             output_tokens += turn.usage.output_tokens
         failure = step.failure
+        paused = step.state is not None
         attributes: dict[str, AttributeValue] = {
-            "subagent.outcome": "done" if failure is None else "failed",
+            "subagent.outcome": "failed" if failure is not None else "paused" if paused else "done",
             "subagent.turns": len(step.turns),
             "gen_ai.usage.input_tokens": input_tokens,
             "gen_ai.usage.output_tokens": output_tokens,
         }
+        if paused:
+            pending = step.pending
+            attributes["subagent.paused"] = True
+            attributes["subagent.pending_calls"] = len(pending.needs_approval) if pending else 0
         span = self._span
         if failure is not None:
             reason = failure.reason.value

@@ -1,9 +1,10 @@
 """Validators: checks on a parsed output, returning ``{valid, errors}``.
 
 A validator is any callable ``(output) -> Validation`` (or the dict form
-``{"valid": bool, "errors": [...]}``), sync or async. Failing checks become feedback for a
-correction turn; a validator that raises or returns something else is a bug and raises
-:class:`~subagent.ParserContractError` naming it.
+``{"valid": bool, "errors": [...]}``), sync or async; one whose first parameter is
+annotated :class:`~subagent.RunContext` is called ``(ctx, output)``. Failing checks become
+feedback for a correction turn; a validator that raises or returns something else is a
+bug and raises :class:`~subagent.ParserContractError` naming it.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from subagent._context import RunContext, takes_run_context
 from subagent._errors import ParserContractError
 
 __all__ = ["Validation", "Validator", "callable_name", "coerce_validation", "run_validators"]
 
-Validator: TypeAlias = Callable[[Any], Any]
+Validator: TypeAlias = Callable[..., Any]
 """``(output) -> Validation | {"valid": bool, "errors": [...]}``, or an awaitable of one."""
 
 
@@ -124,11 +126,14 @@ def _error_message(error: object, validator_name: str) -> str:
     )
 
 
-async def run_validators(validators: Iterable[Validator], output: Any) -> Validation:
+async def run_validators(
+    validators: Iterable[Validator], output: Any, context: RunContext[Any] | None = None
+) -> Validation:
     """Run every validator on ``output`` in order and merge their verdicts.
 
     Async validators (or sync ones returning an awaitable) are awaited. All validators run
-    even after one fails, so the feedback lists every problem at once.
+    even after one fails, so the feedback lists every problem at once. With ``context``,
+    a validator whose first parameter is a :class:`~subagent.RunContext` gets it first.
 
     Returns:
         ``Validation.ok()`` when all pass, else a failure carrying all their errors in order.
@@ -141,7 +146,10 @@ async def run_validators(validators: Iterable[Validator], output: Any) -> Valida
     for validator in validators:
         name = callable_name(validator)
         try:
-            result = validator(output)
+            if context is not None and takes_run_context(validator):
+                result = validator(context, output)
+            else:
+                result = validator(output)
             if inspect.isawaitable(result):
                 result = await _await(result)
         except Exception as exc:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from subagent._context import RunContext
 from subagent._records import ToolResult
 from subagent._templates import TemplateSet
 from subagent._text import fence
@@ -71,7 +72,7 @@ class Toolbox:
     """
 
     __slots__ = ("_prune", "_record_limit", "_result_limit", "_templates", "call_limit",
-                 "definitions", "tools")  # fmt: skip
+                 "definitions", "tools", "wants_context")  # fmt: skip
 
     def __init__(
         self,
@@ -90,6 +91,8 @@ class Toolbox:
         self._result_limit = result_limit
         self._record_limit = record_limit
         self.call_limit = call_limit
+        # Whether a tool takes a RunContext: the run builds one per tool turn only then.
+        self.wants_context = any(tool.takes_context for tool in tools.values())
 
     def __bool__(self) -> bool:
         return bool(self.tools)
@@ -104,8 +107,16 @@ class Toolbox:
         """Characters of a result the model is shown."""
         return self._result_limit
 
-    async def run(self, call: ToolCall, extras: Mapping[str, Any] | None = None) -> ToolRun:
-        """Run one call; failures become a failed result carrying the model's feedback."""
+    async def run(
+        self,
+        call: ToolCall,
+        extras: Mapping[str, Any] | None = None,
+        context: RunContext[Any] | None = None,
+    ) -> ToolRun:
+        """Run one call; failures become a failed result carrying the model's feedback.
+
+        ``context`` goes to a tool that takes a :class:`~subagent.RunContext`.
+        """
         tool = self.tools.get(call.name)
         if tool is None:
             content = self._templates.render(
@@ -119,7 +130,7 @@ class Toolbox:
             arguments, pruned = tool.prune(arguments)
         started = time.perf_counter()
         try:
-            returned = await tool.call(arguments, extras)
+            returned = await tool.call(arguments, extras, context)
         except ToolArgumentsError as exc:
             if exc.items:
                 errors = exc.items

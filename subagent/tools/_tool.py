@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, PydanticUserError, Validation
 from pydantic_core import to_json
 
 from subagent._checks import check_seconds
+from subagent._context import RunContext, takes_run_context
 from subagent._errors import ConfigurationError, SubAgentError
 from subagent._records import Step
 from subagent._text import MAX_ARGUMENT_DEPTH, nested_deeper_than, shorten
@@ -167,6 +168,9 @@ class Tool:
             ``additionalProperties: false``; otherwise unknown arguments are passed on.
         parameters: A JSON schema for the arguments, used instead of the signature: see
             :meth:`from_schema`.
+        requires_approval: A call of this tool waits for a decision: the run pauses before
+            running any call of that turn and returns a paused Step (see
+            ``SubAgent.resume``).
     """
 
     function: Callable[..., Any]
@@ -176,12 +180,15 @@ class Tool:
     timeout: float | None = None
     prune_unknown_args: bool | None = None
     parameters: Mapping[str, Any] | None = field(default=None, repr=False)
+    requires_approval: bool = False
     _params: type[BaseModel] | None = field(init=False, repr=False)
     _validator: Any = field(init=False, repr=False)
     _fields: frozenset[str] = field(init=False, repr=False)
     _extras: frozenset[str] = field(init=False, repr=False)
     _definition: ToolDefinition = field(init=False, repr=False)
     _is_async: bool = field(init=False, repr=False)
+    # The function's first parameter is a RunContext: passed by the run, not in the schema.
+    _takes_context: bool = field(init=False, repr=False, default=False)
 
     def __post_init__(self) -> None:
         function = self.function
@@ -193,7 +200,7 @@ class Tool:
                 "tools", f"tool name {name!r} must match {_NAME.pattern} (rename it with Tool)"
             )
         check_seconds("timeout", self.timeout)
-        for flag in ("run_in_thread", "prune_unknown_args"):
+        for flag in ("run_in_thread", "prune_unknown_args", "requires_approval"):
             value = getattr(self, flag)
             if not isinstance(value, bool) and not (flag == "prune_unknown_args" and value is None):
                 raise ConfigurationError(flag, f"must be a bool, got {value!r} (tool {name!r})")
@@ -205,8 +212,9 @@ class Tool:
         description = self.description if self.description is not None else summary
         params: type[BaseModel] | None = None
         validator: Any = None
+        takes_context = takes_run_context(function)
         if self.parameters is None:
-            params, schema, extras = _parameters_model(function, name, arg_docs)
+            params, schema, extras = _parameters_model(function, name, arg_docs, takes_context)
             fields = frozenset(params.model_fields)
         else:
             schema, validator = _checked_schema(self.parameters, name)
@@ -224,6 +232,7 @@ class Tool:
             ToolDefinition(name=name, description=description, parameters=schema),
         )
         object.__setattr__(self, "_is_async", _is_async_callable(function))
+        object.__setattr__(self, "_takes_context", takes_context)
 
     @classmethod
     def from_function(cls, function: Callable[..., Any], **options: Any) -> Tool:
@@ -276,6 +285,11 @@ class Tool:
     def definition(self) -> ToolDefinition:
         """What the model is told about this tool."""
         return self._definition
+
+    @property
+    def takes_context(self) -> bool:
+        """Whether the function's first parameter is a :class:`~subagent.RunContext`."""
+        return self._takes_context
 
     @property
     def extras_parameters(self) -> frozenset[str]:
@@ -331,11 +345,16 @@ class Tool:
         return {name: getattr(validated, name) for name in type(validated).model_fields}
 
     async def call(
-        self, arguments: Mapping[str, Any] | str, extras: Mapping[str, Any] | None = None
+        self,
+        arguments: Mapping[str, Any] | str,
+        extras: Mapping[str, Any] | None = None,
+        context: RunContext[Any] | None = None,
     ) -> Any:
         """Validate ``arguments`` and call the function (awaiting it if async).
 
-        ``extras`` fill the parameters marked :data:`FromExtras` (others are ignored). Under
+        ``extras`` fill the parameters marked :data:`FromExtras` (others are ignored).
+        ``context`` is passed as the first argument of a function that takes a
+        :class:`~subagent.RunContext` (:attr:`takes_context`). Under
         :attr:`timeout`, or when the run is cancelled, an async tool is cancelled; a sync
         tool in a worker thread is abandoned: the call returns at once, the thread runs on
         until the function returns, and its result is dropped (Python cannot stop a
@@ -345,26 +364,32 @@ class Tool:
             ToolArgumentsError: The arguments do not fit the signature.
             ToolTimeoutError: The call took longer than :attr:`timeout` (a
                 :class:`TimeoutError`).
+            TypeError: The function takes a context and none was given.
             Exception: Whatever the function raises, a ``TimeoutError`` of its own
                 included.
         """
         kwargs = self.validate_arguments(arguments)
         if extras and self._extras:
             kwargs.update({key: value for key, value in extras.items() if key in self._extras})
+        function = self.function
+        if self._takes_context:
+            if context is None:
+                raise TypeError(f"tool {self.name!r} takes a RunContext: pass context=")
+            function = functools.partial(function, context)
         if self.timeout is None:
-            return await self._invoke(kwargs)
+            return await self._invoke(function, kwargs)
         with anyio.move_on_after(self.timeout):
-            return await self._invoke(kwargs)
+            return await self._invoke(function, kwargs)
         raise ToolTimeoutError(self.timeout)
 
-    async def _invoke(self, kwargs: dict[str, Any]) -> Any:
+    async def _invoke(self, function: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         if self._is_async:
-            return await self.function(**kwargs)
+            return await function(**kwargs)
         if self.run_in_thread:
             return await anyio.to_thread.run_sync(
-                functools.partial(self.function, **kwargs), abandon_on_cancel=True
+                functools.partial(function, **kwargs), abandon_on_cancel=True
             )
-        return self.function(**kwargs)
+        return function(**kwargs)
 
 
 @overload
@@ -377,6 +402,7 @@ def tool(
     run_in_thread: bool = True,
     timeout: float | None = None,
     prune_unknown_args: bool | None = None,
+    requires_approval: bool = False,
 ) -> Callable[[F], Tool]: ...
 def tool(
     function: Callable[..., Any] | None = None,
@@ -387,6 +413,7 @@ def tool(
     run_in_thread: bool = True,
     timeout: float | None = None,
     prune_unknown_args: bool | None = None,
+    requires_approval: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a function a :class:`Tool`: ``@tool`` or ``@tool(timeout=5, ...)``.
 
@@ -399,6 +426,7 @@ def tool(
         "run_in_thread": run_in_thread,
         "timeout": timeout,
         "prune_unknown_args": prune_unknown_args,
+        "requires_approval": requires_approval,
     }
     if function is not None:
         return Tool(function, **options)
@@ -450,9 +478,12 @@ def _is_extras_parameter(annotation: Any) -> bool:
 
 
 def _parameters_model(
-    function: Callable[..., Any], name: str, arg_docs: Mapping[str, str]
+    function: Callable[..., Any], name: str, arg_docs: Mapping[str, str], takes_context: bool
 ) -> tuple[type[BaseModel], dict[str, Any], frozenset[str]]:
     """The model validating the tool's arguments, its JSON schema, and the extras parameters.
+
+    With ``takes_context``, the first parameter (a :class:`~subagent.RunContext`) is left
+    out: the run passes it, the model never sees it.
 
     Raises:
         ConfigurationError: A parameter cannot be validated by pydantic or described as
@@ -469,7 +500,8 @@ def _parameters_model(
         hints = {}
     fields: dict[str, Any] = {}
     extras: set[str] = set()
-    for param in signature.parameters.values():
+    parameters = list(signature.parameters.values())
+    for param in parameters[1:] if takes_context else parameters:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ConfigurationError(
                 "tools", f"tool {name!r} takes *{param.name}; tools need named parameters"
@@ -477,6 +509,12 @@ def _parameters_model(
         annotation = hints.get(param.name, param.annotation)
         if annotation is inspect.Parameter.empty:
             annotation = Any
+        if annotation is RunContext or typing.get_origin(annotation) is RunContext:
+            raise ConfigurationError(
+                "tools",
+                f"parameter {param.name!r} of tool {name!r} is a RunContext: it must be the "
+                f"tool's first parameter",
+            )
         if _is_extras_parameter(annotation):
             if param.default is inspect.Parameter.empty:
                 raise ConfigurationError(

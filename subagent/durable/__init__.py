@@ -1,0 +1,46 @@
+"""Durable runs on DBOS (the ``dbos`` extra): a run that outlives its process.
+
+A run becomes a DBOS workflow; each LLM call and each tool call is a DBOS step, checkpointed
+in DBOS's system database (SQLite by default, Postgres in production). A process killed at
+any point resumes, when DBOS is launched again, from its last completed step: no completed
+LLM call or tool call is made again, and the resumed run ends with the Step the run that
+never stopped would have made (:func:`comparable` says which fields may differ). The kernel
+is unchanged: the model and the tools are wrapped from outside the loop.
+
+What lives here:
+
+- ``_llm``: :class:`DurableLLM`, a model whose calls are DBOS steps (the call timeout
+  inside the step, so a timed-out call is recorded like any other).
+- ``_tools``: :func:`durable_tool`, a tool whose function runs as a DBOS step (its timeout
+  and its exception recorded with it).
+- ``_agent``: :class:`DurableAgent`, an agent's runs and batches as DBOS workflows.
+- ``_approval``: how a paused durable run waits for approval: the DBOS event saying what
+  waits (:data:`PENDING_EVENT`) and the DBOS message deciding it (:data:`APPROVAL_TOPIC`).
+- ``_compare``: :func:`comparable`, a Step without the fields a replay measures anew.
+
+It needs the extra (``pip install 'subagent-runtime[dbos]'``); nothing else in the library
+imports this room. What it may import: the agent and everything below it.
+"""
+
+try:
+    import dbos as _dbos  # noqa: F401  (the extra: a clear error when it is missing)
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("subagent.durable needs DBOS: pip install 'subagent-runtime[dbos]'") from exc
+
+from subagent.durable._agent import DEFAULT_APPROVAL_TIMEOUT, DurableAgent, DurableRunArguments
+from subagent.durable._approval import APPROVAL_TOPIC, PENDING_EVENT, decisions_message
+from subagent.durable._compare import comparable
+from subagent.durable._llm import DurableLLM
+from subagent.durable._tools import durable_tool
+
+__all__ = [
+    "APPROVAL_TOPIC",
+    "DEFAULT_APPROVAL_TIMEOUT",
+    "PENDING_EVENT",
+    "DurableAgent",
+    "DurableLLM",
+    "DurableRunArguments",
+    "comparable",
+    "decisions_message",
+    "durable_tool",
+]

@@ -1,0 +1,413 @@
+"""An agent's runs and batches as DBOS workflows."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import random
+import types
+import typing
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Generic, TypedDict, cast
+
+from dbos import DBOS, SetWorkflowID, WorkflowHandleAsync
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TracerProvider
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from pydantic import BaseModel
+from typing_extensions import TypeVar, Unpack
+
+from subagent._agent import SubAgent
+from subagent._checks import check_int, check_seconds
+from subagent._conversation import ContextPolicy
+from subagent._errors import ConfigurationError
+from subagent._records import Step
+from subagent._state import Decision
+from subagent.durable._approval import (
+    APPROVAL_TOPIC,
+    PENDING_EVENT,
+    decisions_message,
+    pending_value,
+    read_decisions,
+    read_pending,
+)
+from subagent.durable._llm import DurableLLM
+from subagent.durable._tools import durable_tool
+from subagent.llm import LLM, Message, RetryPolicy, ToolCall
+from subagent.tools import split_sources
+
+__all__ = ["DEFAULT_APPROVAL_TIMEOUT", "DurableAgent", "DurableRunArguments"]
+
+OutputT = TypeVar("OutputT", default=Any)
+
+DEFAULT_APPROVAL_TIMEOUT = 7 * 24 * 3600.0
+"""Seconds a durable run paused for approval waits for its decisions by default (a week)."""
+Context = Mapping[str, Any] | BaseModel | None
+
+
+class DurableRunArguments(TypedDict, total=False):
+    """The run options a durable run takes: those DBOS can record as the workflow's input.
+
+    The model, its call timeout and the tracer provider belong to the :class:`DurableAgent`
+    (they are the process's, not the run's); ``on_event`` and ``on_text`` are not taken (a
+    resumed run's listener is in another process).
+    """
+
+    max_turns: int | None
+    return_retries: int | None
+    messages: Sequence[Message | Mapping[str, Any]] | str | None
+    context_policy: ContextPolicy | None
+    settings: Mapping[str, Any] | None
+    retry_policy: RetryPolicy | None
+    mission_timeout: float | None
+
+
+_DURABLE_OPTIONS = frozenset(DurableRunArguments.__annotations__)
+_NOT_DURABLE = {
+    "llm": "give the model to DurableAgent(llm=...)",
+    "timeout": "give the call timeout to DurableAgent(timeout=...)",
+    "tracer_provider": "give it to DurableAgent(tracer_provider=...)",
+    "on_event": "a resumed run's listener would be in another process",
+    "on_text": "a resumed run's listener would be in another process",
+    "on_state": "a resumed run's listener would be in another process",
+}
+_RESUME_OPTIONS = ("settings", "retry_policy", "mission_timeout")  # what resume() takes
+
+
+class DurableAgent(Generic[OutputT]):
+    """An agent whose runs are DBOS workflows: they survive the death of their process.
+
+    Build it at import time, before ``DBOS.launch()``: it registers two workflows with DBOS
+    (``subagent.run:<name>`` and ``subagent.batch:<name>``), which DBOS finds by name when
+    it recovers a workflow left pending by a process that died. Every process that may
+    resume a run must build the same durable agent (same name, prompts, tools, output type)
+    before it launches DBOS.
+
+    In a workflow, each LLM call is a step (:class:`DurableLLM`) and each tool call is a
+    step (:func:`durable_tool`); everything between them (the phase machine, parsing,
+    validators, the conversation) is deterministic and replays from the checkpoints. The
+    Step a resumed run returns equals the uncrashed run's but for the measured fields
+    (:func:`~subagent.durable.comparable`).
+
+    Args:
+        agent: The agent definition.
+        llm: The model (default: the agent's); a spec string is resolved as
+            :class:`~subagent.SubAgent` does. A :class:`DurableLLM` is used as it is.
+        timeout: Seconds one LLM call may take, enforced inside the call's step (default:
+            the agent's ``timeout``).
+        name: The workflows' name (default: the agent's name); unique per application.
+        tracer_provider: Where the runs' spans go (default: the global provider).
+        approval_timeout: Seconds a run paused for approval waits for the decisions
+            (default: a week); past it the run ends paused, its Step holding the state to
+            resume from with :meth:`SubAgent.resume`.
+
+    Raises:
+        ConfigurationError: No model, or an option is invalid (the message names it).
+    """
+
+    def __init__(
+        self,
+        agent: SubAgent[OutputT],
+        *,
+        llm: LLM | str | None = None,
+        timeout: float | None = None,
+        name: str | None = None,
+        tracer_provider: TracerProvider | None = None,
+        approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT,
+    ) -> None:
+        if not isinstance(agent, SubAgent):
+            raise ConfigurationError("agent", f"must be a SubAgent, got {agent!r}")
+        name = agent.name if name is None else name
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigurationError("name", f"must be a non-empty string, got {name!r}")
+        plain, sources = split_sources(agent.tools)
+        if sources:
+            # A source's tools are known only per run; they are not wrapped as steps yet.
+            raise ConfigurationError(
+                "tools", f"a durable agent takes no tool sources yet ({sources[0].source_name})"
+            )
+        durable = dataclasses.replace(
+            agent,
+            tools=[durable_tool(tool) for tool in plain],
+            llm=agent.llm if llm is None else llm,
+            timeout=None,  # the call timeout moves inside the LLM step
+        )
+        model = cast(LLM | None, durable.llm)
+        if model is None:
+            raise ConfigurationError(
+                "llm", f"agent {agent.name!r} has no model: pass llm= to DurableAgent"
+            )
+        self.name = name
+        self.agent: SubAgent[OutputT] = durable
+        if isinstance(model, DurableLLM):  # wrapped already: its own timeout and step name
+            if timeout is not None:
+                raise ConfigurationError(
+                    "timeout", "give the timeout to the DurableLLM passed as llm="
+                )
+            self.llm = model
+        else:
+            self.llm = DurableLLM(
+                model, timeout=agent.timeout if timeout is None else timeout,
+                step_name=f"subagent.llm:{name}",
+            )  # fmt: skip
+        self._tracer_provider = tracer_provider
+        waits = check_seconds("approval_timeout", approval_timeout)
+        if waits is None:
+            raise ConfigurationError(
+                "approval_timeout", "must be a number of seconds > 0 (a wait is bounded)"
+            )
+        self.approval_timeout: float = waits
+        self._step_type = _step_type(agent)
+
+        async def run_body(
+            context: Context, options: dict[str, Any], carrier: dict[str, str]
+        ) -> str:
+            with _trace_joined(carrier):
+                return await self._run_body(context, options)
+
+        async def batch_body(
+            contexts: list[Context],
+            options: dict[str, Any],
+            concurrency: int,
+            carrier: dict[str, str],
+        ) -> list[str]:
+            with _trace_joined(carrier):
+                return await self._batch_body(contexts, options, concurrency)
+
+        # Plain functions (DBOS keeps its own attributes on a workflow's function).
+        self._run_workflow = DBOS.workflow(name=f"subagent.run:{name}")(run_body)
+        self._batch_workflow = DBOS.workflow(name=f"subagent.batch:{name}")(batch_body)
+
+    # --- the public calls ---
+
+    async def run(
+        self,
+        context: Context = None,
+        *,
+        workflow_id: str | None = None,
+        **options: Unpack[DurableRunArguments],
+    ) -> Step[OutputT]:
+        """Run the agent as a workflow, or wait for the workflow ``workflow_id`` to end.
+
+        With a ``workflow_id`` the run is idempotent: calling again with the same id (in
+        this process or after a restart) starts nothing new; it returns the Step of that
+        workflow once it ends (DBOS resumes a workflow a dead process left pending when it
+        is launched again).
+
+        Args:
+            context: Values for the prompt template (recorded as the workflow's input).
+            workflow_id: The workflow's id (default: one DBOS makes up).
+            **options: Run options DBOS can record (:class:`DurableRunArguments`).
+
+        Raises:
+            ConfigurationError: An option is invalid.
+            TypeError: An option a durable run does not take (the message says why).
+        """
+        self._check(options)
+        with _workflow_id(workflow_id):
+            handle = await DBOS.start_workflow_async(
+                self._run_workflow, context, dict(options), _trace_carrier()
+            )
+        return self._step(await handle.get_result())
+
+    async def run_many(
+        self,
+        contexts: Iterable[Context],
+        *,
+        batch_id: str | None = None,
+        concurrency: int = 8,
+        **options: Unpack[DurableRunArguments],
+    ) -> list[Step[OutputT]]:
+        """Run the agent once per context, as one batch workflow of child workflows.
+
+        Each run is a child workflow with the id ``<batch_id>/<index>``; at most
+        ``concurrency`` are under way at once, started in input order. A batch resumed
+        after a crash reads the finished runs' Steps back and resumes the unfinished ones
+        from their last completed step: no finished run or step is repeated.
+
+        Args:
+            contexts: One prompt context per run; read at once (the list is the
+                workflow's recorded input).
+            batch_id: The batch workflow's id (default: one DBOS makes up); calling again
+                with it is idempotent, as for :meth:`run`.
+            concurrency: Runs under way at once (>= 1).
+            **options: Run options for every run (:class:`DurableRunArguments`).
+
+        Returns:
+            One Step per context, in input order.
+        """
+        check_int("concurrency", concurrency, 1)
+        self._check(options)
+        inputs = list(contexts)
+        with _workflow_id(batch_id):
+            handle = await DBOS.start_workflow_async(
+                self._batch_workflow, inputs, dict(options), concurrency, _trace_carrier()
+            )
+        return [self._step(text) for text in await handle.get_result()]
+
+    async def pending(self, workflow_id: str, *, timeout: float = 0.0) -> list[ToolCall]:
+        """The calls the run ``workflow_id`` waits on for approval (``[]``: none).
+
+        Args:
+            workflow_id: The run's workflow id.
+            timeout: Seconds to wait for the run to pause when it has not (yet).
+        """
+        check_seconds("timeout", timeout, allow_zero=True)
+        value = await DBOS.get_event_async(workflow_id, PENDING_EVENT, timeout)
+        return read_pending(value)
+
+    async def decide(
+        self,
+        workflow_id: str,
+        decisions: Mapping[str, Decision | bool],
+        *,
+        timeout: float = 0.0,
+    ) -> None:
+        """Send the decisions about the calls the paused run ``workflow_id`` waits on.
+
+        The run goes on in whichever process runs its workflow; any process with the
+        system database can send them (``DBOSClient.send`` with :data:`APPROVAL_TOPIC`
+        and the message of :func:`decisions_message`, where this agent is not built).
+
+        Args:
+            workflow_id: The run's workflow id.
+            decisions: One per waiting call, by call id: ``Decision.approve()`` (or
+                ``True``), ``Decision.deny(reason)`` (or ``False``), ``Decision.edit(...)``.
+            timeout: Seconds to wait for the run to pause when it has not (yet).
+
+        Raises:
+            ConfigurationError: The run waits on nothing, or the decisions do not match
+                the waiting calls one for one (the message names the ids).
+        """
+        waiting = await self.pending(workflow_id, timeout=timeout)
+        message = decisions_message(waiting, decisions)
+        await DBOS.send_async(workflow_id, message, APPROVAL_TOPIC)
+
+    async def result(self, workflow_id: str) -> Step[OutputT]:
+        """The Step of the run ``workflow_id`` (started by any process), once it ends."""
+        handle: WorkflowHandleAsync[Any] = await DBOS.retrieve_workflow_async(workflow_id)
+        return self._step(await handle.get_result())
+
+    # --- the workflows' bodies (replayed on resume: deterministic but for the steps) ---
+
+    async def _run_body(self, context: Context, options: dict[str, Any]) -> str:
+        step = await self.agent.run(
+            context, llm=self.llm, tracer_provider=self._tracer_provider, **options
+        )
+        pauses = 0
+        while step.paused and step.state is not None:
+            # Waiting in the body, not in a step: no thread is held, and a process killed
+            # here waits again on restart (a message sent meanwhile is kept for it).
+            pauses += 1
+            await DBOS.set_event_async(PENDING_EVENT, pending_value(step, pauses))
+            message = await DBOS.recv_async(APPROVAL_TOPIC, self.approval_timeout)
+            if message is None:
+                break  # timed out: the run ends paused, its state in its Step
+            await DBOS.set_event_async(PENDING_EVENT, pending_value(None, pauses))
+            step = await self.agent.resume(
+                step.state, read_decisions(message), llm=self.llm,
+                tracer_provider=self._tracer_provider,
+                **{key: options[key] for key in _RESUME_OPTIONS if key in options},
+            )  # fmt: skip
+        # Recorded as JSON, read back against the output type: no pickled classes in the
+        # database, so an output model need not be importable by name to be stored.
+        return step.model_dump_json()
+
+    def _step(self, text: str) -> Step[OutputT]:
+        return cast("Step[OutputT]", self._step_type.model_validate_json(text))
+
+    async def _batch_body(
+        self, contexts: list[Context], options: dict[str, Any], concurrency: int
+    ) -> list[str]:
+        batch_id = DBOS.workflow_id
+        steps: list[str] = []
+        window: deque[WorkflowHandleAsync[str]] = deque()
+        # Started in input order and awaited in input order: the batch's own operations
+        # (child starts, result reads) come in the same order on every replay.
+        for index, context in enumerate(contexts):
+            if len(window) == concurrency:
+                steps.append(await window.popleft().get_result())
+            with SetWorkflowID(f"{batch_id}/{index}"):
+                # The batch's recorded trace context is the current one: the same carrier
+                # on every replay.
+                window.append(
+                    await DBOS.start_workflow_async(
+                        self._run_workflow, context, options, _trace_carrier()
+                    )
+                )
+        while window:
+            steps.append(await window.popleft().get_result())
+        return steps
+
+    def _check(self, options: Mapping[str, Any]) -> None:
+        for key in options:
+            if key in _NOT_DURABLE:
+                raise TypeError(f"a durable run does not take {key}=: {_NOT_DURABLE[key]}")
+            if key not in _DURABLE_OPTIONS:
+                raise TypeError(
+                    f"DurableAgent.run() got an unexpected keyword argument {key!r} "
+                    f"(the durable run options: {', '.join(sorted(_DURABLE_OPTIONS))})"
+                )
+        self.agent.check_options(**options)
+
+    def __repr__(self) -> str:
+        return f"DurableAgent({self.name!r})"
+
+
+DurableAgent.__module__ = "subagent.durable"
+
+
+def _workflow_id(workflow_id: str | None) -> contextlib.AbstractContextManager[Any]:
+    if workflow_id is None:
+        return contextlib.nullcontext()
+    if not isinstance(workflow_id, str) or not workflow_id:
+        raise ConfigurationError("workflow_id", f"must be a non-empty str, got {workflow_id!r}")
+    return SetWorkflowID(workflow_id)
+
+
+def _step_type(agent: SubAgent[Any]) -> type[Step[Any]]:
+    """The Step model a run's Step validates against after its JSON trip (as ray.py's)."""
+    output = agent.output
+    if output is None or output is str:
+        return Step[str]
+    if (
+        inspect.isclass(output)
+        or typing.get_origin(output) is not None
+        or isinstance(output, types.UnionType)
+    ):
+        return Step[output]  # type: ignore[valid-type]
+    return Step[Any]  # a parser: its value comes back as plain JSON data
+
+
+_W3C = TraceContextTextMapPropagator()
+
+
+def _trace_carrier() -> dict[str, str]:
+    """The W3C trace context every attempt of a workflow joins, recorded as its input.
+
+    The caller's span when there is one; otherwise a made-up remote parent, so that the
+    first attempt and every resumed one still share one trace id.
+    """
+    current = otel_context.get_current()
+    if not trace.get_current_span(current).get_span_context().is_valid:
+        made_up = SpanContext(
+            trace_id=random.getrandbits(128) or 1, span_id=random.getrandbits(64) or 1,
+            is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        )  # fmt: skip
+        current = trace.set_span_in_context(NonRecordingSpan(made_up), current)
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier, context=current)
+    return carrier
+
+
+@contextlib.contextmanager
+def _trace_joined(carrier: dict[str, str]) -> Iterator[None]:
+    """The workflow's body in the trace its input names (on every attempt, resumed or not)."""
+    token = otel_context.attach(_W3C.extract(carrier))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)

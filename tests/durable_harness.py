@@ -1,0 +1,166 @@
+"""Runs tests/durable_child.py in processes of its own, killed and restarted at will.
+
+The scripted server answers by the request's number of messages (so a call made again
+after a crash gets the same reply), and can hold one request until the test has killed the
+process that sent it: a kill during an LLM call, synchronised by a server-side event.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from openai_server import MAX_WAIT, RecordedRequest, Reply, ScriptedServer, completion
+
+CHILD = Path(__file__).with_name("durable_child.py")
+WAIT = 120.0  # the longest a test waits for the child (bounded; never a sleep)
+
+
+def _call(item: str) -> dict[str, Any]:
+    arguments = json.dumps({"item": item})
+    return {"id": f"call_{item}", "type": "function",
+            "function": {"name": "record", "arguments": arguments}}  # fmt: skip
+
+
+def reply_to(request: RecordedRequest) -> dict[str, Any]:
+    """The ledger agent's conversation, by the number of messages its request sends.
+
+    Turn 1 records ``<tag>-a``, turn 2 records ``<tag>-b`` then ``<tag>-c`` (its last work
+    turn), turn 3 (must_return) answers without JSON, turn 4 (the correction turn) answers.
+    """
+    messages = request.json["messages"]
+    tag = _TAG.search(messages[1]["content"])
+    assert tag is not None, messages[1]
+    size = len(messages)
+    if size == 2:
+        return completion(None, tool_calls=[_call(f"{tag[1]}-a")], finish_reason="tool_calls")
+    if size == 4:
+        calls = [_call(f"{tag[1]}-b"), _call(f"{tag[1]}-c")]
+        return completion(None, tool_calls=calls, finish_reason="tool_calls")
+    if size == 8:
+        return completion("I think it is three")
+    assert size == 10, size
+    return completion('{"count": 3}')
+
+
+_TAG = re.compile(r"for (\S+) with")
+
+
+@dataclass
+class Ledger:
+    """The scripted server's side of the ledger run, with an optional request to hold."""
+
+    hold_at: int | None = None
+    held: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+    sizes: list[int] = field(default_factory=list)
+    requests: list[RecordedRequest] = field(default_factory=list)
+
+    def __call__(self, request: RecordedRequest) -> Reply:
+        size = len(request.json["messages"])
+        self.sizes.append(size)
+        self.requests.append(request)
+        if size == self.hold_at and not self.held.is_set():
+            self.held.set()
+            self.release.wait(MAX_WAIT)  # until the sender has been killed
+            return Reply(drop="before")
+        return Reply.json(reply_to(request))
+
+    def script(self, server: ScriptedServer) -> None:
+        server.script(*[self] * 32)
+
+
+class Child:
+    """One process of the ledger run; its standard output read line by line."""
+
+    def __init__(
+        self, base_url: str, db_url: str, side_effects: Path, crash: str = "", batch: bool = False
+    ):
+        args = [sys.executable, str(CHILD), base_url, db_url, str(side_effects), crash]
+        self.process = subprocess.Popen(
+            [*args, "batch"] if batch else args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def next_line(self) -> str:
+        line = self._lines.get(timeout=WAIT)
+        if line is None:
+            raise AssertionError(f"the child ended early:\n{self.stderr()}")
+        return line
+
+    def stderr(self) -> str:
+        self.process.wait(WAIT)
+        assert self.process.stderr is not None
+        return self.process.stderr.read()[-4000:]
+
+    def steps(self) -> list[dict[str, Any]]:
+        """The Steps the child printed (it then exits)."""
+        line = self.next_line()
+        assert line.startswith("STEPS "), line
+        assert self.process.wait(WAIT) == 0, self.stderr()
+        result: list[dict[str, Any]] = json.loads(line[6:])
+        return result
+
+    def kill(self) -> None:
+        self.process.kill()  # SIGKILL
+        self.process.wait(WAIT)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.kill()
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@contextmanager
+def child(
+    base_url: str, db_url: str, side_effects: Path, crash: str = "", batch: bool = False
+) -> Iterator[Child]:
+    running = Child(base_url, db_url, side_effects, crash, batch)
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def crash_and_resume(
+    server: ScriptedServer, db_url: str, side_effects: Path, point: str, batch: bool = False
+) -> tuple[list[dict[str, Any]], Ledger]:
+    """Run the ledger, kill it at ``point`` (``llm:<size>`` or a child's point), resume it.
+
+    Returns the resumed run's Steps (comparable data) and the server's record.
+    """
+    kind, _, where = point.partition(":")
+    ledger = Ledger(hold_at=int(where) if kind == "llm" else None)
+    ledger.script(server)
+    crash = "" if kind == "llm" else point
+    try:
+        with child(server.base_url, db_url, side_effects, crash, batch) as first:
+            if kind == "llm":
+                assert ledger.held.wait(WAIT), "the request to hold never came"
+            else:
+                assert first.next_line() == f"AT {point}"
+            first.kill()
+    finally:
+        ledger.release.set()
+    with child(server.base_url, db_url, side_effects, batch=batch) as second:
+        return second.steps(), ledger

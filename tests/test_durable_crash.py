@@ -1,0 +1,174 @@
+"""Durable runs killed with SIGKILL at chosen points and restarted (subagent.durable).
+
+Each test runs the ledger agent (tests/durable_child.py) in a process of its own against a
+real scripted HTTP server, kills it at one point, starts it again on the same SQLite system
+database, and compares the resumed run's Step with the Step of a run that never stopped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("dbos", reason="the dbos extra is not installed")
+
+from dbos import DBOSClient
+from durable_harness import WAIT, Ledger, child, crash_and_resume
+from openai_server import ScriptedServer
+
+from subagent import Decision
+from subagent.durable import APPROVAL_TOPIC, PENDING_EVENT, decisions_message
+from subagent.llm import ToolCall
+
+
+@pytest.fixture(scope="module")
+def uncrashed(
+    shared_server: ScriptedServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[dict[str, Any], list[str]]]:
+    """The Step and the side effects of the ledger run that never stopped."""
+    shared_server.reset()
+    folder = tmp_path_factory.mktemp("uncrashed")
+    Ledger().script(shared_server)
+    with child(shared_server.base_url, f"sqlite:///{folder}/dbos.sqlite",
+               folder / "ledger.txt") as run:  # fmt: skip
+        (step,) = run.steps()
+    yield step, (folder / "ledger.txt").read_text().splitlines()
+    shared_server.reset()
+
+
+def test_the_uncrashed_run_records_each_item_once_and_succeeds(
+    uncrashed: tuple[dict[str, Any], list[str]],
+) -> None:
+    step, side_effects = uncrashed
+    assert step["ok"] is True
+    assert step["output"] == {"count": 3}
+    assert [turn["type"] for turn in step["turns"]] == ["normal", "normal", "must_return",
+                                                         "retry"]  # fmt: skip
+    assert side_effects == ["solo-a", "solo-b", "solo-c"]
+
+
+# (point, the LLM calls made again after the restart: those cut off by the kill)
+POINTS = [
+    pytest.param("llm:4", [4], id="during-an-llm-call"),
+    pytest.param("between:3", [], id="between-turns"),
+    pytest.param("tool:solo-c", [], id="during-a-tool-call"),
+    pytest.param("llm:10", [10], id="during-a-correction-turn"),
+]
+
+
+@pytest.mark.parametrize(("point", "repeated"), POINTS)
+def test_a_run_killed_at_a_point_resumes_to_the_uncrashed_step(
+    server: ScriptedServer,
+    tmp_path: Path,
+    uncrashed: tuple[dict[str, Any], list[str]],
+    point: str,
+    repeated: list[int],
+) -> None:
+    side_effects = tmp_path / "ledger.txt"
+    (step,), ledger = crash_and_resume(
+        server, f"sqlite:///{tmp_path}/dbos.sqlite", side_effects, point
+    )
+    expected_step, expected_effects = uncrashed
+    assert step == expected_step
+    # Each completed tool call happened exactly once (a call cut off before its side effect
+    # ran again), and each completed LLM call was never made again.
+    assert side_effects.read_text().splitlines() == expected_effects
+    calls = Counter(ledger.sizes)
+    assert calls == Counter({2: 1, 4: 1, 8: 1, 10: 1}) + Counter(repeated)
+
+
+def test_a_killed_batch_resumes_without_repeating_finished_runs_or_steps(
+    server: ScriptedServer, tmp_path: Path, uncrashed: tuple[dict[str, Any], list[str]]
+) -> None:
+    side_effects = tmp_path / "ledger.txt"
+    steps, ledger = crash_and_resume(
+        server, f"sqlite:///{tmp_path}/dbos.sqlite", side_effects, "tool:r2-c", batch=True
+    )
+    expected, _ = uncrashed
+    # Each run's Step is the uncrashed run's, its tag in place of "solo".
+    assert [json.dumps(step, sort_keys=True) for step in steps] == [
+        json.dumps(expected, sort_keys=True).replace("solo", f"r{run}") for run in (1, 2, 3)
+    ]
+    assert side_effects.read_text().splitlines() == [
+        f"r{run}-{item}" for run in (1, 2, 3) for item in "abc"
+    ]
+    # Run 1 finished before the kill and run 2's first two turns completed: none of their
+    # LLM calls was made again.
+    tags = Counter(
+        (request.json["messages"][1]["content"].split()[6], len(request.json["messages"]))
+        for request in ledger.requests
+    )
+    assert set(tags.values()) == {1}
+    assert len(tags) == 12
+
+
+def test_the_resumed_part_of_a_run_continues_its_original_trace(
+    server: ScriptedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spans_file = tmp_path / "spans.jsonl"
+    monkeypatch.setenv("DURABLE_SPANS", str(spans_file))
+    crash_and_resume(
+        server, f"sqlite:///{tmp_path}/dbos.sqlite", tmp_path / "ledger.txt", "between:3"
+    )
+    spans = [json.loads(line) for line in spans_file.read_text().splitlines()]
+    turns = [span for span in spans if span["name"].startswith("agent_turn ")]
+    (run,) = [span for span in spans if span["name"] == "invoke_agent ledger"]
+    # The first process ended turns 1 and 2 before it was killed (its run span never ended
+    # and was never exported); the resumed process replays them from the checkpoints and
+    # takes turns 3 and 4, all under its run span, in the same trace and under the parent
+    # the workflow recorded with its input.
+    assert len(turns) == 2 + 4
+    dead_run = turns[0]["parent"]
+    assert [turn["parent"] for turn in turns] == [dead_run] * 2 + [run["span_id"]] * 4
+    assert dead_run != run["span_id"]
+    assert {span["trace_id"] for span in spans} == {run["trace_id"]}
+    assert run["parent"] is not None
+
+
+def test_a_run_killed_while_it_waits_for_approval_goes_on_with_decisions_from_elsewhere(
+    server: ScriptedServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    uncrashed: tuple[dict[str, Any], list[str]],
+) -> None:
+    monkeypatch.setenv("DURABLE_APPROVAL", "1")
+    db_url = f"sqlite:///{tmp_path}/dbos.sqlite"
+    side_effects = tmp_path / "ledger.txt"
+    ledger = Ledger()
+    ledger.script(server)
+    with child(server.base_url, db_url, side_effects) as first:
+        assert first.next_line() == "READY"  # the system database is set up
+        client = DBOSClient(system_database_url=db_url)
+        # The run publishes what it waits on, then waits for a message: kill it there.
+        value = client.get_event("ledger-run", PENDING_EVENT, timeout_seconds=WAIT)
+        assert value is not None, "the run never paused"
+        first.kill()
+    try:
+        waiting = [ToolCall.model_validate(call) for call in json.loads(value)["waiting"]]
+        assert [call.arguments for call in waiting] == [{"item": "solo-b"}]
+        assert side_effects.read_text().splitlines() == ["solo-a"]
+        # The decision comes from this process, which has neither the agent nor DBOS
+        # launched: a plain DBOS client and the message format.
+        message = decisions_message(waiting, {waiting[0].id: Decision.approve()})
+        client.send("ledger-run", message, APPROVAL_TOPIC)
+    finally:
+        client.destroy()
+    with child(server.base_url, db_url, side_effects) as second:
+        assert second.next_line() == "READY"
+        (step,) = second.steps()
+    assert step["ok"] is True and step["output"] == {"count": 3}
+    assert side_effects.read_text().splitlines() == ["solo-a", "solo-b", "solo-c"]
+    assert Counter(ledger.sizes) == Counter({2: 1, 4: 1, 8: 1, 10: 1})
+    # The uncrashed run without approval, but for the decision recorded on turn 2.
+    decided = step["turns"][1].pop("decisions")
+    assert decided == {"call_solo-b": {"action": "approve", "arguments": None, "reason": ""}}
+    expected, _ = uncrashed
+    assert step == {**expected, "turns": [
+        {key: value for key, value in turn.items() if key != "decisions"} if i == 1 else turn
+        for i, turn in enumerate(expected["turns"])
+    ]}  # fmt: skip
