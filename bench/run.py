@@ -1,4 +1,4 @@
-"""`make bench`: the core, tracing, metrics, parser, concurrency, state and durable suites.
+"""`make bench`: the core, tracing, metrics, parser, concurrency, state, durable and MCP suites.
 
 Figures are medians over repeated batches after a warm-up. They are for comparison on the
 same machine, not for pass/fail: timing targets live here, never in unit tests.
@@ -16,7 +16,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SUITES = ("core", "tracing", "metrics", "parsers", "concurrency", "state", "durable")
+SUITES = ("core", "tracing", "metrics", "parsers", "concurrency", "state", "durable", "mcp_calls")
 
 
 def main() -> None:
