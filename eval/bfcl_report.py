@@ -106,8 +106,9 @@ def rows_from(records: Iterable[Mapping[str, Any]]) -> list[Row]:
         outcome = record["outcome"]
         label = f"{record['system']}@{record['setup']}"
         variants = [(label, outcome["calls"])]
-        if record["system"] == "raw":
-            variants.append((f"raw-lenient@{record['setup']}", _lenient(outcome, case)))
+        if record["system"] in ("raw", "raw-prompted"):
+            lenient = f"{record['system']}-lenient@{record['setup']}"
+            variants.append((lenient, _lenient(outcome, case)))
         for name, calls in variants:
             row = rows.setdefault((name, case.category), Row(name, case.category))
             ok, _ = grade(case, calls)

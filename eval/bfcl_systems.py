@@ -143,11 +143,14 @@ def calls_in_text(text: str, names: Sequence[str]) -> list[dict[str, Any]]:
 # --- raw ------------------------------------------------------------------------------------
 
 
-async def run_raw(case: Case, server: Server, client: httpx.AsyncClient) -> Outcome:
-    """One chat completion with the functions as native tools."""
+async def run_raw(
+    case: Case, server: Server, client: httpx.AsyncClient, system: str | None = None
+) -> Outcome:
+    """One chat completion with the functions as native tools (and ``system``, if given)."""
+    prompt = [] if system is None else [{"role": "system", "content": system}]
     body: dict[str, Any] = {
         "model": server.model,
-        "messages": list(case.messages),
+        "messages": [*prompt, *case.messages],
         "tools": openai_tools(case.functions),
         **server.settings,
     }
@@ -498,6 +501,10 @@ async def _raw(case: Case, server: Server, client: Any) -> Outcome:
     return await run_raw(case, server, client)
 
 
+async def _raw_prompted(case: Case, server: Server, client: Any) -> Outcome:
+    return await run_raw(case, server, client, system=CALLS_PROMPT)
+
+
 async def _peer(case: Case, server: Server, name: Any) -> Outcome:
     import bfcl_peers
 
@@ -506,6 +513,12 @@ async def _peer(case: Case, server: Server, name: Any) -> Outcome:
 
 SYSTEMS: tuple[System, ...] = (
     System("raw", "raw chat completion, native tools", "raw", _raw),
+    System(
+        "raw-prompted",
+        "raw chat completion, native tools, with subagent-calls-r1's system prompt",
+        "raw",
+        _raw_prompted,
+    ),
     *(_subagent_contract(n) for n in (0, 1, 2)),
     _subagent_contract(1, "quote"),
     _subagent_tools("native", 1),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import functools
@@ -38,11 +39,15 @@ from subagent.protocols import PROTOCOLS, ProtocolName, ReplyProtocol
 from subagent.tools import (
     TOOL_CALLS_PER_TURN,
     TOOL_RESULT_LIMIT,
+    AgentTools,
     NestedRunError,
+    SourceNotReadyError,
     Tool,
     Toolbox,
     ToolOutput,
+    ToolSource,
     build_tools,
+    split_sources,
 )
 
 __all__ = ["SubAgent"]
@@ -218,7 +223,8 @@ class SubAgent(Generic[OutputT, DepsT]):
             reply and validated), ``None``/``str`` (the reply's text), or a parser
             ``(text, **kwargs) -> ParseResult``.
         tools: Callables (sync or async) or :class:`Tool` objects, offered in ``normal``
-            turns only.
+            turns only; and tool sources such as MCP servers (``subagent.mcp``), whose
+            current tools each run reads when it starts (see ``docs/mcp.md``).
         llm: The default model: an :class:`~subagent.llm.LLM`, or a spec string in the
             forms of ``SUBAGENT_LLM`` (``"openai:gpt-4o-mini"``,
             ``"openai:MODEL@http://127.0.0.1:8080/v1"``), which becomes an
@@ -285,7 +291,7 @@ class SubAgent(Generic[OutputT, DepsT]):
     name: str
     prompt: str = ""
     output: type[OutputT] | OutputParser | None = None
-    tools: Sequence[Tool | Callable[..., Any]] = ()
+    tools: Sequence[Tool | Callable[..., Any] | ToolSource] = ()
     llm: LLM | str | None = None
     max_turns: int = 5
     return_retries: int = 0
@@ -321,6 +327,8 @@ class SubAgent(Generic[OutputT, DepsT]):
     _settings: dict[str, Any] = field(init=False, repr=False)
     # Whether a run with tools it can never use (max_turns=1) was warned about already.
     _warned_unused_tools: bool = field(init=False, repr=False, default=False)
+    # The fixed tools and the tool sources (MCP servers); None without sources.
+    _sources: _SourcedParts | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -356,7 +364,8 @@ class SubAgent(Generic[OutputT, DepsT]):
             task.check_partials(())
         except TemplateError as exc:
             raise ConfigurationError("prompt", str(exc)) from exc
-        tools = build_tools(self.tools)
+        plain, sources = split_sources(self.tools)
+        tools = build_tools(plain)
         _check_output(self.output)
         contract = build_contract(
             self.output, self.parser_kwargs, max_reply_chars=self.max_reply_chars
@@ -382,7 +391,7 @@ class SubAgent(Generic[OutputT, DepsT]):
             )
         static = instructions.strip() if isinstance(instructions, str) else ""
 
-        def system(with_tools: bool) -> Message:
+        def system(with_tools: bool, toolbox: Toolbox = toolbox) -> Message:
             listed = toolbox.definitions if with_tools else []
             text = protocol.system_prompt(templates, self.name, listed, contract)
             if static:
@@ -410,6 +419,10 @@ class SubAgent(Generic[OutputT, DepsT]):
             fingerprint=_Once(self._fingerprint),
         )
         object.__setattr__(self, "_parts", parts)
+        if sources:
+            sourced = _SourcedParts(AgentTools(tools, sources), parts, system)
+            object.__setattr__(self, "_sources", sourced)
+            sourced.check_now()
         object.__setattr__(self, "_task", task)
         object.__setattr__(self, "_settings", dict(self.settings))
 
@@ -942,7 +955,8 @@ class SubAgent(Generic[OutputT, DepsT]):
         """Warn, once per agent, of a run whose tools can never be offered (max_turns=1)."""
         if max_turns is None:
             max_turns = self.max_turns
-        if max_turns == 1 and self._parts.toolbox and not self._warned_unused_tools:
+        has_tools = bool(self._parts.toolbox) or self._sources is not None
+        if max_turns == 1 and has_tools and not self._warned_unused_tools:
             object.__setattr__(self, "_warned_unused_tools", True)
             warnings.warn(
                 f"agent {self.name!r} has tools but runs with max_turns=1: its only turn is "
@@ -958,7 +972,7 @@ class SubAgent(Generic[OutputT, DepsT]):
         messages: Sequence[Message | Mapping[str, Any]] | str | None,
         options: RunOptions | None = None,
     ) -> tuple[list[Message], AgentParts]:
-        parts = self._parts
+        parts = self._parts if self._sources is None else self._sources.parts()
         if callable(self.instructions):
             # The system prompt of this run: the runtime's, then the agent's instructions
             # (then, below, any system text the caller's messages bring).
@@ -1113,6 +1127,52 @@ def _checked_decisions(
             )  # fmt: skip
         checked[call_id] = decision
     return checked
+
+
+class _SourcedParts:
+    """The parts of an agent with tool sources: rebuilt when a source's tool list moves.
+
+    Each run reads the sources' cached lists when it starts (nothing is awaited); the
+    parts built from one set of lists are kept until a source's revision moves.
+    """
+
+    __slots__ = ("_built", "_system", "_template", "tools")
+
+    def __init__(
+        self, tools: AgentTools, template: AgentParts, system: Callable[[bool, Toolbox], Message]
+    ):
+        self.tools = tools
+        self._template = template
+        self._system = system
+        self._built: tuple[tuple[int, ...], AgentParts] | None = None
+
+    def check_now(self) -> None:
+        """Refuse a name clash at once when every source is ready (connected) already."""
+        with contextlib.suppress(SourceNotReadyError):
+            self.parts()
+
+    def parts(self) -> AgentParts:
+        """The parts of a run starting now.
+
+        Raises:
+            ConfigurationError: A source is not ready, or two tools share a name.
+        """
+        revisions, tools = self.tools.current()
+        built = self._built
+        if built is not None and built[0] == revisions:
+            return built[1]
+        template = self._template
+        old = template.toolbox
+        toolbox = Toolbox(tools, template.templates, prune_unknown_args=old.prune_default,
+                          result_limit=old.result_limit, call_limit=old.call_limit)  # fmt: skip
+        parts = dataclasses.replace(
+            template,
+            toolbox=toolbox,
+            system_with_tools=self._system(True, toolbox),
+            system_without_tools=self._system(False, toolbox),
+        )
+        self._built = (revisions, parts)
+        return parts
 
 
 def _values(context: Mapping[str, Any] | BaseModel | None) -> Mapping[str, Any]:

@@ -23,6 +23,7 @@ from subagent import (
     ScriptedLLM,
     StopReason,
     SubAgent,
+    Usage,
     run_many,
     stream_many,
     summarize,
@@ -254,6 +255,18 @@ class BatchSummaryRoundTrip:
     @staticmethod
     def check(summary: Any) -> bool:
         return bool(type(summary).model_validate_json(summary.model_dump_json()) == summary)
+
+
+def test_tokens_a_server_did_not_report_are_a_lower_bound_in_the_summary() -> None:
+    reported = LLMResponse(text='{"value": 2}', usage=Usage(input_tokens=10, output_tokens=5))
+    unreported = LLMResponse(text='{"value": 2}', usage=Usage(unreported=1))
+    steps = [AGENT.run_sync({"n": 1}, llm=ScriptedLLM([reply]))
+             for reply in (reported, unreported)]  # fmt: skip
+    summary = summarize(steps)
+    assert summary.tokens_total.unreported == 1
+    assert "tokens total        at least 15 (in 10, out 5); 1 call did not report usage" in (
+        str(summary).splitlines()
+    )
 
 
 def test_summarize_of_nothing_is_empty() -> None:

@@ -243,10 +243,12 @@ def test_the_report_grades_records_and_derives_raw_lenient_from_raw_text() -> No
         },
     }
     edited = {**record, "digest": "stale"}
-    rows = {row.system: row for row in rows_from([record, edited])}
+    prompted = {**record, "system": "raw-prompted"}
+    rows = {row.system: row for row in rows_from([record, edited, prompted])}
     assert rows["raw@template"].correct == 0 and rows["raw@template"].n == 1
     assert rows["raw-lenient@template"].correct == 1
     assert rows["raw-lenient@template"].tokens == 120
+    assert rows["raw-prompted-lenient@template"].correct == 1
 
 
 def test_the_salvage_rate_counts_wrong_first_attempts_that_ended_correct() -> None:

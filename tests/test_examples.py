@@ -136,3 +136,13 @@ def test_usage_limits_example_stops_a_run_a_nested_agent_and_a_batch() -> None:
         "3. 6 inputs, 6 Steps: ['done', 'done', 'done', 'done', 'usage_limit', 'usage_limit']"
         in out
     )
+
+
+def test_mcp_tools_example_calls_a_stdio_mcp_server_beside_a_python_tool() -> None:
+    out = run_example("mcp_tools.py")
+    assert out.splitlines() == [
+        "offered: add, multiply",
+        "add: 5.0",
+        "multiply: 20.0",
+        "done in 3 turns (normal, normal, normal) -> 20",
+    ]

@@ -111,9 +111,10 @@ def test_make_dist_builds_a_wheel_that_installs_in_a_fresh_venv_and_runs_the_qui
     # Every module imports with the declared dependencies alone, but the extras' modules.
     imported = subprocess.run([str(python), "-c", IMPORT_EVERY_MODULE], capture_output=True,
                               text=True, cwd=tmp_path, timeout=120, check=True)  # fmt: skip
-    durable, tracing = sorted(imported.stdout.splitlines())
+    durable, mcp, tracing = sorted(imported.stdout.splitlines())
     assert tracing.startswith("subagent.tracing: ") and "`otlp` extra" in tracing
     assert durable.startswith("subagent.durable: ") and "subagent-runtime[dbos]" in durable
+    assert mcp.startswith("subagent.mcp: ") and "subagent-runtime[mcp]" in mcp
     where = subprocess.run([str(python), "-c", "import subagent; print(subagent.__file__)"],
                            capture_output=True, text=True, cwd=tmp_path, check=True)  # fmt: skip
     assert Path(where.stdout.strip()).is_relative_to(env_dir)

@@ -214,6 +214,19 @@ async def test_failed_tool_call_sets_error_status_and_error_type(traced: Traced)
     assert attrs(turn)["subagent.turn.outcome"] == "error"
 
 
+async def test_usage_a_server_did_not_report_is_absent_from_the_chat_span_not_zero(
+    traced: Traced,
+) -> None:
+    reply = LLMResponse(text='{"value": 3}', usage=Usage(unreported=1))
+    step = await CALC.run({"question": "1+2"}, llm=ScriptedLLM([reply]),
+                          tracer_provider=traced.provider)  # fmt: skip
+    assert step.ok
+    chat = attrs(traced.one("chat scripted"))
+    assert "gen_ai.usage.input_tokens" not in chat
+    assert chat["subagent.usage.unreported_calls"] == 1
+    assert attrs(traced.one("invoke_agent calc"))["subagent.usage.unreported_calls"] == 1
+
+
 async def test_run_that_exhausts_its_budget_is_an_error_with_the_failure_reason(
     traced: Traced,
 ) -> None:

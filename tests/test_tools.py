@@ -390,6 +390,8 @@ async def test_a_closed_schema_refuses_unknown_arguments_when_pruning_is_off() -
         ([{"type": "object"}], r"parameters of tool 'bad' must be a JSON schema object"),
         ({"$schema": "https://example.com/mine"}, r"tool 'bad' names an unknown JSON schema"),
         ({"$schema": 7}, r"tool 'bad' names an unknown JSON schema dialect \(\$schema 7\)"),
+        ({"type": "array"}, r"tool 'bad' must describe an object .*got type 'array'"),
+        ({"properties": {"a": {}}}, r"tool 'bad' must describe an object .*got type None"),
     ],
 )
 def test_a_bad_schema_is_a_configuration_error_naming_the_tool(schema: Any, message: str) -> None:

@@ -118,9 +118,9 @@ def summarize(steps: Iterable[Step[Any]]) -> BatchSummary:
     error_kinds: Counter[str] = Counter()
     stop_reasons: Counter[str] = Counter()
     turn_types: Counter[str] = Counter()
-    work = [0, 0]
-    correction = [0, 0]
-    nested = [0, 0]
+    work = [0, 0, 0]
+    correction = [0, 0, 0]
+    nested = [0, 0, 0]
     durations: list[float] = []
     for step in steps:
         summary.runs += 1
@@ -150,9 +150,13 @@ def summarize(steps: Iterable[Step[Any]]) -> BatchSummary:
     summary.turns_by_type = {kind: turn_types[kind] for kind in ("normal", "must_return", "retry")
                              if turn_types[kind]}  # fmt: skip
     summary.calls_per_success = summary.turns / summary.done if summary.done else None
-    summary.tokens_work = Usage(input_tokens=work[0], output_tokens=work[1])
-    summary.tokens_correction = Usage(input_tokens=correction[0], output_tokens=correction[1])
-    summary.tokens_nested = Usage(input_tokens=nested[0], output_tokens=nested[1])
+    summary.tokens_work = Usage(input_tokens=work[0], output_tokens=work[1], unreported=work[2])
+    summary.tokens_correction = Usage(
+        input_tokens=correction[0], output_tokens=correction[1], unreported=correction[2]
+    )
+    summary.tokens_nested = Usage(
+        input_tokens=nested[0], output_tokens=nested[1], unreported=nested[2]
+    )
     summary.tokens_total = summary.tokens_work + summary.tokens_correction + summary.tokens_nested
     if durations:
         summary.duration_p50_s = statistics.median(durations)
@@ -164,10 +168,15 @@ def summarize(steps: Iterable[Step[Any]]) -> BatchSummary:
 def _add(sums: list[int], usage: Usage) -> None:
     sums[0] += usage.input_tokens
     sums[1] += usage.output_tokens
+    sums[2] += usage.unreported
 
 
 def _tokens(usage: Usage) -> str:
-    return f"{usage.total_tokens} (in {usage.input_tokens}, out {usage.output_tokens})"
+    counts = f"{usage.total_tokens} (in {usage.input_tokens}, out {usage.output_tokens})"
+    if usage.known:
+        return counts
+    calls = "call" if usage.unreported == 1 else "calls"
+    return f"at least {counts}; {usage.unreported} {calls} did not report usage"
 
 
 def _by_count(counts: dict[str, int]) -> list[tuple[str, int]]:

@@ -34,6 +34,7 @@ from subagent.durable._approval import (
 from subagent.durable._llm import DurableLLM
 from subagent.durable._tools import durable_tool
 from subagent.llm import LLM, Message, RetryPolicy, ToolCall
+from subagent.tools import split_sources
 
 __all__ = ["DEFAULT_APPROVAL_TIMEOUT", "DurableAgent", "DurableRunArguments"]
 
@@ -119,9 +120,15 @@ class DurableAgent(Generic[OutputT]):
         name = agent.name if name is None else name
         if not isinstance(name, str) or not name.strip():
             raise ConfigurationError("name", f"must be a non-empty string, got {name!r}")
+        plain, sources = split_sources(agent.tools)
+        if sources:
+            # A source's tools are known only per run; they are not wrapped as steps yet.
+            raise ConfigurationError(
+                "tools", f"a durable agent takes no tool sources yet ({sources[0].source_name})"
+            )
         durable = dataclasses.replace(
             agent,
-            tools=[durable_tool(tool) for tool in agent.tools],
+            tools=[durable_tool(tool) for tool in plain],
             llm=agent.llm if llm is None else llm,
             timeout=None,  # the call timeout moves inside the LLM step
         )

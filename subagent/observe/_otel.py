@@ -252,10 +252,11 @@ class _RunSpan(_SpanScope):
     def finished(self, step: Step[Any]) -> None:
         self._described = True
         # Summed here rather than read from ``step.usage``, which may build pydantic models.
-        input_tokens = output_tokens = 0
+        input_tokens = output_tokens = unreported = 0
         for turn in step.turns:
             input_tokens += turn.usage.input_tokens
             output_tokens += turn.usage.output_tokens
+            unreported += turn.usage.unreported
         failure = step.failure
         paused = step.state is not None
         attributes: dict[str, AttributeValue] = {
@@ -264,6 +265,8 @@ class _RunSpan(_SpanScope):
             "gen_ai.usage.input_tokens": input_tokens,
             "gen_ai.usage.output_tokens": output_tokens,
         }
+        if unreported:  # the sums are a lower bound
+            attributes["subagent.usage.unreported_calls"] = unreported
         if paused:
             pending = step.pending
             attributes["subagent.paused"] = True
@@ -347,9 +350,12 @@ class _ChatSpan(_SpanScope):
         usage = response.usage
         attributes: dict[str, AttributeValue] = {
             "gen_ai.response.finish_reasons": (response.stop_reason.value,),
-            "gen_ai.usage.input_tokens": usage.input_tokens,
-            "gen_ai.usage.output_tokens": usage.output_tokens,
         }
+        if usage.known:  # an unreported count is absent, not zero
+            attributes["gen_ai.usage.input_tokens"] = usage.input_tokens
+            attributes["gen_ai.usage.output_tokens"] = usage.output_tokens
+        else:
+            attributes["subagent.usage.unreported_calls"] = usage.unreported
         if response.model:
             attributes["gen_ai.response.model"] = response.model
         if self._capture:

@@ -6,6 +6,9 @@ What lives here:
   and docstring (or from a JSON schema as given, :meth:`Tool.from_schema`, validated by
   ``jsonschema``); its JSON schema, argument validation and pruning; :class:`ToolOutput`
   (final answers, extras) and :data:`FromExtras`.
+- ``_source``: :class:`ToolSource`, what supplies tools known only once connected (an MCP
+  server, ``subagent.mcp``), and :class:`AgentTools`, an agent's fixed tools and sources
+  made into one set per run (a name clash is an error).
 - ``_execute``: :class:`Toolbox`, an agent's tools ready to run the model's calls: every
   failure becomes a result the model reads, never an exception; the calls of one reply past
   :data:`TOOL_CALLS_PER_TURN` are refused, never run.
@@ -21,6 +24,7 @@ from subagent.tools._execute import (
     Toolbox,
     ToolRun,
 )
+from subagent.tools._source import AgentTools, SourceNotReadyError, ToolSource, split_sources
 from subagent.tools._tool import (
     FromExtras,
     NestedRunError,
@@ -38,16 +42,20 @@ __all__ = [
     "TOOL_CALLS_PER_TURN",
     "TOOL_RECORD_LIMIT",
     "TOOL_RESULT_LIMIT",
+    "AgentTools",
     "FromExtras",
     "NestedRunError",
+    "SourceNotReadyError",
     "Tool",
     "ToolArgumentsError",
     "ToolOutput",
     "ToolRun",
+    "ToolSource",
     "ToolTimeoutError",
     "Toolbox",
     "build_tools",
     "inline_definitions",
     "render_result",
+    "split_sources",
     "tool",
 ]

@@ -97,6 +97,16 @@ class Toolbox:
     def __bool__(self) -> bool:
         return bool(self.tools)
 
+    @property
+    def prune_default(self) -> bool:
+        """The pruning rule of tools that set none."""
+        return self._prune
+
+    @property
+    def result_limit(self) -> int:
+        """Characters of a result the model is shown."""
+        return self._result_limit
+
     async def run(
         self,
         call: ToolCall,

@@ -270,8 +270,9 @@ class Tool:
                 ``prune_unknown_args``).
 
         Raises:
-            ConfigurationError: The schema is not a valid JSON schema (or not JSON), or an
-                option is invalid; the message names the tool.
+            ConfigurationError: The schema is not a valid JSON schema (or not JSON), its
+                root is not ``"type": "object"`` (what OpenAI-compatible servers accept),
+                or an option is invalid; the message names the tool.
         """
         return cls(function, name=name, description=description, parameters=parameters,
                    **options)  # fmt: skip
@@ -564,8 +565,9 @@ def _checked_schema(parameters: Any, name: str) -> tuple[dict[str, Any], Any]:
     """A copy of a tool's JSON schema, checked, and the ``jsonschema`` validator for it.
 
     Raises:
-        ConfigurationError: The schema is not a JSON object, holds values JSON cannot, or
-            is not a valid schema of its dialect (the message names the tool).
+        ConfigurationError: The schema is not a JSON object, holds values JSON cannot,
+            is not a valid schema of its dialect, or does not describe an object at its
+            root (the message names the tool).
     """
     if not isinstance(parameters, Mapping):
         raise ConfigurationError(
@@ -589,6 +591,14 @@ def _checked_schema(parameters: Any, name: str) -> tuple[dict[str, Any], Any]:
             "tools",
             f"tool {name!r} has an invalid JSON schema at {where}: {shorten(exc.message, 300)}",
         ) from exc
+    if schema.get("type") != "object":
+        # OpenAI's API and the OpenAI-compatible servers refuse any other function schema.
+        raise ConfigurationError(
+            "tools",
+            f'the JSON schema of tool {name!r} must describe an object ("type": "object" '
+            f"at its root, as OpenAI-compatible servers require), got type "
+            f"{schema.get('type')!r:.60}",
+        )
     return schema, validator_class(schema)
 
 

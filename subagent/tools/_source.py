@@ -1,0 +1,118 @@
+"""Tool sources: objects that supply tools known only once they are connected.
+
+An MCP server's tools exist only once the server is connected, and may change while it
+is. Such an object goes in ``SubAgent(tools=[...])`` beside plain functions; it satisfies
+:class:`ToolSource`, and each run reads its current tools (a cached list, never a call to
+the server), so a run started after a refresh sees the new list and a run under way keeps
+the list it started with.
+
+:class:`AgentTools` keeps an agent's fixed tools and its sources, and builds the run's tool
+set, refusing two tools of one name (a name clash is never resolved silently).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from subagent._errors import ConfigurationError
+from subagent.tools._tool import Tool
+
+__all__ = ["AgentTools", "SourceNotReadyError", "ToolSource", "split_sources"]
+
+
+class SourceNotReadyError(ConfigurationError):
+    """A tool source cannot supply tools now (an MCP server not connected)."""
+
+    def __init__(self, message: str):
+        super().__init__("tools", message)
+
+
+@runtime_checkable
+class ToolSource(Protocol):
+    """Something that supplies tools to an agent once it is ready (an MCP server).
+
+    Implementations keep their tool list cached: :meth:`current_tools` is called at the
+    start of every run and must not wait on anything.
+    """
+
+    @property
+    def source_name(self) -> str:
+        """A name for messages (``MCP server 'calc'``)."""
+        ...
+
+    def current_tools(self) -> tuple[int, Sequence[Tool]]:
+        """The source's revision and its tools now.
+
+        The revision changes whenever the list does (unique across sources), so an agent
+        can keep what it built from one list until the revision moves.
+
+        Raises:
+            SourceNotReadyError: The source cannot supply tools now (not connected).
+        """
+        ...
+
+
+def split_sources(
+    tools: Iterable[Tool | Callable[..., Any] | ToolSource],
+) -> tuple[list[Tool | Callable[..., Any]], tuple[ToolSource, ...]]:
+    """``SubAgent(tools=...)`` split into plain tools and tool sources (order kept)."""
+    if isinstance(tools, str | bytes) or not isinstance(tools, Iterable):
+        raise ConfigurationError("tools", f"must be a list of callables, got {tools!r}")
+    plain: list[Tool | Callable[..., Any]] = []
+    sources: list[ToolSource] = []
+    for item in tools:
+        if not isinstance(item, Tool) and isinstance(item, ToolSource):
+            if any(item is known for known in sources):
+                raise ConfigurationError("tools", f"{item.source_name} is listed twice")
+            sources.append(item)
+        else:
+            plain.append(item)
+    return plain, tuple(sources)
+
+
+class AgentTools:
+    """An agent's fixed tools and its tool sources, made into one set per run.
+
+    Args:
+        fixed: The tools known when the agent is built, by name.
+        sources: The sources whose tools are read at the start of each run.
+    """
+
+    __slots__ = ("_built", "fixed", "sources")
+
+    def __init__(self, fixed: Mapping[str, Tool], sources: Sequence[ToolSource]):
+        self.fixed = dict(fixed)
+        self.sources = tuple(sources)
+        self._built: tuple[tuple[int, ...], dict[str, Tool]] | None = None
+
+    def current(self) -> tuple[tuple[int, ...], dict[str, Tool]]:
+        """The sources' revisions and every tool by name, the fixed ones first.
+
+        The result is kept until a source's revision moves.
+
+        Raises:
+            SourceNotReadyError: A source cannot supply tools now.
+            ConfigurationError: Two tools share a name (the message names both owners).
+        """
+        listed = [source.current_tools() for source in self.sources]
+        revisions = tuple(revision for revision, _ in listed)
+        built = self._built
+        if built is not None and built[0] == revisions:
+            return built
+        owners = dict.fromkeys(self.fixed, "a Python tool")
+        tools = dict(self.fixed)
+        for source, (_, source_tools) in zip(self.sources, listed, strict=True):
+            for tool in source_tools:
+                owner = owners.get(tool.name)
+                if owner is not None:
+                    raise ConfigurationError(
+                        "tools",
+                        f"two tools are named {tool.name!r}: {owner} and one of "
+                        f"{source.source_name} (filter one out, or give the server a prefix)",
+                    )
+                owners[tool.name] = f"one of {source.source_name}"
+                tools[tool.name] = tool
+        result = (revisions, tools)
+        self._built = result
+        return result
