@@ -400,8 +400,12 @@ async def run_subagent_tools(
     protocol: str,
     return_retries: int,
     system: str | None = None,
+    system_template: str | None = None,
 ) -> Outcome:
     """The functions as tools; the first valid call(s) end the run as its output.
+
+    ``system`` is a system message put before the case's messages; ``system_template``
+    replaces subagent's own system prompt (its ``system`` template) instead.
 
     Every call of the turn is recorded before the run judges the first final value, so the
     output is all of them: the tools hand back the shared list itself, not a copy.
@@ -419,6 +423,11 @@ async def run_subagent_tools(
         settings=server.settings,
         timeout=CALL_TIMEOUT,
         protocol=protocol,  # type: ignore[arg-type]
+        # The output instructions are the whole system prompt: no agent preamble, no tool
+        # list (the chat template lists the tools), no explicit-fail escape.
+        prompts={}
+        if system_template is None
+        else {"system": "{{output_instructions}}", "output_json": system_template},
     )
     prompt = [] if system is None else [{"role": "system", "content": system}]
     step = await agent.run(llm=llm, messages=[*prompt, *case.messages])
@@ -529,6 +538,15 @@ SYSTEMS: tuple[System, ...] = (
         run_subagent_tools_text,
     ),
     _subagent_tools("react", 1),
+    System(
+        "subagent-prompted-r1",
+        "subagent, native tool calls, raw-prompted's prompt as its system prompt, "
+        "max_turns=2, return_retries=1",
+        "subagent",
+        lambda case, server, llm: run_subagent_tools(
+            case, server, llm, protocol="native", return_retries=1, system_template=CALLS_PROMPT
+        ),
+    ),
     System(
         "subagent-calls-r1",
         "subagent, native tool calls asked for one per request, max_turns=2, return_retries=1",
