@@ -3,8 +3,8 @@
 ``python tests/mcp_server.py stdio`` serves over stdin/stdout; ``python tests/mcp_server.py
 http`` serves streamable HTTP on 127.0.0.1 at an ephemeral port, printed as the first line
 of its stdout. Its tools exercise what the client must handle: plain results, errors,
-slowness, a crash of the whole process, images, trace context, concurrency and a tool list
-that changes.
+slowness, a crash of the whole process, a call held until the test kills the process,
+images, trace context, concurrency and a tool list that changes.
 """
 
 from __future__ import annotations
@@ -41,6 +41,17 @@ async def slow(seconds: float) -> str:
 def crash() -> str:
     """End the server's process at once (a server that dies mid-call)."""
     os._exit(3)
+
+
+@server.tool()
+async def hold(port: int) -> str:
+    """Tell 127.0.0.1:``port`` this process's id, then wait to be killed (a server killed
+    mid-call, the test knowing when the call has arrived)."""
+    stream = await anyio.connect_tcp("127.0.0.1", port)
+    async with stream:
+        await stream.send(f"{os.getpid()}\n".encode())
+        await anyio.sleep_forever()
+    return "never"
 
 
 @server.tool()
