@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -428,3 +429,33 @@ def test_the_library_never_imports_the_mcp_sdk_unless_asked() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60, check=True)  # fmt: skip
     assert result.stdout.strip() == "False"
+
+
+def test_the_http_test_server_answers_without_waiting_on_nagle() -> None:
+    # Without TCP_NODELAY on the accepted connection, each MCP call over HTTP waited about
+    # 40 ms on loopback for the client's delayed ACK (docs/performance.md).
+    import asyncio
+
+    from mcp_server import listening_socket
+
+    async def accepted_nodelay() -> int:
+        found: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        async def on_connection(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            accepted = writer.get_extra_info("socket")
+            found.set_result(accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(on_connection, sock=listening_socket())
+        try:
+            port = server.sockets[0].getsockname()[1]
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                return await asyncio.wait_for(found, 10)
+            finally:
+                writer.close()
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(accepted_nodelay()) != 0
