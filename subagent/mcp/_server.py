@@ -30,7 +30,7 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
@@ -635,7 +635,7 @@ class _GuardedBody(httpx2.AsyncByteStream):
         self._inner = inner
         self._lost = lost
 
-    async def __aiter__(self) -> Any:
+    async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
             async for chunk in self._inner:
                 yield chunk
