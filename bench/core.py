@@ -9,10 +9,12 @@ warm-up, in one process, plus peak RSS.
 
 from __future__ import annotations
 
+import argparse
 import resource
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import anyio
 from pydantic import BaseModel
@@ -77,6 +79,64 @@ async def measure(run: Callable[[], object], runs: int = 2000, batches: int = 7)
             await run()  # type: ignore[misc]
         medians.append((time.process_time() - start) / runs * 1e6)
     return statistics.median(medians)
+
+
+async def thread_timings(
+    agent: SubAgent[Any], script: list[Any], runs: int, **options: Any
+) -> list[float]:
+    """This thread's CPU µs (``time.thread_time``) of each of ``runs`` runs of ``agent``.
+
+    Each run gets a fresh ``ScriptedLLM(script)`` and must succeed (a broken scenario would
+    measure nothing useful).
+    """
+    timings = []
+    for _ in range(runs):
+        llm = ScriptedLLM(script)
+        start = time.thread_time()
+        step = await agent.run(CONTEXT, llm=llm, **options)
+        timings.append((time.thread_time() - start) * 1e6)
+        if not step.ok:
+            raise RuntimeError(f"{agent.name} failed: {step.summary()}")
+    return timings
+
+
+async def alternating(
+    variants: Mapping[str, Callable[[], Awaitable[list[float]]]], batches: int
+) -> dict[str, float]:
+    """The median of each variant's timings, its batches alternating with the others'.
+
+    Each variant is a batch of runs returning one timing per run; every variant runs one
+    batch as a warm-up, then ``batches`` rounds run one batch of each in turn, so that all
+    see the same machine load.
+    """
+    for batch in variants.values():
+        await batch()
+    timings: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(batches):
+        for name, batch in variants.items():
+            timings[name] += await batch()
+    return {name: statistics.median(values) for name, values in timings.items()}
+
+
+def print_against_first(title: str, results: Mapping[str, Mapping[str, float]]) -> None:
+    """Print ``title``, then per scenario each variant's µs and change from the first one's."""
+    print(title)
+    for name, figures in results.items():
+        first = next(iter(figures.values()))
+        line = "  ".join(
+            f"{variant} {micros:6.1f} ({micros - first:+.1f}, {(micros / first - 1) * 100:+.1f}%)"
+            for variant, micros in figures.items()
+        )
+        print(f"  {name}: {line}")
+
+
+def runs_and_batches(doc: str | None) -> tuple[int, int]:
+    """``--runs`` and ``--batches`` from the command line of an alternating suite."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=500, help="runs per batch")
+    parser.add_argument("--batches", type=int, default=7, help="batches per variant")
+    arguments = parser.parse_args()
+    return arguments.runs, arguments.batches
 
 
 def peak_rss_mib() -> float:

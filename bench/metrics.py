@@ -18,23 +18,29 @@ on a shared machine. Run: ``.venv/bin/python bench/metrics.py [--runs N] [--batc
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import anyio
 import opentelemetry.metrics._internal as metrics_state
+from core import (
+    S1_AGENT,
+    S1_SCRIPT,
+    S2_AGENT,
+    S2_SCRIPT,
+    alternating,
+    print_against_first,
+    runs_and_batches,
+    thread_timings,
+)
 from opentelemetry import metrics
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.util._once import Once
-from pydantic import BaseModel
 
 import subagent._run as run_module
-from subagent import LLMResponse, ScriptedLLM, SubAgent, Tool, ToolCall
+from subagent import SubAgent
 from subagent.observe import (
     EventObserver,
     StreamObserver,
@@ -43,26 +49,10 @@ from subagent.observe import (
     span_observer,
 )
 
-
-class Answer(BaseModel):
-    value: int
-
-
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-S1 = SubAgent(name="s1", prompt="Compute {{question}}", output=Answer)
-S2 = SubAgent(name="s2", prompt="Compute {{question}}", output=Answer,
-              tools=[Tool(add, run_in_thread=False)])  # fmt: skip
-SCENARIOS: dict[str, tuple[SubAgent[Any], Callable[[], list[Any]], dict[str, int]]] = {
-    "S1": (S1, lambda: ['{"value": "three"}', '{"value": 3}'],
-           {"max_turns": 1, "return_retries": 2}),
-    "S2": (S2, lambda: [LLMResponse(tool_calls=[ToolCall(name="add", arguments={"a": 1, "b": 2})]),
-                        '{"value": 3}'], {"max_turns": 2}),
-}  # fmt: skip
-CONTEXT = {"question": "1+2"}
+SCENARIOS: dict[str, tuple[SubAgent[Any], list[Any], dict[str, int]]] = {
+    "S1": (S1_AGENT, S1_SCRIPT, {"max_turns": 1, "return_retries": 2}),
+    "S2": (S2_AGENT, S2_SCRIPT, {"max_turns": 2}),
+}
 
 
 def _observer_before_metrics(
@@ -112,55 +102,37 @@ def sdk_on(provider: MeterProvider) -> Iterator[None]:
         metrics_state._METER_PROVIDER, metrics_state._METER_PROVIDER_SET_ONCE = saved
 
 
-async def _batch(scenario: str, runs: int) -> list[float]:
-    agent, script, options = SCENARIOS[scenario]
-    timings = []
-    for _ in range(runs):
-        llm = ScriptedLLM(script())
-        start = time.thread_time()
-        step = await agent.run(CONTEXT, llm=llm, **options)  # type: ignore[arg-type]
-        timings.append((time.thread_time() - start) * 1e6)
-        if not step.ok:  # pragma: no cover - a broken scenario would measure nothing useful
-            raise RuntimeError(f"{scenario} failed: {step.summary()}")
-    return timings
-
-
 async def measure(scenario: str, runs: int, batches: int) -> dict[str, float]:
     """Median µs per run of each variant, batches alternating."""
+    agent, script, options = SCENARIOS[scenario]
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader], shutdown_on_exit=False)
     variants: dict[str, Callable[[], Any]] = {
         "before": before_metrics, "no SDK": no_sdk, "SDK on": lambda: sdk_on(provider),
     }  # fmt: skip
-    for make in variants.values():  # warm-up
-        with make():
-            await _batch(scenario, runs)
-    timings: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(batches):
-        for name, make in variants.items():
+
+    def batch(make: Callable[[], Any]) -> Callable[[], Awaitable[list[float]]]:
+        async def timed() -> list[float]:
             with make():
-                timings[name] += await _batch(scenario, runs)
-    provider.shutdown()
-    return {name: statistics.median(values) for name, values in timings.items()}
+                return await thread_timings(agent, script, runs, **options)
+
+        return timed
+
+    try:
+        return await alternating({name: batch(make) for name, make in variants.items()}, batches)
+    finally:
+        provider.shutdown()
 
 
 async def main(runs: int = 500, batches: int = 7) -> dict[str, dict[str, float]]:
     results = {name: await measure(name, runs, batches) for name in SCENARIOS}
-    print(f"metrics (tracing off, ScriptedLLM, asyncio; CPU µs per run, median of "
-          f"{runs * batches} runs per variant, variants alternating)")  # fmt: skip
-    for name, figures in results.items():
-        before = figures["before"]
-        line = "  ".join(
-            f"{variant} {micros:7.1f} ({(micros / before - 1) * 100:+.1f}%)"
-            for variant, micros in figures.items()
-        )
-        print(f"  {name}: {line}")
+    print_against_first(
+        f"metrics (tracing off, ScriptedLLM, asyncio; CPU µs per run, median of "
+        f"{runs * batches} runs per variant, variants alternating)",
+        results,
+    )
     return results
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=500)
-    parser.add_argument("--batches", type=int, default=7)
-    arguments = parser.parse_args()
-    anyio.run(main, arguments.runs, arguments.batches)
+    anyio.run(main, *runs_and_batches(__doc__))

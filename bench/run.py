@@ -1,4 +1,5 @@
-"""`make bench`: the core, tracing, metrics, parser, concurrency, state, durable and MCP suites.
+"""`make bench`: the core, tracing, metrics, parser, concurrency, state, deps-and-limits,
+durable and MCP suites.
 
 Figures are medians over repeated batches after a warm-up. They are for comparison on the
 same machine, not for pass/fail: timing targets live here, never in unit tests.
@@ -16,7 +17,10 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SUITES = ("core", "tracing", "metrics", "parsers", "concurrency", "state", "durable", "mcp_calls")
+SUITES = (
+    "core", "tracing", "metrics", "parsers", "concurrency", "state", "deps_limits", "durable",
+    "mcp_calls",
+)  # fmt: skip
 
 
 def main() -> None:

@@ -6,6 +6,9 @@ another process, and read back typed (``Step[Answer].model_validate_json(text)``
 
 from __future__ import annotations
 
+import inspect
+import types
+import typing
 from collections.abc import Iterable
 from enum import StrEnum
 from functools import cached_property
@@ -29,6 +32,7 @@ __all__ = [
     "TurnOutcome",
     "TurnType",
     "UsageSummary",
+    "step_model",
     "trusted",
     "user_message",
 ]
@@ -533,3 +537,21 @@ RunState.model_rebuild(_types_namespace={"Turn": Turn})
 Step.model_rebuild(force=True)
 _ANY_STEP = Step[Any]
 _STEP_FIELDS = set(Step.model_fields)
+
+
+def step_model(output: object) -> type[Step[Any]]:
+    """The Step model that reads back, from JSON, a Step of an agent with this ``output``.
+
+    For the processes that hand Steps over as JSON (Ray workers, DBOS checkpoints): no
+    output or ``str`` gives ``Step[str]``; a type, a generic alias or a union gives
+    ``Step[output]``; a parser gives ``Step[Any]`` (its value comes back as plain JSON data).
+    """
+    if output is None or output is str:
+        return Step[str]
+    if (
+        inspect.isclass(output)
+        or typing.get_origin(output) is not None
+        or isinstance(output, types.UnionType)
+    ):
+        return Step[output]  # type: ignore[valid-type]
+    return _ANY_STEP

@@ -42,8 +42,6 @@ import queue
 import re
 import socket
 import threading
-import types
-import typing
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Generic, Self, TypedDict, cast, overload
@@ -64,7 +62,7 @@ from subagent._checks import check_int, check_seconds
 from subagent._conversation import ContextPolicy
 from subagent._errors import ConfigurationError
 from subagent._limits import UsageLimits
-from subagent._records import FailReason, Failure, Step, build_step
+from subagent._records import FailReason, Failure, Step, build_step, step_model
 from subagent._text import shorten
 from subagent.batch import BatchItem, stream_many
 from subagent.llm import LLM, LLMRequest, LLMResponse, Message, RetryPolicy
@@ -345,7 +343,7 @@ class RayBatch(Generic[OutputT]):
         self._task_options = task_options
         self._resubmits = resubmits
         self._tracer = tracer
-        self._step_type = _step_type(agent)
+        self._step_type = step_model(agent.output)
         self._pending: dict[Any, _Task] = {}  # ObjectRefGenerator -> what it runs
         self._errors: list[BaseException] = []
         self._span: trace.Span = trace.INVALID_SPAN
@@ -567,20 +565,6 @@ def _bounds(total: int, count: int) -> list[tuple[int, int]]:
         bounds.append((start, end))
         start = end
     return bounds
-
-
-def _step_type(agent: SubAgent[Any]) -> type[Step[Any]]:
-    """The Step model the agent's Steps validate against after their JSON trip."""
-    output = agent.output
-    if output is None or output is str:
-        return Step[str]
-    if (
-        inspect.isclass(output)
-        or typing.get_origin(output) is not None
-        or isinstance(output, types.UnionType)
-    ):
-        return Step[output]  # type: ignore[valid-type]
-    return Step[Any]  # a parser: its value comes back as plain JSON data
 
 
 def _caller_tracer(provider: TracerProvider | None) -> trace.Tracer | None:

@@ -8,7 +8,9 @@ time). Its tool appends each recorded item to the file SIDE_EFFECTS (the side-ef
 counter). CRASH may be empty. With DURABLE_APPROVAL=1 the call recording ``<tag>-b``
 needs approval (sent as a DBOS message), and the child prints ``READY`` once DBOS is
 launched (its system database set up). With DURABLE_SPANS set, the run's spans are
-appended to that file as JSON lines as each span ends.
+appended to that file as JSON lines as each span ends. DURABLE_SETTINGS (a JSON object)
+is the run's ``settings`` (for a real model: temperature, max_tokens, a named
+``tool_choice``; tests/e2e/test_durable_local.py).
 
 CRASH names a point where the process stops, prints ``AT <point>`` and waits on its
 standard input for the SIGKILL that the test sends: ``tool:<item>`` inside the tool call
@@ -128,8 +130,14 @@ def _tracer_provider() -> TracerProvider | None:
     return provider
 
 
+def _options() -> dict[str, Any]:
+    settings = os.environ.get("DURABLE_SETTINGS")
+    return {"settings": json.loads(settings)} if settings else {}
+
+
 async def main(base_url: str, db_url: str) -> None:
-    llm = OpenAIChat(model="served-model", base_url=base_url, api_key="test-key")
+    # A read may wait on a local model that shares two busy cores: 60 s is not always enough.
+    llm = OpenAIChat(model="served-model", base_url=base_url, api_key="test-key", timeout=300)
     durable = DurableAgent(agent, llm=_StopsBetween(llm, step_name="subagent.llm:ledger"),
                            tracer_provider=_tracer_provider())  # fmt: skip
     DBOS(config={"name": "durable-crash", "system_database_url": db_url,
@@ -141,9 +149,11 @@ async def main(base_url: str, db_url: str) -> None:
     try:
         if BATCH:
             tags = [{"tag": f"r{index}"} for index in range(1, 4)]
-            steps = await durable.run_many(tags, batch_id="ledger-batch", concurrency=1)
+            steps = await durable.run_many(
+                tags, batch_id="ledger-batch", concurrency=1, **_options()
+            )
         else:
-            steps = [await durable.run({"tag": "solo"}, workflow_id="ledger-run")]
+            steps = [await durable.run({"tag": "solo"}, workflow_id="ledger-run", **_options())]
         data = [comparable(step) for step in steps]
         sys.stdout.write("STEPS " + json.dumps(data, sort_keys=True) + "\n")
         sys.stdout.flush()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import sysconfig
@@ -110,9 +111,10 @@ def test_make_dist_builds_a_wheel_that_installs_in_a_fresh_venv_and_runs_the_qui
     # Every module imports with the declared dependencies alone, but the extras' modules.
     imported = subprocess.run([str(python), "-c", IMPORT_EVERY_MODULE], capture_output=True,
                               text=True, cwd=tmp_path, timeout=120, check=True)  # fmt: skip
-    durable, tracing = sorted(imported.stdout.splitlines())
+    durable, mcp, tracing = sorted(imported.stdout.splitlines())
     assert tracing.startswith("subagent.tracing: ") and "`otlp` extra" in tracing
     assert durable.startswith("subagent.durable: ") and "subagent-runtime[dbos]" in durable
+    assert mcp.startswith("subagent.mcp: ") and "subagent-runtime[mcp]" in mcp
     where = subprocess.run([str(python), "-c", "import subagent; print(subagent.__file__)"],
                            capture_output=True, text=True, cwd=tmp_path, check=True)  # fmt: skip
     assert Path(where.stdout.strip()).is_relative_to(env_dir)
@@ -134,7 +136,20 @@ def test_the_architecture_page_maps_every_room_and_layer() -> None:
         or (path.suffix == ".py" and path.name not in ("__init__.py", "__about__.py"))
     )
     assert [room for room in rooms if room not in rooms_block] == []
+    # Each room's entry names every module of the room.
+    entries = dict(re.findall(r"^  (\S+/) +(.*?)(?=^  \S|\Z)", rooms_block, re.M | re.S))
+    unnamed = [
+        f"{room}{module.name}"
+        for room in rooms
+        if room.endswith("/")
+        for module in sorted((package / room).glob("*.py"))
+        if module.name != "__init__.py" and module.name not in entries.get(room, "")
+    ]
+    assert unnamed == []
     layers_table = page.split("## Layers", 1)[1].split("\n\n```", 1)[0]
+    # Every top-level module and room has its row, the ones outside the layers included.
+    everything = [*rooms, "__init__.py"]
+    assert [name for name in everything if f"`{name}`" not in layers_table] == []
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     (layered,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
     names = [name.strip() for layer in layered["layers"] for name in layer.split("|")]

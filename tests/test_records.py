@@ -35,6 +35,8 @@ from subagent import (
     ToolCall,
     TurnType,
 )
+from subagent._records import step_model
+from subagent.parsers import json_parser
 from subagent.testing import ScriptedReply
 from subagent.tools import NestedRunError
 
@@ -131,6 +133,27 @@ def test_step_round_trips_through_json_typed() -> None:
     assert isinstance(restored.output, Answer)
     assert restored.turns[0].tool_calls[0].arguments == {"a": 1, "b": 2}
     assert restored.usage.by_type.keys() == {TurnType.NORMAL, TurnType.MUST_RETURN, TurnType.RETRY}
+
+
+@pytest.mark.parametrize(
+    ("output", "value", "reads"),
+    [(None, "hi", str), (str, "hi", str), (Answer, Answer(value=1), Answer),
+     (list[Answer], [Answer(value=1)], list), (Answer | int, Answer(value=1), Answer)],
+    ids=str,
+)  # fmt: skip
+def test_the_step_model_of_an_output_reads_a_step_back_typed(
+    output: Any, value: Any, reads: type
+) -> None:
+    # What Ray workers and DBOS checkpoints hand back as JSON comes back typed.
+    step = Step[Any](agent="a", output=value, max_turns=1, return_retries=0)
+    restored = step_model(output).model_validate_json(step.model_dump_json())
+    assert isinstance(restored.output, reads) and restored.output == value
+
+
+def test_the_step_model_of_a_parser_reads_its_value_back_as_json_data() -> None:
+    step = Step[Any](agent="a", output=Answer(value=1), max_turns=1, return_retries=0)
+    restored = step_model(json_parser(Answer)).model_validate_json(step.model_dump_json())
+    assert restored.output == {"value": 1}
 
 
 @pytest.mark.parametrize("reader", [Step, Step[Answer], Step[Any]], ids=str)

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import random
-import types
-import typing
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypedDict, cast
@@ -24,7 +21,7 @@ from subagent._agent import SubAgent
 from subagent._checks import check_int, check_seconds
 from subagent._conversation import ContextPolicy
 from subagent._errors import ConfigurationError
-from subagent._records import Step
+from subagent._records import Step, step_model
 from subagent._state import Decision
 from subagent.durable._approval import (
     APPROVAL_TOPIC,
@@ -160,7 +157,7 @@ class DurableAgent(Generic[OutputT]):
                 "approval_timeout", "must be a number of seconds > 0 (a wait is bounded)"
             )
         self.approval_timeout: float = waits
-        self._step_type = _step_type(agent)
+        self._step_type = step_model(agent.output)
 
         async def run_body(
             context: Context, options: dict[str, Any], carrier: dict[str, str]
@@ -366,20 +363,6 @@ def _workflow_id(workflow_id: str | None) -> contextlib.AbstractContextManager[A
     if not isinstance(workflow_id, str) or not workflow_id:
         raise ConfigurationError("workflow_id", f"must be a non-empty str, got {workflow_id!r}")
     return SetWorkflowID(workflow_id)
-
-
-def _step_type(agent: SubAgent[Any]) -> type[Step[Any]]:
-    """The Step model a run's Step validates against after its JSON trip (as ray.py's)."""
-    output = agent.output
-    if output is None or output is str:
-        return Step[str]
-    if (
-        inspect.isclass(output)
-        or typing.get_origin(output) is not None
-        or isinstance(output, types.UnionType)
-    ):
-        return Step[output]  # type: ignore[valid-type]
-    return Step[Any]  # a parser: its value comes back as plain JSON data
 
 
 _W3C = TraceContextTextMapPropagator()

@@ -1,9 +1,10 @@
 """End to end against real local models (llama-cpp-python's server, see scripts/local_llm.py).
 
-The session fixtures set everything up on first use (build, install, download, verify: see
-docs/models.md), start one server per model and stop it afterwards. Small models are not
-reliable, so the tests assert the path the runtime recorded, which must hold whatever the
-model says, and only the adapter's mechanics (stop reasons, tool-call plumbing, streaming).
+The session fixtures (tests/e2e/conftest.py) set everything up on first use (build, install,
+download, verify: see docs/models.md), start one server per model and stop it afterwards.
+Small models are not reliable, so the tests assert the path the runtime recorded, which must
+hold whatever the model says, and only the adapter's mechanics (stop reasons, tool-call
+plumbing, streaming).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Iterator
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
@@ -41,18 +41,6 @@ POLICY = RetryPolicy(max_attempts=3, initial_delay=0.2)
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"  # both backends are covered by the unit tests; these calls are slow
-
-
-@pytest.fixture(scope="session")
-def smollm2() -> Iterator[local_llm.LocalServer]:
-    with local_llm.running("smollm2") as server:
-        yield server
-
-
-@pytest.fixture(scope="session")
-def qwen() -> Iterator[local_llm.LocalServer]:
-    with local_llm.running("qwen") as server:
-        yield server
 
 
 def adapter(server: local_llm.LocalServer, **kwargs: Any) -> OpenAIChat:
@@ -289,12 +277,6 @@ async def test_the_demos_correction_run_follows_the_state_table(
 ) -> None:
     (step,) = await load_demo().run_corrections(adapter(smollm2))
     assert_state_table_path(step, max_turns=1, return_retries=2)
-
-
-@pytest.fixture(scope="session")
-def qwen_tools() -> Iterator[local_llm.LocalServer]:
-    with local_llm.running("qwen", tools=True) as server:
-        yield server
 
 
 def _prompt_tokens(server: local_llm.LocalServer, text: str, where: str) -> int:
