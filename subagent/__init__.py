@@ -87,7 +87,14 @@ from subagent.patterns import (
     think_with_retry,
 )
 from subagent.testing import ScriptedLLM
-from subagent.tools import FromExtras, Tool, ToolOutput, ToolTimeoutError, tool
+from subagent.tools import (
+    FromExtras,
+    Tool,
+    ToolOutput,
+    ToolSourceLostError,
+    ToolTimeoutError,
+    tool,
+)
 
 __all__ = [
     "LLM",
@@ -150,6 +157,7 @@ __all__ = [
     "ToolDefinition",
     "ToolOutput",
     "ToolResult",
+    "ToolSourceLostError",
     "ToolTimeoutError",
     "TransportRetry",
     "Turn",

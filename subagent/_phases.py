@@ -66,6 +66,8 @@ class Trigger(StrEnum):
     came; the paused turn goes on in ``normal`` (its tool calls run, then it spends its
     work turn as any tool turn does). ``LIMIT_REACHED``: a usage limit (tokens, tool calls,
     cost) was reached before a call, or crossed by a reply or by the tool calls it asked for.
+    ``SERVER_LOST``: a tool turn in ``normal`` found a tool's source gone (an MCP server
+    whose process died); the calls' results are kept, and the run ends.
     """
 
     RETURNED = "returned"
@@ -78,6 +80,7 @@ class Trigger(StrEnum):
     NEEDS_APPROVAL = "needs_approval"
     RESUMED = "resumed"
     LIMIT_REACHED = "limit_reached"
+    SERVER_LOST = "server_lost"
 
 
 ACTIVE_PHASES = (Phase.NORMAL, Phase.MUST_RETURN, Phase.RETRY)
@@ -244,6 +247,7 @@ def _rows() -> tuple[Row, ...]:
             rows.append(Row(trigger, phase, Phase.FAILED, None, _spends(phase), reason,
                             _ABORTED))  # fmt: skip
     rows += _limit_rows()
+    rows += _lost_rows()
     return tuple(rows)
 
 
@@ -253,6 +257,14 @@ def _limit_rows() -> list[Row]:
         Row(Trigger.LIMIT_REACHED, phase, Phase.FAILED, None, _spends(phase),
             FailReason.USAGE_LIMIT, "usage limit reached / usage_limit")
         for phase in ACTIVE_PHASES
+    ]  # fmt: skip
+
+
+def _lost_rows() -> list[Row]:
+    """A tool source gone mid-run ends it; only ``normal`` runs tools, so only from there."""
+    return [
+        Row(Trigger.SERVER_LOST, Phase.NORMAL, Phase.FAILED, None, (_spend_work,),
+            FailReason.TOOL_SERVER_LOST, "tool server lost / tool_server_lost"),
     ]  # fmt: skip
 
 

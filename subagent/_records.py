@@ -55,7 +55,10 @@ class FailReason(StrEnum):
     died (killed, out of memory, its node lost) and was not resubmitted; running it again
     may succeed, so its Step is ``retryable``. ``usage_limit``: the run (or its batch,
     or an agent that ran it as a tool) reached one of its :class:`~subagent.UsageLimits`;
-    not ``retryable``: the same run would spend the same.
+    not ``retryable``: the same run would spend the same. ``tool_server_lost``: a tool's
+    source (an MCP server) went away during one of the run's tool calls; the turn keeps
+    the calls' results as the model would have read them, and the run ends there.
+    ``retryable``: a restarted server may serve the same run.
     """
 
     BUDGET_EXHAUSTED = "budget_exhausted"
@@ -66,6 +69,7 @@ class FailReason(StrEnum):
     ERROR = "error"
     WORKER_LOST = "worker_lost"
     USAGE_LIMIT = "usage_limit"
+    TOOL_SERVER_LOST = "tool_server_lost"
 
 
 class TurnType(StrEnum):
@@ -104,7 +108,8 @@ class ToolResult(BaseModel):
         error_type: Why the call failed: ``unknown_tool``, ``invalid_arguments``,
             ``timeout``, ``unserializable_result``, ``tools_unavailable``,
             ``too_many_calls`` (past ``max_tool_calls_per_turn``, not run), ``cancelled``,
-            or the exception's type name.
+            ``tool_server_lost`` (the tool's source went away: the run ends there), or the
+            exception's type name.
         duration_s: Wall-clock seconds spent in the tool.
         pruned_arguments: Arguments the model sent that the tool does not take, dropped
             before the call.
@@ -200,6 +205,11 @@ RETRYABLE_KINDS: frozenset[ErrorKind] = frozenset(
 busy, failing or unreachable, or sent a broken reply, past the transport retries."""
 
 
+_RETRYABLE_REASONS = frozenset({FailReason.WORKER_LOST, FailReason.TOOL_SERVER_LOST})
+"""The failure reasons after which running the same run again may succeed whatever the
+error: a worker or a tool server that went away may be back."""
+
+
 class Failure(BaseModel):
     """Why a run failed.
 
@@ -219,7 +229,7 @@ class Failure(BaseModel):
     @property
     def retryable(self) -> bool:
         """Whether running the same run again could help (see :attr:`Step.retryable`)."""
-        if self.reason is FailReason.WORKER_LOST:
+        if self.reason in _RETRYABLE_REASONS:
             return True
         return self.reason is FailReason.LLM_ERROR and self.error_kind in RETRYABLE_KINDS
 
@@ -361,8 +371,9 @@ class Step(BaseModel, Generic[OutputT]):
 
         Only a run that failed on a transient transport failure is (``llm_error`` of kind
         ``rate_limit``, ``server_error``, ``connection`` or ``invalid_response``, the
-        transport's own retries spent), or one whose Ray worker died before it finished
-        (``worker_lost``). Not a run that succeeded, exhausted its budgets,
+        transport's own retries spent), one whose Ray worker died before it finished
+        (``worker_lost``), or one whose tool server went away mid-run
+        (``tool_server_lost``). Not a run that succeeded, exhausted its budgets,
         failed explicitly, timed out, was cancelled, did not fit the context window, or
         was refused (authentication, permission, bad request, content filter, a reply too
         large): the same run would fail the same way. The table is in ``docs/scale.md``.

@@ -800,6 +800,11 @@ class _Run:
         for run in done:
             if run.extras:
                 self._extras = {**(self._extras or {}), **run.extras}
+        lost = next((run for run in done if run.lost is not None), None)
+        if lost is not None:  # the results stay on the turn; the run ends with them
+            return _Verdict(TurnOutcome.FAIL, Trigger.SERVER_LOST, lost.lost, "tool_server_lost",
+                            tool_results=results, calls=calls,
+                            summary=lost.result.name)  # fmt: skip
         exchange = self._parts.protocol.tool_exchange(response, calls, results,
                                                       self._parts.templates)  # fmt: skip
         final = next((run for run in done if run.final), None)

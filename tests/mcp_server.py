@@ -3,8 +3,8 @@
 ``python tests/mcp_server.py stdio`` serves over stdin/stdout; ``python tests/mcp_server.py
 http`` serves streamable HTTP on 127.0.0.1 at an ephemeral port, printed as the first line
 of its stdout. Its tools exercise what the client must handle: plain results, errors,
-slowness, a crash of the whole process, images, trace context, concurrency and a tool list
-that changes.
+slowness, a crash of the whole process, a call held until the test kills the process,
+images, trace context, concurrency and a tool list that changes.
 """
 
 from __future__ import annotations
@@ -41,6 +41,17 @@ async def slow(seconds: float) -> str:
 def crash() -> str:
     """End the server's process at once (a server that dies mid-call)."""
     os._exit(3)
+
+
+@server.tool()
+async def hold(port: int) -> str:
+    """Tell 127.0.0.1:``port`` this process's id, then wait to be killed (a server killed
+    mid-call, the test knowing when the call has arrived)."""
+    stream = await anyio.connect_tcp("127.0.0.1", port)
+    async with stream:
+        await stream.send(f"{os.getpid()}\n".encode())
+        await anyio.sleep_forever()
+    return "never"
 
 
 @server.tool()
@@ -90,13 +101,27 @@ async def grow(ctx: Context) -> str:
     return "grown"
 
 
+def listening_socket() -> socket.socket:
+    """A listening TCP socket on an ephemeral port of 127.0.0.1, its replies sent at once.
+
+    Made with ``IPPROTO_TCP`` and ``TCP_NODELAY``: asyncio sets ``TCP_NODELAY`` on an
+    accepted connection only when the listening socket's ``proto`` is ``IPPROTO_TCP``, and
+    ``socket.socket()`` gives 0. Without it uvicorn's two writes per response (headers,
+    then body) meet Nagle's algorithm and the client's delayed ACK: about 40 ms per MCP
+    call on loopback (docs/performance.md).
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited on Linux
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "stdio":
         server.run("stdio")
     else:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sock.listen()
+        sock = listening_socket()
         print(sock.getsockname()[1], flush=True)
         config = uvicorn.Config(server.streamable_http_app(), log_level="critical")
         anyio.run(uvicorn.Server(config).serve, [sock])

@@ -4,7 +4,11 @@ one over stdio, one over streamable HTTP on 127.0.0.1, both written with the SDK
 from __future__ import annotations
 
 import base64
+import contextlib
+import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -14,9 +18,20 @@ from typing import Any
 import anyio
 import mcp_types
 import pytest
+from anyio.abc import SocketAttribute
+from anyio.streams.buffered import BufferedByteReceiveStream
 from support import Traced, attrs
 
-from subagent import ConfigurationError, LLMResponse, ScriptedLLM, SubAgent, ToolCall, run_many
+from subagent import (
+    ConfigurationError,
+    FailReason,
+    LLMResponse,
+    ScriptedLLM,
+    SubAgent,
+    ToolCall,
+    TurnOutcome,
+    run_many,
+)
 from subagent.mcp import MCPServer, MCPServerHTTP, MCPServerStdio
 from subagent.mcp._results import result_text
 
@@ -25,9 +40,9 @@ pytestmark = pytest.mark.anyio
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
 
 
-@pytest.fixture(scope="module")
-def http_url() -> Iterator[str]:
-    """The streamable HTTP server, one process per module, on an ephemeral port."""
+@contextlib.contextmanager
+def running_http_server() -> Iterator[str]:
+    """A streamable HTTP server process on an ephemeral port of 127.0.0.1: its URL."""
     process = subprocess.Popen([sys.executable, SERVER, "http"], stdout=subprocess.PIPE,
                                stderr=subprocess.DEVNULL, text=True)  # fmt: skip
     try:
@@ -35,10 +50,17 @@ def http_url() -> Iterator[str]:
         port = int(process.stdout.readline())
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        process.terminate()
+        process.terminate()  # nothing to do when a test killed it already
         process.wait(timeout=10)
         if process.stdout is not None:
             process.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def http_url() -> Iterator[str]:
+    """The streamable HTTP server, one process per module, on an ephemeral port."""
+    with running_http_server() as url:
+        yield url
 
 
 @pytest.fixture
@@ -63,8 +85,24 @@ async def server(request: pytest.FixtureRequest, devnull: Any) -> AsyncIterator[
         yield made
 
 
+@contextlib.asynccontextmanager
+async def own_server(kind: str, devnull: Any) -> AsyncIterator[MCPServer]:
+    """A connected server of the test's own (one it may kill), over stdio or HTTP."""
+    if kind == "stdio":
+        async with stdio_server(devnull) as server:
+            yield server
+    else:
+        with running_http_server() as url:
+            async with MCPServerHTTP(url, name="calc") as server:
+                yield server
+
+
 def call(name: str, **arguments: Any) -> LLMResponse:
     return LLMResponse(tool_calls=[ToolCall(name=name, arguments=arguments)])
+
+
+def react_call(name: str, **arguments: Any) -> str:
+    return "Action: " + json.dumps({"tool": name, "input": arguments})
 
 
 # --- offered and called like any tool ---
@@ -251,19 +289,63 @@ async def test_refresh_tools_fetches_the_list_again(server: MCPServer) -> None:
 # --- a server that dies, cancellation ---
 
 
-async def test_a_server_that_dies_mid_call_is_a_tool_error_and_never_a_hang(
-    devnull: Any,
+async def kill_when_called(listener: Any) -> None:
+    """Wait for the server's ``hold`` call to connect, read its process id, kill it."""
+    stream = await listener.accept()
+    async with stream:
+        pid = int(await BufferedByteReceiveStream(stream).receive_until(b"\n", 32))
+    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("protocol", ["native", "react"])
+@pytest.mark.parametrize("kind", ["stdio", "http"])
+async def test_a_server_killed_mid_call_ends_the_run_failed_tool_server_lost(
+    kind: str, protocol: str, devnull: Any, traced: Traced
 ) -> None:
-    async with stdio_server(devnull) as server:
+    async with (
+        await anyio.create_tcp_listener(local_host="127.0.0.1") as listeners,
+        own_server(kind, devnull) as server,
+    ):
+        (listener,) = listeners.listeners
+        port = listener.extra(SocketAttribute.local_port)
+        agent = SubAgent(name="calc", prompt="Go", tools=[server], max_turns=3,
+                         protocol=protocol)  # type: ignore[arg-type]  # fmt: skip
+        held = call("hold", port=port) if protocol == "native" else react_call("hold", port=port)
+        llm = ScriptedLLM([held, "never asked"])
+        with anyio.fail_after(30):  # never a hang
+            async with anyio.create_task_group() as group:
+                group.start_soon(kill_when_called, listener)
+                step = await agent.run(llm=llm, tracer_provider=traced.provider)
+        assert not server.connected
+    assert step.failure is not None
+    assert step.failure.reason is FailReason.TOOL_SERVER_LOST
+    assert step.failure.message.startswith("tool 'hold': MCP server 'calc' went away: ")
+    assert step.retryable
+    assert len(llm.requests) == 1  # the model is not asked again
+    (turn,) = step.turns
+    assert (turn.outcome, turn.error_type) == (TurnOutcome.FAIL, "tool_server_lost")
+    (result,) = turn.tool_results
+    assert (result.ok, result.error_type) == (False, "tool_server_lost")
+    assert "MCP server 'calc' went away" in result.content  # what the model would read
+    assert attrs(traced.one("invoke_agent calc"))["subagent.failure.reason"] == "tool_server_lost"
+
+
+@pytest.mark.parametrize("kind", ["stdio", "http"])
+async def test_a_server_that_exits_mid_call_fails_that_run_and_later_ones_at_once(
+    kind: str, devnull: Any
+) -> None:
+    async with own_server(kind, devnull) as server:
         agent = SubAgent(name="calc", prompt="Go", tools=[server], max_turns=3)
         with anyio.fail_after(20):
-            step = await agent.run(llm=ScriptedLLM([call("crash"), call("add", a=1, b=1),
-                                                    "gone"]))  # fmt: skip
-        died, after = (turn.tool_results[0] for turn in step.turns[:2])
-        assert died.error_type == "MCPServerError"
-        assert "MCP server 'calc' went away" in died.content
-        assert after.error_type == "MCPServerError"
+            died = await agent.run(llm=ScriptedLLM([call("crash"), "never asked"]))
+            later = await agent.run(llm=ScriptedLLM([call("add", a=1, b=1), "never asked"]))
         assert not server.connected
+    for step, tool in ((died, "crash"), (later, "add")):
+        assert step.failure is not None
+        assert step.failure.reason is FailReason.TOOL_SERVER_LOST
+        assert step.failure.message.startswith(f"tool {tool!r}: MCP server 'calc' went away")
+        assert len(step.turns) == 1
+        assert step.turns[0].tool_results[0].error_type == "tool_server_lost"
 
 
 async def test_a_stopped_run_cancels_its_call_and_the_connection_serves_on(
@@ -347,3 +429,33 @@ def test_the_library_never_imports_the_mcp_sdk_unless_asked() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60, check=True)  # fmt: skip
     assert result.stdout.strip() == "False"
+
+
+def test_the_http_test_server_answers_without_waiting_on_nagle() -> None:
+    # Without TCP_NODELAY on the accepted connection, each MCP call over HTTP waited about
+    # 40 ms on loopback for the client's delayed ACK (docs/performance.md).
+    import asyncio
+
+    from mcp_server import listening_socket
+
+    async def accepted_nodelay() -> int:
+        found: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        async def on_connection(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            accepted = writer.get_extra_info("socket")
+            found.set_result(accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(on_connection, sock=listening_socket())
+        try:
+            port = server.sockets[0].getsockname()[1]
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                return await asyncio.wait_for(found, 10)
+            finally:
+                writer.close()
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    assert asyncio.run(accepted_nodelay()) != 0

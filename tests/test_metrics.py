@@ -21,6 +21,7 @@ from subagent import (
     ScriptedLLM,
     SubAgent,
     ToolCall,
+    ToolSourceLostError,
     Usage,
 )
 from subagent.observe import NO_OBSERVER, metrics_observer, observer_for_run
@@ -286,3 +287,20 @@ async def test_a_nested_agent_records_under_its_own_name(metered: Metered) -> No
     }
     (tool_key,) = metered.points(TOOL_DURATION)
     assert dict(tool_key)["gen_ai.tool.name"] == "inner"
+
+
+async def test_a_run_whose_tool_server_was_lost_counts_with_its_reason(metered: Metered) -> None:
+    def lookup(key: str) -> str:
+        raise ToolSourceLostError("server 'kv' went away", source="kv")
+
+    agent = SubAgent(name="s1", prompt="p", output=Answer, tools=[lookup], max_turns=3)
+    step = await agent.run(llm=ScriptedLLM([
+        LLMResponse(tool_calls=[ToolCall(name="lookup", arguments={"key": "k"})]), '{"x": 1}',
+    ]))  # fmt: skip
+    assert step.failure is not None and step.failure.reason is FailReason.TOOL_SERVER_LOST
+    assert counts(metered, RUNS) == {
+        key(**dotted(gen_ai__agent__name="s1", subagent__outcome="failed",
+                     subagent__failure__reason="tool_server_lost")): 1
+    }  # fmt: skip
+    (run_key,) = metered.points(AGENT_DURATION)
+    assert dict(run_key)["error.type"] == "tool_server_lost"

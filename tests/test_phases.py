@@ -147,6 +147,7 @@ def test_table_covers_every_trigger_from_every_active_phase() -> None:
         Trigger.USED_TOOLS: {Phase.NORMAL},
         Trigger.NEEDS_APPROVAL: {Phase.NORMAL},
         Trigger.RESUMED: {Phase.PAUSED},
+        Trigger.SERVER_LOST: {Phase.NORMAL},
     }
     for trigger in Trigger:
         sources = {row.source for row in TABLE if row.trigger is trigger}
@@ -205,3 +206,23 @@ def test_the_chart_shows_the_usage_limit_row_from_every_active_phase() -> None:
     chart = mermaid_chart()
     for phase in ACTIVE_PHASES:
         assert f"{phase.value} --> failed: usage limit reached / usage_limit" in chart
+
+
+def test_a_lost_tool_server_fails_a_normal_turn_spending_its_work_turn() -> None:
+    budget = Budget(Phase.NORMAL.value, 3, 2, 2)
+    assert advance(budget, Trigger.SERVER_LOST) is Phase.FAILED
+    assert budget.failure_reason is FailReason.TOOL_SERVER_LOST
+    assert (budget.work_remaining, budget.retries_remaining) == (2, 2)
+
+
+@pytest.mark.parametrize("phase", [Phase.MUST_RETURN, Phase.RETRY])
+def test_no_tool_server_is_lost_where_tools_never_run(phase: Phase) -> None:
+    from transitions import MachineError
+
+    with pytest.raises(MachineError):
+        advance(Budget(phase.value, 2, 2, 2), Trigger.SERVER_LOST)
+
+
+def test_the_chart_shows_the_lost_server_row_from_normal_only() -> None:
+    lost = [line for line in mermaid_chart().splitlines() if "tool_server_lost" in line]
+    assert lost == ["    normal --> failed: tool server lost / tool_server_lost"]

@@ -194,7 +194,7 @@ def test_fail_reason_compares_equal_to_its_string() -> None:
     assert FailReason.BUDGET_EXHAUSTED == "budget_exhausted"
     assert {reason.value for reason in FailReason} == {
         "budget_exhausted", "explicit_fail", "llm_error", "timeout", "cancelled", "error",
-        "worker_lost", "usage_limit",
+        "worker_lost", "usage_limit", "tool_server_lost",
     }  # fmt: skip
 
 

@@ -23,6 +23,7 @@ from subagent import (
     Tool,
     ToolCall,
     ToolOutput,
+    ToolSourceLostError,
     TurnOutcome,
     TurnType,
     tool,
@@ -478,3 +479,46 @@ async def test_a_blocking_sync_tool_does_not_hold_the_run_past_its_mission_timeo
     assert [c.name for c in turn.tool_calls] == ["blocking"]
     (result,) = turn.tool_results
     assert (result.completed, result.error_type) == (False, "cancelled")
+
+
+# --- a tool source lost mid-run ---
+
+
+async def test_a_tool_whose_source_is_lost_ends_the_run_failed_keeping_the_turns_results(
+    traced: Traced,
+) -> None:
+    async def lookup(key: str) -> str:
+        raise ToolSourceLostError("store server 'kv' went away: reset", source="kv")
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[add, lookup], max_turns=4)
+    llm = ScriptedLLM([calls(("add", {"a": 1, "b": 2}), ("lookup", {"key": "k"})), '{"x": 3}'])
+    step = await agent.run(llm=llm, tracer_provider=traced.provider)
+    assert step.failure is not None
+    assert step.failure.reason is FailReason.TOOL_SERVER_LOST
+    assert step.failure.message == "tool 'lookup': store server 'kv' went away: reset"
+    assert step.retryable
+    assert len(llm.requests) == 1  # no further call to the model
+    (turn,) = step.turns
+    expected = (TurnOutcome.FAIL, "failed", "tool_server_lost")
+    assert (turn.outcome, turn.phase_after, turn.error_type) == expected
+    added, lost = turn.tool_results
+    assert added.ok and "3" in added.content  # the other call finished and is kept
+    assert (lost.ok, lost.error_type) == (False, "tool_server_lost")
+    assert "store server 'kv' went away: reset" in lost.content  # what the model would read
+    assert turn.work_remaining == 3  # the turn spent its work turn
+    run_span = traced.one("invoke_agent a")
+    assert attrs(run_span)["subagent.failure.reason"] == "tool_server_lost"
+    assert attrs(run_span)["error.type"] == "tool_server_lost"
+    assert run_span.status.description == step.failure.message  # names the tool and server
+    assert attrs(traced.one("agent_turn normal"))["error.type"] == "tool_server_lost"
+
+
+async def test_a_lost_source_under_react_ends_the_run_the_same_way() -> None:
+    def lookup(key: str) -> str:
+        raise ToolSourceLostError("store server 'kv' went away", source="kv")
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[lookup], max_turns=3,
+                     protocol="react")  # fmt: skip
+    step = await agent.run(llm=ScriptedLLM([format_action("lookup", {"key": "k"}), '{"x": 1}']))
+    assert step.failure is not None and step.failure.reason is FailReason.TOOL_SERVER_LOST
+    assert step.turns[0].tool_results[0].error_type == "tool_server_lost"

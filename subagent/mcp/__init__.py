@@ -14,7 +14,9 @@ connection and cached, refreshed when the server says they changed or when
 :meth:`MCPServer.refresh_tools` is awaited. :meth:`MCPServer.select` filters them for one
 agent (allow / deny lists, a predicate) and may prefix their names. Their calls obey the
 rules of any tool: schemas sent as given and checked, arguments validated with feedback,
-a per-call timeout, result caps, offered only in ``normal`` turns. See ``docs/mcp.md``.
+a per-call timeout, result caps, offered only in ``normal`` turns. A server that goes
+away mid-run fails the call (:class:`MCPServerLostError`, a tool error) and ends the run
+``failed(tool_server_lost)``. See ``docs/mcp.md``.
 
 What lives here: ``_server`` (the servers, the filtered views, the calls), ``_results``
 (a ``tools/call`` result as the text the model reads). What it may import: the tools room
@@ -34,6 +36,7 @@ from subagent.mcp._server import (
     MCPServer,
     MCPServerError,
     MCPServerHTTP,
+    MCPServerLostError,
     MCPServerStdio,
     MCPToolError,
     MCPTools,
@@ -44,6 +47,7 @@ __all__ = [
     "MCPServer",
     "MCPServerError",
     "MCPServerHTTP",
+    "MCPServerLostError",
     "MCPServerStdio",
     "MCPToolError",
     "MCPTools",

@@ -13,17 +13,24 @@ One connection serves every run at once: calls are JSON-RPC requests told apart 
 ids, so the runs of a batch share it. Every wait is bounded: the handshake and each
 listing by ``connect_timeout``, each call by ``timeout`` (the tool's own time limit, fed
 back to the model like any tool's). A server that dies fails the calls in flight and every
-later one at once with :class:`MCPServerError`, a tool error the model reads; nothing
-waits on a dead server.
+later one at once with :class:`MCPServerLostError`, a tool error the model reads, and the
+run that met it ends ``failed(tool_server_lost)``; nothing waits on a dead server.
+
+Over streamable HTTP, the SDK's transport runs each request's POST in a task of its own
+task group, and an HTTP error there (the server process gone before it answered) would
+escape into that group and cancel everything inside ``async with server:``. The HTTP
+client is therefore given a transport (:class:`_Guarded`) that turns a connection error
+into the JSON-RPC error the SDK resolves the request with, and marks the server lost.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import sys
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
@@ -38,7 +45,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import SubscriptionLost
-from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp.shared.exceptions import MCPError
 from opentelemetry import trace
 from opentelemetry.util.types import AttributeValue
@@ -46,13 +53,14 @@ from opentelemetry.util.types import AttributeValue
 from subagent._checks import check_seconds
 from subagent._errors import ConfigurationError, SubAgentError
 from subagent.mcp._results import result_text
-from subagent.tools import SourceNotReadyError, Tool
+from subagent.tools import SourceNotReadyError, Tool, ToolSourceLostError
 
 __all__ = [
     "MCP_PAGE_LIMIT",
     "MCPServer",
     "MCPServerError",
     "MCPServerHTTP",
+    "MCPServerLostError",
     "MCPServerStdio",
     "MCPToolError",
     "MCPTools",
@@ -65,10 +73,22 @@ _REVISIONS = itertools.count(1)  # one sequence for all servers: revisions never
 
 
 class MCPServerError(SubAgentError):
-    """The MCP server cannot answer: not connected, gone, or its reply broke the protocol.
+    """The MCP server cannot answer: not connected, or its reply broke the protocol.
 
     A tool call that meets it is a tool error the model reads
-    (``error_type="MCPServerError"``); the run goes on and ends as the model decides.
+    (``error_type="MCPServerError"``); the run goes on and ends as the model decides. A
+    server that went away raises the subclass :class:`MCPServerLostError`.
+    """
+
+
+class MCPServerLostError(MCPServerError, ToolSourceLostError):
+    """The MCP server went away mid-run.
+
+    Its process exited, its endpoint stopped answering, or it was closed while a run was
+    using it.
+    A tool call that meets it is a tool error the model would read
+    (``error_type="tool_server_lost"``), and the run then ends ``failed`` with
+    ``FailReason.TOOL_SERVER_LOST`` (``retryable``). Open the server again to reconnect.
     """
 
 
@@ -286,12 +306,13 @@ class MCPServer:
             )
         except MCPError as exc:
             if exc.code == mcp_types.CONNECTION_CLOSED:
-                self._lost = exc.message or "connection closed"
-                raise MCPServerError(f"{self.source_name} went away: {self._lost}") from exc
+                self._lost = self._lost or exc.message or "connection closed"
+            if self._lost is not None:  # the HTTP guard marks it before the SDK's error
+                raise self._gone() from exc
             raise MCPServerError(f"{self.source_name} refused the call: {exc}") from exc
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
-            self._lost = "connection closed"
-            raise MCPServerError(f"{self.source_name} went away: {self._lost}") from exc
+            self._lost = self._lost or "connection closed"
+            raise self._gone() from exc
         text = result_text(result)
         if result.is_error:
             if span.is_recording():
@@ -314,12 +335,26 @@ class MCPServer:
     def _connected_client(self) -> Client:
         client = self._client
         if client is None:
+            if self._lost is not None:  # closed while a run was using it
+                raise MCPServerLostError(
+                    f"{self.source_name} is not connected: it was {self._lost}",
+                    source=self.source_name,
+                )
             raise MCPServerError(
                 f"{self.source_name} is not connected (open it with `async with server:`)"
             )
         if self._lost is not None:
-            raise MCPServerError(f"{self.source_name} went away: {self._lost}")
+            raise self._gone()
         return client
+
+    def _gone(self) -> MCPServerLostError:
+        return MCPServerLostError(f"{self.source_name} went away: {self._lost}",
+                                  source=self.source_name)  # fmt: skip
+
+    def _mark_lost(self, reason: str) -> None:
+        """Record that the connection is gone (the first reason stays)."""
+        if self._lost is None:
+            self._lost = reason
 
     async def _on_message(self, message: Any) -> None:
         """Wake the watcher on ``tools/list_changed`` (handshake-era connections)."""
@@ -349,7 +384,7 @@ class MCPServer:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(self.connect_timeout):
                     await listening.__aexit__(None, None, None)
         except SubscriptionLost:
-            self._lost = "the server closed the connection"
+            self._mark_lost("the server closed the connection")
             return
         except Exception:  # a handshake-era connection: the notification comes as a message
             pass
@@ -361,7 +396,6 @@ class MCPServer:
             await self._refresh_quietly()
 
     async def _refresh_quietly(self) -> None:
-        # The calls report a dead server; the previous list stays meanwhile.
         # The calls report a dead server; the previous list stays meanwhile.
         with contextlib.suppress(MCPServerError):
             await self.refresh_tools()
@@ -529,8 +563,14 @@ class MCPServerHTTP(MCPServer):
         self._session_id: str | None = None
 
     def _transport(self) -> Any:
-        http = create_mcp_http_client(headers=self._headers or None)
-        http.event_hooks = {"request": [], "response": [self._note_session]}
+        # The SDK's default client (create_mcp_http_client): the same timeouts, over a
+        # transport that keeps a dead server's errors out of the SDK's task group.
+        http = httpx2.AsyncClient(
+            headers=self._headers or None,
+            timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+            transport=_Guarded(httpx2.AsyncHTTPTransport(), self._mark_lost),
+            event_hooks={"request": [], "response": [self._note_session]},
+        )
         return _OwnedHTTPTransport(self.url, http)
 
     async def _note_session(self, response: httpx2.Response) -> None:
@@ -549,6 +589,61 @@ class MCPServerHTTP(MCPServer):
         if self._session_id:
             attributes["mcp.session.id"] = self._session_id
         return attributes
+
+
+_LOST_ERRORS = (httpx2.NetworkError, httpx2.RemoteProtocolError, httpx2.ConnectTimeout)
+"""The HTTP errors that say the server is gone (refused, reset, closed before answering)."""
+
+
+class _Guarded(httpx2.AsyncBaseTransport):
+    """An HTTP transport whose errors become answers the SDK resolves a request with.
+
+    A transport error (the server gone before it answered) becomes a 503 response whose
+    body is a JSON-RPC error (``CONNECTION_CLOSED`` when the server is gone), which the
+    SDK hands to the request's caller instead of raising it in its task group. A body cut
+    off mid-way ends there (the SDK then reports a broken or unfinished reply). Either
+    way the server is marked lost first, so the call reports it gone.
+    """
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport, lost: Callable[[str], None]):
+        self._inner = inner
+        self._lost = lost
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        try:
+            response = await self._inner.handle_async_request(request)
+        except httpx2.TransportError as exc:
+            gone = isinstance(exc, _LOST_ERRORS)
+            reason = _describe(exc)
+            if gone:
+                self._lost(reason)
+            code = mcp_types.CONNECTION_CLOSED if gone else mcp_types.INTERNAL_ERROR
+            error = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": reason}}
+            return httpx2.Response(503, headers={"content-type": "application/json"},
+                                   content=json.dumps(error).encode(), request=request)  # fmt: skip
+        response.stream = _GuardedBody(response.stream, self._lost)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _GuardedBody(httpx2.AsyncByteStream):
+    """A response body that ends, rather than raises, when the server goes away mid-way."""
+
+    def __init__(self, inner: Any, lost: Callable[[str], None]):
+        self._inner = inner
+        self._lost = lost
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                yield chunk
+        except _LOST_ERRORS as exc:
+            self._lost(_describe(exc))
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 class _OwnedHTTPTransport:

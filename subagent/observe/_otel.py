@@ -149,8 +149,8 @@ def _failure_description(step: Step[Any], capture: bool) -> str:
         return f"{within}; last error: {last}" if last else within
     if reason is FailReason.LLM_ERROR and failure.error_kind is not None:
         return f"llm_error: {failure.error_kind.value}"
-    if reason in (FailReason.TIMEOUT, FailReason.CANCELLED):
-        return failure.message  # the runtime's own words (a limit, a stop)
+    if reason in (FailReason.TIMEOUT, FailReason.CANCELLED, FailReason.TOOL_SERVER_LOST):
+        return failure.message  # the runtime's own words (a limit, a stop, a lost server)
     return reason.value  # an explicit fail's reason is the model's text
 
 

@@ -8,7 +8,8 @@ What lives here:
   (final answers, extras) and :data:`FromExtras`.
 - ``_source``: :class:`ToolSource`, what supplies tools known only once connected (an MCP
   server, ``subagent.mcp``), and :class:`AgentTools`, an agent's fixed tools and sources
-  made into one set per run (a name clash is an error).
+  made into one set per run (a name clash is an error); :class:`ToolSourceLostError`, how a
+  source says it went away mid-run.
 - ``_execute``: :class:`Toolbox`, an agent's tools ready to run the model's calls: every
   failure becomes a result the model reads, never an exception; the calls of one reply past
   :data:`TOOL_CALLS_PER_TURN` are refused, never run.
@@ -24,7 +25,13 @@ from subagent.tools._execute import (
     Toolbox,
     ToolRun,
 )
-from subagent.tools._source import AgentTools, SourceNotReadyError, ToolSource, split_sources
+from subagent.tools._source import (
+    AgentTools,
+    SourceNotReadyError,
+    ToolSource,
+    ToolSourceLostError,
+    split_sources,
+)
 from subagent.tools._tool import (
     FromExtras,
     NestedRunError,
@@ -51,6 +58,7 @@ __all__ = [
     "ToolOutput",
     "ToolRun",
     "ToolSource",
+    "ToolSourceLostError",
     "ToolTimeoutError",
     "Toolbox",
     "build_tools",

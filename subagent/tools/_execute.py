@@ -3,8 +3,10 @@
 A call never raises out of here (cancellation aside): an unknown tool, arguments that do not
 fit, a timeout, an exception from the tool, or a return value that cannot become text all
 become a failed :class:`~subagent.ToolResult` whose content is the feedback the model reads
-on its next turn. Tool output and error text are fenced as data, and a long result is cut
-to :data:`TOOL_RESULT_LIMIT` characters before the model sees it.
+on its next turn. A call whose source went away (:class:`ToolSourceLostError`) is such a
+result too, and its :class:`ToolRun` says so (``lost``): the loop then ends the run. Tool
+output and error text are fenced as data, and a long result is cut to
+:data:`TOOL_RESULT_LIMIT` characters before the model sees it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from subagent._templates import TemplateSet
 from subagent._text import fence
 from subagent.llm import ToolCall, ToolDefinition
 from subagent.parsers import format_validation_errors
+from subagent.tools._source import ToolSourceLostError
 from subagent.tools._tool import (
     NestedRunError,
     Tool,
@@ -50,12 +53,15 @@ class ToolRun:
         final: The tool returned ``ToolOutput(final=True)``: ``value`` is a candidate answer.
         value: The final value (when ``final``).
         extras: Objects for the next tool turn's calls (never shown to the model).
+        lost: Why the call's source went away (naming the tool and the source), when it
+            did: the run ends ``failed(tool_server_lost)`` after this turn.
     """
 
     result: ToolResult
     final: bool = False
     value: Any = None
     extras: Mapping[str, Any] | None = None
+    lost: str | None = None
 
 
 class Toolbox:
@@ -153,6 +159,9 @@ class Toolbox:
         except NestedRunError as exc:
             result = self._error(call, str(exc), "agent_failed", started, pruned)
             return ToolRun(result.model_copy(update={"step": exc.step}))
+        except ToolSourceLostError as exc:
+            result = self._error(call, str(exc), "tool_server_lost", started, pruned)
+            return ToolRun(result, lost=f"tool {call.name!r}: {exc}")
         except Exception as exc:
             text = f"{type(exc).__name__}: {exc}"
             return ToolRun(self._error(call, text, type(exc).__name__, started, pruned))

@@ -8,6 +8,11 @@ the list it started with.
 
 :class:`AgentTools` keeps an agent's fixed tools and its sources, and builds the run's tool
 set, refusing two tools of one name (a name clash is never resolved silently).
+
+A source that goes away mid-run (its server process died, its endpoint is gone) says so by
+raising :class:`ToolSourceLostError` from its tools' calls: the call is a tool error like any
+other, and the run then ends ``failed(tool_server_lost)`` (the :class:`Toolbox` marks the
+call, the loop fires the state table's row), rather than going on without the source.
 """
 
 from __future__ import annotations
@@ -15,10 +20,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from subagent._errors import ConfigurationError
+from subagent._errors import ConfigurationError, SubAgentError
 from subagent.tools._tool import Tool
 
-__all__ = ["AgentTools", "SourceNotReadyError", "ToolSource", "split_sources"]
+__all__ = [
+    "AgentTools",
+    "SourceNotReadyError",
+    "ToolSource",
+    "ToolSourceLostError",
+    "split_sources",
+]
 
 
 class SourceNotReadyError(ConfigurationError):
@@ -26,6 +37,26 @@ class SourceNotReadyError(ConfigurationError):
 
     def __init__(self, message: str):
         super().__init__("tools", message)
+
+
+class ToolSourceLostError(SubAgentError):
+    """A tool's source went away during a run: raised by the tool's call.
+
+    The call becomes a failed :class:`~subagent.ToolResult` (``error_type=
+    "tool_server_lost"``, the message as the text the model reads), the other calls of the
+    turn finish, and the run then ends ``failed`` with ``FailReason.TOOL_SERVER_LOST``
+    (``retryable``: a restarted server may serve the same run). An MCP server raises it
+    (as ``MCPServerLostError``) when its process exits or its endpoint goes away; a Python
+    tool that depends on a service may raise it too.
+
+    Args:
+        message: What happened, naming the source (``MCP server 'calc' went away: ...``).
+        source: The source's name for messages (``MCP server 'calc'``).
+    """
+
+    def __init__(self, message: str, *, source: str):
+        super().__init__(message)
+        self.source = source
 
 
 @runtime_checkable
