@@ -30,7 +30,19 @@ from bfcl_data import Case, function_names, grade, load_cases  # noqa: E402
 from bfcl_systems import calls_in_text  # noqa: E402
 from run_bfcl import RESULTS, read_lines  # noqa: E402
 
-__all__ = ["PAGE", "Row", "render", "rows_from", "section", "update_page", "wilson", "write_report"]
+__all__ = [
+    "HEAD_TO_HEAD",
+    "PAGE",
+    "Row",
+    "head_to_head",
+    "render",
+    "render_head_to_head",
+    "rows_from",
+    "section",
+    "update_page",
+    "wilson",
+    "write_report",
+]
 
 PAGE = ROOT / "docs" / "evaluation.md"
 PLOT = ROOT / "docs" / "images" / "bfcl.png"
@@ -104,12 +116,7 @@ def rows_from(records: Iterable[Mapping[str, Any]]) -> list[Row]:
         if case is None or case.digest != record["digest"]:
             continue  # an edited or removed case: its old record is left out
         outcome = record["outcome"]
-        label = f"{record['system']}@{record['setup']}"
-        variants = [(label, outcome["calls"])]
-        if record["system"] in ("raw", "raw-prompted"):
-            lenient = f"{record['system']}-lenient@{record['setup']}"
-            variants.append((lenient, _lenient(outcome, case)))
-        for name, calls in variants:
+        for name, calls in _graded_calls(record, case):
             row = rows.setdefault((name, case.category), Row(name, case.category))
             ok, _ = grade(case, calls)
             row.n += 1
@@ -133,6 +140,78 @@ def rows_from(records: Iterable[Mapping[str, Any]]) -> list[Row]:
             row.repeats += repeats
             row.corrections += corrections
     return sorted(rows.values(), key=lambda r: (r.category, r.system))
+
+
+HEAD_TO_HEAD: tuple[str, ...] = (
+    "raw-lenient@template",
+    "raw-prompted-lenient@template",
+    "subagent-prompted-r1@template",
+    "subagent-calls-r1@template",
+    "subagent-r1@template",
+    "subagent-tools-text@template",
+)
+"""The systems compared case for case (the same model and server; the peers, run on the
+other set-up and on fewer cases, stay in the full table)."""
+
+
+def _graded_calls(record: Mapping[str, Any], case: Case) -> list[tuple[str, list[Any]]]:
+    """(system@setup, calls) of one record: raw records are also read leniently."""
+    outcome = record["outcome"]
+    variants = [(f"{record['system']}@{record['setup']}", outcome["calls"])]
+    if record["system"] in ("raw", "raw-prompted"):
+        lenient = f"{record['system']}-lenient@{record['setup']}"
+        variants.append((lenient, _lenient(outcome, case)))
+    return variants
+
+
+def head_to_head(
+    records: Iterable[Mapping[str, Any]], systems: Sequence[str] = HEAD_TO_HEAD
+) -> dict[str, tuple[int, dict[str, int]]]:
+    """Per category: the cases every one of ``systems`` ran, and each system's correct ones.
+
+    Samples are prefixes of one fixed order (``bfcl_data``), so the common cases are the
+    first ``min(n)`` of the category: the comparison is paired, case for case.
+    """
+    records = list(records)
+    cases = _cases_by_key({r["category"] for r in records})
+    right: dict[tuple[str, str], dict[str, bool]] = {}
+    for record in records:
+        case = cases.get((record["category"], record["id"]))
+        if case is None or case.digest != record["digest"]:
+            continue
+        for name, calls in _graded_calls(record, case):
+            if name in systems:
+                right.setdefault((name, case.category), {})[case.id] = grade(case, calls)[0]
+    table: dict[str, tuple[int, dict[str, int]]] = {}
+    for category in sorted({category for _, category in right}):
+        graded = [right.get((name, category), {}) for name in systems]
+        common = set.intersection(*(set(g) for g in graded))
+        table[category] = (len(common), {
+            name: sum(g[i] for i in common) for name, g in zip(systems, graded, strict=True)
+        })  # fmt: skip
+    return table
+
+
+def render_head_to_head(
+    table: Mapping[str, tuple[int, Mapping[str, int]]], systems: Sequence[str] = HEAD_TO_HEAD
+) -> str:
+    """The paired comparison as Markdown, with a line for all categories together."""
+    names = [f"`{name.removesuffix('@template')}`" for name in systems]
+    lines = ["| category | cases | " + " | ".join(names) + " |",
+             "| --- | --- |" + " --- |" * len(systems)]  # fmt: skip
+    totals = dict.fromkeys(systems, 0)
+    count = 0
+    for category, (n, correct) in table.items():
+        count += n
+        cells = []
+        for name in systems:
+            totals[name] += correct[name]
+            cells.append(f"{correct[name] / n:.0%}" if n else "n/a")
+        lines.append(f"| {category} | {n} | " + " | ".join(cells) + " |")
+    if count:
+        cells = [f"**{totals[name] / count:.0%}** ({totals[name]}/{count})" for name in systems]
+        lines.append(f"| all | {count} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _fmt(row: Row) -> str:
@@ -205,7 +284,15 @@ def section(results: Path = RESULTS) -> tuple[str, list[Row]]:
     meta_path = results / "meta.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
     seconds = sum(float(r["outcome"].get("seconds") or 0.0) for r in records)
-    return render(rows, meta, len(records), seconds), rows
+    text = render(rows, meta, len(records), seconds)
+    paired = head_to_head(records)
+    if paired:
+        text += (
+            "\n\nCase for case: the accuracy of each system on the cases all of them ran "
+            "(the first cases of each category's fixed order), so the columns compare the "
+            "same questions.\n\n" + render_head_to_head(paired)
+        )
+    return text, rows
 
 
 def update_page(content: str, text: str) -> str:

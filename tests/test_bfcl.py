@@ -12,7 +12,15 @@ from typing import Any
 
 import pytest
 from bfcl_data import DEFAULT_CATEGORIES, SAMPLE_SIZE, grade, load_cases, openai_tools, tool_name
-from bfcl_report import PAGE, rows_from, section, update_page, wilson
+from bfcl_report import (
+    PAGE,
+    head_to_head,
+    render_head_to_head,
+    rows_from,
+    section,
+    update_page,
+    wilson,
+)
 from bfcl_systems import (
     Server,
     calls_in_text,
@@ -340,3 +348,33 @@ async def test_tools_text_takes_a_call_written_as_text_and_prose_as_no_call() ->
     assert grade(case, called.calls)[0]
     assert declined.calls == [] and declined.error is None
     assert grade(irrelevant, declined.calls)[0]
+
+
+def test_the_case_for_case_table_compares_only_the_cases_every_system_ran() -> None:
+    first, second = load_cases("simple_python")[:2]
+
+    def record(system: str, case: Any, calls: list[dict[str, Any]]) -> dict[str, Any]:
+        outcome = {
+            "calls": calls,
+            "first_calls": None,
+            "text": "",
+            "llm_calls": 1,
+            "prompt_tokens": 1,
+            "completion_tokens": 1,
+            "turns": [],
+            "error": None,
+        }
+        return {"system": system, "setup": "template", "category": case.category,
+                "id": case.id, "digest": case.digest, "outcome": outcome}  # fmt: skip
+
+    records = [
+        record("raw", first, []),  # wrong
+        record("raw", second, right_calls(second)),  # right, but only raw ran it
+        record("subagent-r1", first, right_calls(first)),
+    ]
+    systems = ("raw@template", "subagent-r1@template")
+    table = head_to_head(records, systems)
+    assert table == {"simple_python": (1, {"raw@template": 0, "subagent-r1@template": 1})}
+    assert render_head_to_head(table, systems).splitlines()[-1] == (
+        "| all | 1 | **0%** (0/1) | **100%** (1/1) |"
+    )
