@@ -34,7 +34,7 @@ async def test_the_local_model_adds_with_an_mcp_tool(qwen: local_llm.LocalServer
     # llama-cpp-python 0.3.36 produces native tool calls only for a named tool_choice (see
     # docs/models.md); the adapter sends it only in the turn that offers tools.
     named = {"type": "function", "function": {"name": "add"}}
-    async with calc:
+    async with model, calc:  # the adapter's connections closed too, not left to the GC
         step = await agent.run(llm=model, settings={"temperature": 0, "tool_choice": named})
     (call,) = step.turns[0].tool_calls
     assert call.name == "add", step.turns
