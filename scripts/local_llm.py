@@ -100,7 +100,8 @@ MODELS: dict[str, Model] = {
 DEFAULT_MODEL = "qwen"
 
 
-TOOLS_LAUNCHER = """
+LAUNCHER = """
+import json
 import runpy
 import llama_cpp.llama_chat_format as chat_format
 
@@ -110,16 +111,48 @@ class _Unescaped(chat_format.ImmutableSandboxedEnvironment):
         super().__init__(*args, **kwargs)
 
 chat_format.ImmutableSandboxedEnvironment = _Unescaped
+
+def _as_object(arguments):
+    try:
+        decoded = json.loads(arguments)
+    except (TypeError, ValueError):
+        return arguments
+    return decoded if isinstance(decoded, dict) else arguments
+
+def _with_argument_objects(message):
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    if not calls:
+        return message
+    return {**message, "tool_calls": [
+        {**call, "function": {**call["function"],
+                              "arguments": _as_object(call["function"].get("arguments"))}}
+        if isinstance(call, dict) and isinstance(call.get("function"), dict) else call
+        for call in calls
+    ]}
+
+_render = chat_format.Jinja2ChatFormatter.__call__
+
+def _call(self, *, messages, **kwargs):
+    return _render(self, messages=[_with_argument_objects(m) for m in messages], **kwargs)
+
+chat_format.Jinja2ChatFormatter.__call__ = _call
 runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 """
-"""Starts the server with the tools chat format rendered as text, not HTML.
+"""Starts ``llama_cpp.server`` with two rendering faults of llama-cpp-python 0.3.36 fixed.
 
-llama-cpp-python 0.3.36 renders ``chatml-function-calling`` through a Jinja environment with
-``autoescape=select_autoescape(["html", "xml"])``, which escapes templates built from
-strings: the model would see ``{&#34;value&#34;: 3}`` for every quote of a system prompt,
-a tool result or a correction, and echo the escaped text back. This launcher makes that
-one environment class unescaped (the module's other chat formats never escape), then runs
-the server as ``python -m llama_cpp.server`` would.
+1. The ``chatml-function-calling`` format (``--tools``) renders through a Jinja environment
+   with ``autoescape=select_autoescape(["html", "xml"])``, which escapes templates built from
+   strings: the model would see ``{&#34;value&#34;: 3}`` for every quote of a system prompt,
+   a tool result or a correction, and echo the escaped text back. That one environment class
+   is made unescaped (the module's other chat formats never escape).
+2. The model's own chat template (the default set-up) is handed each earlier tool call's
+   ``arguments`` as the OpenAI wire format carries them, a JSON *string*; Qwen's template
+   (like most) writes them with ``| tojson``, so the model read its own earlier call as
+   ``{"name": "f", "arguments": "{\\"a\\": 1}"}``, unlike the calls it is asked to write,
+   and copied that form into its next reply. The arguments are decoded to the object the
+   template expects before rendering, as transformers-based servers do.
+
+Then it runs the server as ``python -m llama_cpp.server`` would.
 """
 
 
@@ -434,7 +467,7 @@ def start(
         port: The port; a free one by default.
         tools: Use llama-cpp-python's ``chatml-function-calling`` chat format, which turns
             OpenAI ``tools`` into native tool calls, rendered without HTML escaping (see
-            :data:`TOOLS_LAUNCHER`). Without it the model's own chat template is used: it
+            :data:`LAUNCHER`). Without it the model's own chat template is used: it
             shows the model the tools, and the model writes its calls as text.
         n_ctx: Context window in tokens.
         threads: CPU threads. One stays fast on a busy 2-core machine; two can collapse.
@@ -449,7 +482,7 @@ def start(
     logs = cache_dir() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"server-{model}-{port}.log"
-    launch = ["-c", TOOLS_LAUNCHER] if tools else ["-m", "llama_cpp.server"]
+    launch = ["-c", LAUNCHER]
     command = [
         str(python),
         *launch,
