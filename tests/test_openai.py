@@ -300,6 +300,15 @@ async def test_text_tool_calls_are_recognised_when_enabled(server: ScriptedServe
             '<tool_call>{"name": "b", "arguments": {}}</tool_call>',
             [("a", {"x": 1}), ("b", {})],
         ),
+        (
+            '{"name": "a", "arguments": {"x": 1}}\n{"name": "b", "arguments": "{\\"y\\": 2}"}',
+            [("a", {"x": 1}), ("b", {"y": 2})],
+        ),  # several calls, one per line
+        ('```json\n{"name": "a"}\n\n{"name": "b"}\n```', [("a", {}), ("b", {})]),
+        ('{"name": "a"}\n{"name": "b", "arguments": {"x": ', []),  # the last one cut off
+        ('{"name": "a"}\n{"name": "c"}', []),  # one is not an offered tool
+        ('{"name": "a"} then {"name": "b"}', []),  # text between them
+        ('{"name": "a"}\n[{"name": "b"}]', []),  # not objects only
         ('{"name": "c", "arguments": {}}', []),  # not an offered tool
         ('{"name": "a", "arguments": {}, "extra": 1}', []),  # not the call shape
         ('Calling {"name": "a", "arguments": {}}', []),  # text around it

@@ -25,6 +25,8 @@ TOOLS = {"a", "b"}
 # The reader as it was: right, but quadratic on whitespace (kept as the fuzzing reference).
 _OLD_TAG_RE = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _OLD_FENCE_RE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.DOTALL)
+# the objects of PIECES' alphabet: no nesting past one level of braces
+_OLD_SEQUENCE_RE = re.compile(r"\{(?:[^{}]|\{[^{}]*\})*\}")
 
 
 def old_tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
@@ -49,7 +51,14 @@ def old_tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
         try:
             decoded = json.loads(body)
         except ValueError:
-            return []
+            # several objects one after another: split where each one ends
+            objects = _OLD_SEQUENCE_RE.findall(body)
+            try:
+                decoded = [json.loads(o) for o in objects]
+            except ValueError:
+                return []
+            if len(decoded) < 2 or _OLD_SEQUENCE_RE.sub("", body).strip():
+                return []
         candidates = decoded if isinstance(decoded, list) else [decoded]
     calls: list[ToolCall] = []
     for candidate in candidates:

@@ -341,7 +341,8 @@ def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
 
     Recognises, when they make up the whole reply: one JSON object
     ``{"name": ..., "arguments": {...}}`` (``parameters`` is accepted for ``arguments``),
-    a JSON list of them, optionally inside a code fence, one or more Hermes/Qwen
+    a JSON list of them, or several such objects one after another (one per line, as small
+    models write several calls), optionally inside a code fence, one or more Hermes/Qwen
     ``<tool_call>{...}</tool_call>`` blocks, and one or more ``functions.NAME:`` lines each
     followed by its arguments as a JSON object (the syntax of llama-cpp-python's
     ``chatml-function-calling`` format, which small models also write as plain text). Every
@@ -380,7 +381,9 @@ def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
         try:
             decoded = loads(body)
         except (ValueError, RecursionError):
-            return []
+            decoded = _object_sequence(body)
+            if decoded is None:
+                return []
         candidates = decoded if isinstance(decoded, list) else [decoded]
     calls: list[ToolCall] = []
     for candidate in candidates:
@@ -423,6 +426,26 @@ def _prefixed_calls(text: str, tool_names: set[str]) -> list[tuple[str, object]]
         except (ValueError, RecursionError):
             return None
         calls.append((name, arguments))
+
+
+def _object_sequence(text: str) -> list[object] | None:
+    """Two or more JSON objects making up ``text``, separated by whitespace only; else ``None``.
+
+    One pass: each step decodes one object where the last one ended.
+    """
+    values: list[object] = []
+    position, length = 0, len(text)
+    while position < length:
+        if text[position] != "{":
+            return None
+        try:
+            value, position = _DECODER.raw_decode(text, position)
+        except (ValueError, RecursionError):
+            return None
+        values.append(value)
+        while position < length and text[position].isspace():
+            position += 1
+    return values if len(values) > 1 else None
 
 
 def _tagged_blocks(text: str) -> list[str] | None:
