@@ -5,7 +5,9 @@ report needs no model. Per category and system: accuracy with a 95% Wilson inter
 LLM calls and prompt tokens per case, tokens (prompt and completion) per correct case, and
 the salvage rate: of the cases whose first attempt was wrong, the share that ended correct.
 ``raw-lenient`` is graded from the ``raw`` records: the same replies, their text read as a
-JSON call when the server returned no native call.
+JSON call when the server returned no native call. ``subagent-choose-r1`` is graded from the
+records of its two parts (``bfcl_systems.CHOOSE_PARTS``) on the cases both ran: the answer
+``bfcl_systems.chosen_calls`` picks, at the cost of both runs.
 
 Writes the part of ``docs/evaluation.md`` between the ``bfcl-report`` markers, and
 ``docs/images/bfcl.png``.
@@ -27,13 +29,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bfcl_data import Case, function_names, grade, load_cases  # noqa: E402
-from bfcl_systems import calls_in_text  # noqa: E402
+from bfcl_systems import CHOOSE_PARTS, calls_in_text, chosen_calls  # noqa: E402
 from run_bfcl import RESULTS, read_lines  # noqa: E402
 
 __all__ = [
     "HEAD_TO_HEAD",
     "PAGE",
     "Row",
+    "chosen_records",
     "head_to_head",
     "render",
     "render_head_to_head",
@@ -106,9 +109,45 @@ def _verbatim_repeats(turns: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
     return sum(1 for a, b in later if a.get("text") and a.get("text") == b.get("text")), len(later)
 
 
+CHOSEN = "subagent-choose-r1"
+
+
+def chosen_records(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``subagent-choose-r1``'s records, made from its two parts' records of the same cases.
+
+    Its calls are :func:`bfcl_systems.chosen_calls` of the parts' calls; its cost (LLM
+    calls, tokens, time) is both runs'. It keeps no turns and no first attempt: each part's
+    own row counts those.
+    """
+    native_name, listed_name = CHOOSE_PARTS
+    by_system: dict[str, dict[tuple[str, str, str, str], Mapping[str, Any]]] = {}
+    for record in records:
+        key = (record["setup"], record["category"], record["id"], record["digest"])
+        by_system.setdefault(record["system"], {})[key] = record
+    listed_records = by_system.get(listed_name, {})
+    chosen = []
+    for key, native in by_system.get(native_name, {}).items():
+        listed = listed_records.get(key)
+        if listed is None:
+            continue
+        a, b = native["outcome"], listed["outcome"]
+        outcome = {
+            "calls": chosen_calls(a["calls"], b["calls"]),
+            "first_calls": None,
+            "text": "",
+            "turns": [],
+            "error": None,
+            **{k: a[k] + b[k] for k in ("llm_calls", "prompt_tokens", "completion_tokens")},
+            "seconds": 0.0,  # the parts' records count the time
+        }
+        chosen.append({**native, "system": CHOSEN, "outcome": outcome})
+    return chosen
+
+
 def rows_from(records: Iterable[Mapping[str, Any]]) -> list[Row]:
     """Grade ``records`` into one row per (system@setup, category), raw-lenient included."""
     records = list(records)
+    records += chosen_records(records)
     cases = _cases_by_key({r["category"] for r in records})
     rows: dict[tuple[str, str], Row] = {}
     for record in records:
@@ -146,9 +185,8 @@ HEAD_TO_HEAD: tuple[str, ...] = (
     "raw-lenient@template",
     "raw-prompted-lenient@template",
     "subagent-prompted-r1@template",
-    "subagent-calls-r1@template",
     "subagent-r1@template",
-    "subagent-tools-text@template",
+    "subagent-choose-r1@template",
 )
 """The systems compared case for case (the same model and server; the peers, run on the
 other set-up and on fewer cases, stay in the full table)."""
@@ -173,6 +211,7 @@ def head_to_head(
     first ``min(n)`` of the category: the comparison is paired, case for case.
     """
     records = list(records)
+    records += chosen_records(records)
     cases = _cases_by_key({r["category"] for r in records})
     right: dict[tuple[str, str], dict[str, bool]] = {}
     for record in records:
@@ -285,12 +324,14 @@ def section(results: Path = RESULTS) -> tuple[str, list[Row]]:
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
     seconds = sum(float(r["outcome"].get("seconds") or 0.0) for r in records)
     text = render(rows, meta, len(records), seconds)
-    paired = head_to_head(records)
+    present = {row.system for row in rows}
+    systems = [name for name in HEAD_TO_HEAD if name in present]
+    paired = head_to_head(records, systems) if len(systems) > 1 else {}
     if paired:
         text += (
             "\n\nCase for case: the accuracy of each system on the cases all of them ran "
             "(the first cases of each category's fixed order), so the columns compare the "
-            "same questions.\n\n" + render_head_to_head(paired)
+            "same questions.\n\n" + render_head_to_head(paired, systems)
         )
     return text, rows
 
@@ -321,7 +362,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument(
+        "--print-only", action="store_true", help="print the tables; write neither page nor plot"
+    )
     args = parser.parse_args(argv)
+    if args.print_only:
+        print(section(args.results)[0])
+        return
     print(write_report(args.results, plot=None if args.no_plot else PLOT))
 
 

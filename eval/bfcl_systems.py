@@ -458,6 +458,37 @@ async def run_subagent_tools_text(case: Case, server: Server, llm: Any) -> Outco
     return _step_outcome(step, list(made) if called else [], first)
 
 
+def distinct_calls(calls: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``calls`` without the ones that repeat an earlier call exactly, in order."""
+    kept: list[dict[str, Any]] = []
+    for call in calls:
+        if dict(call) not in kept:
+            kept.append(dict(call))
+    return kept
+
+
+def chosen_calls(
+    native: Sequence[Mapping[str, Any]], listed: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The answer form chosen per request, from the two forms' answers to it.
+
+    ``native`` is the model's own call syntax (``subagent-prompted-r1``), which answers a
+    one-call request best; ``listed`` the list-of-calls contract (``subagent-r1``), which
+    answers a request for several things best. The list is taken when it extends the native
+    answer: the native answer is one call, and the list holds it and at least one other
+    distinct call. Where the forms disagree (on the call itself, or on whether to call at
+    all) the native form, the better of the two on one-call and no-call requests, is trusted.
+    """
+    several = distinct_calls(listed)
+    if len(native) == 1 and len(several) >= 2 and dict(native[0]) in several:
+        return several
+    return [dict(call) for call in native]
+
+
+CHOOSE_PARTS: tuple[str, str] = ("subagent-prompted-r1", "subagent-r1")
+"""The systems ``subagent-choose-r1`` is made of: (native form, list contract)."""
+
+
 # --- the registry ----------------------------------------------------------------------------
 
 Runner = Callable[[Case, Server, Any], Awaitable[Outcome]]

@@ -14,6 +14,7 @@ import pytest
 from bfcl_data import DEFAULT_CATEGORIES, SAMPLE_SIZE, grade, load_cases, openai_tools, tool_name
 from bfcl_report import (
     PAGE,
+    chosen_records,
     head_to_head,
     render_head_to_head,
     rows_from,
@@ -24,6 +25,7 @@ from bfcl_report import (
 from bfcl_systems import (
     Server,
     calls_in_text,
+    chosen_calls,
     run_raw,
     run_subagent_contract,
     run_subagent_tools,
@@ -378,3 +380,49 @@ def test_the_case_for_case_table_compares_only_the_cases_every_system_ran() -> N
     assert render_head_to_head(table, systems).splitlines()[-1] == (
         "| all | 1 | **0%** (0/1) | **100%** (1/1) |"
     )
+
+
+def test_the_list_is_chosen_when_it_extends_the_native_answer_with_more_distinct_calls() -> None:
+    a = {"name": "f", "arguments": {"x": 1}}
+    b = {"name": "f", "arguments": {"x": 2}}
+    c = {"name": "g", "arguments": {}}
+    assert chosen_calls([a], [a, b]) == [a, b]  # several things asked: the list
+    assert chosen_calls([c], [a, b]) == [c]  # the forms disagree on the call: native
+    assert chosen_calls([], [a, b]) == []  # native called nothing: no call
+    assert chosen_calls([a], [a, a]) == [a]  # a repeated call is one call: native kept
+    assert chosen_calls([a], []) == [a]  # the list's abstention does not overrule a call
+    assert chosen_calls([], []) == []
+    assert chosen_calls([a, b], [b, a, a]) == [a, b]  # native already made several
+
+
+def test_the_chosen_system_is_graded_from_both_parts_on_the_cases_both_ran() -> None:
+    parallel = load_cases("parallel")[0]
+    single = load_cases("simple_python")[0]
+
+    def record(system: str, case: Any, calls: list[dict[str, Any]]) -> dict[str, Any]:
+        outcome = {
+            "calls": calls,
+            "first_calls": calls,
+            "text": "",
+            "llm_calls": 1,
+            "prompt_tokens": 100,
+            "completion_tokens": 10,
+            "turns": [],
+            "error": None,
+        }
+        return {"system": system, "setup": "template", "category": case.category,
+                "id": case.id, "digest": case.digest, "outcome": outcome}  # fmt: skip
+
+    records = [
+        record("subagent-prompted-r1", parallel, right_calls(parallel)[:1]),  # one of several
+        record("subagent-r1", parallel, right_calls(parallel)),
+        record("subagent-prompted-r1", single, right_calls(single)),  # the list never ran it
+    ]
+    (chosen,) = chosen_records(records)
+    assert chosen["id"] == parallel.id
+    assert chosen["outcome"]["calls"] == right_calls(parallel)
+    assert chosen["outcome"]["llm_calls"] == 2 and chosen["outcome"]["prompt_tokens"] == 200
+    rows = {(row.system, row.category): row for row in rows_from(records)}
+    assert rows[("subagent-choose-r1@template", "parallel")].correct == 1
+    assert rows[("subagent-prompted-r1@template", "parallel")].correct == 0
+    assert ("subagent-choose-r1@template", "simple_python") not in rows
