@@ -25,7 +25,14 @@ def _split(case: Case) -> tuple[str | None, str]:
 
 def _first_response(calls: list[dict[str, Any]], text: str, usage: Any) -> Outcome:
     """The outcome of a peer's first response (``usage``: the peer's own usage record)."""
-    return _first_response(calls, text, usage)
+    return Outcome(
+        calls=calls,
+        text=text,
+        llm_calls=usage.requests,
+        prompt_tokens=usage.input_tokens,
+        completion_tokens=usage.output_tokens,
+        turns=[{"text": text, "calls": calls}],
+    )
 
 
 async def _pydantic_ai(case: Case, server: Server) -> Outcome:

@@ -426,3 +426,16 @@ def test_the_chosen_system_is_graded_from_both_parts_on_the_cases_both_ran() -> 
     assert rows[("subagent-choose-r1@template", "parallel")].correct == 1
     assert rows[("subagent-prompted-r1@template", "parallel")].correct == 0
     assert ("subagent-choose-r1@template", "simple_python") not in rows
+
+
+def test_a_peers_first_response_becomes_its_outcome() -> None:
+    from types import SimpleNamespace
+
+    from bfcl_peers import _first_response
+
+    call = {"name": "f", "arguments": {"x": 1}}
+    usage = SimpleNamespace(requests=1, input_tokens=30, output_tokens=7)
+    outcome = _first_response([call], "", usage)
+    assert outcome.calls == [call]
+    assert (outcome.llm_calls, outcome.prompt_tokens, outcome.completion_tokens) == (1, 30, 7)
+    assert outcome.turns == [{"text": "", "calls": [call]}]
