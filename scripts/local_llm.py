@@ -136,9 +136,33 @@ def _call(self, *, messages, **kwargs):
     return _render(self, messages=[_with_argument_objects(m) for m in messages], **kwargs)
 
 chat_format.Jinja2ChatFormatter.__call__ = _call
+
+class _Bounded:
+    def __init__(self, llama, limit):
+        self._llama, self._limit = llama, limit
+
+    def __getattr__(self, name):
+        return getattr(self._llama, name)
+
+    def create_completion(self, *args, **kwargs):
+        if kwargs.get("max_tokens") is None:
+            kwargs["max_tokens"] = self._limit
+        return self._llama.create_completion(*args, **kwargs)
+
+_registry = chat_format.LlamaChatCompletionHandlerRegistry()
+_function_calling = _registry.get_chat_completion_handler_by_name("chatml-function-calling")
+
+def _bounded_function_calling(*, llama, max_tokens=None, **kwargs):
+    if max_tokens is not None:
+        llama = _Bounded(llama, max_tokens)
+    return _function_calling(llama=llama, max_tokens=max_tokens, **kwargs)
+
+_registry.register_chat_completion_handler(
+    "chatml-function-calling", _bounded_function_calling, overwrite=True
+)
 runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 """
-"""Starts ``llama_cpp.server`` with two rendering faults of llama-cpp-python 0.3.36 fixed.
+"""Starts ``llama_cpp.server`` with three faults of llama-cpp-python 0.3.36 fixed.
 
 1. The ``chatml-function-calling`` format (``--tools``) renders through a Jinja environment
    with ``autoescape=select_autoescape(["html", "xml"])``, which escapes templates built from
@@ -151,6 +175,11 @@ runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
    ``{"name": "f", "arguments": "{\\"a\\": 1}"}``, unlike the calls it is asked to write,
    and copied that form into its next reply. The arguments are decoded to the object the
    template expects before rendering, as transformers-based servers do.
+3. ``chatml-function-calling`` generates a tool call's name and arguments with
+   ``max_tokens=None``: the request's ``max_tokens`` bounded only a plain message, and a
+   grammar-constrained argument could run to the context window (4,061 tokens, about nine
+   minutes of one thread, for one BFCL question; a client's timeout does not stop it). Each
+   of the handler's generations is bounded by the request's ``max_tokens``.
 
 Then it runs the server as ``python -m llama_cpp.server`` would.
 """

@@ -370,6 +370,35 @@ def test_an_earlier_tool_call_reaches_the_model_as_the_call_it_would_write(
     assert prompt_tokens(as_call) == prompt_tokens(as_text)
 
 
+def test_max_tokens_bounds_a_tool_call_under_the_tools_chat_format(
+    qwen_tools: local_llm.LocalServer,
+) -> None:
+    """llama-cpp-python 0.3.36 generates a call's arguments with ``max_tokens=None`` under
+    ``tool_choice="auto"``; the launcher bounds them (measured with its own launcher: 399
+    completion tokens for ``max_tokens=24``, the whole list of numbers).
+    """
+    import httpx
+
+    body = {
+        "model": "local",
+        "max_tokens": 24,
+        "temperature": 0,
+        "tool_choice": "auto",
+        "tools": [{"type": "function", "function": {
+            "name": "record", "description": "Record every number.",
+            "parameters": {"type": "object", "required": ["numbers"], "properties": {
+                "numbers": {"type": "array", "items": {"type": "integer"}}}},
+        }}],
+        "messages": [{"role": "user", "content": "Record every whole number from 1 to 1000."}],
+    }  # fmt: skip
+    response = httpx.post(f"{qwen_tools.base_url}/chat/completions", json=body, timeout=300)
+    response.raise_for_status()
+    reply = response.json()
+    (call,) = reply["choices"][0]["message"]["tool_calls"]
+    assert call["function"]["name"] == "record"
+    assert reply["usage"]["completion_tokens"] <= 24
+
+
 def test_the_tools_chat_format_shows_the_model_no_tool_result(
     qwen_tools: local_llm.LocalServer,
 ) -> None:
