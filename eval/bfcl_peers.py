@@ -53,9 +53,15 @@ async def _pydantic_ai(case: Case, server: Server) -> Outcome:
         )
         for t in openai_tools(case.functions)
     ]
-    model = OpenAIChatModel(
-        server.model, provider=OpenAIProvider(base_url=server.base_url, api_key="local")
-    )
+    provider = OpenAIProvider(base_url=server.base_url, api_key="local")
+    # pydantic-ai sends its max_tokens setting as `max_completion_tokens`, which
+    # llama-cpp-python's server ignores: the reply would have no length limit at all. Its
+    # profile switch for servers that take only `max_tokens` keeps the limit every system has.
+    profile = {
+        **(provider.model_profile(server.model) or {}),
+        "openai_chat_supports_max_completion_tokens": False,
+    }
+    model = OpenAIChatModel(server.model, provider=provider, profile=profile)  # type: ignore[arg-type]
     system, user = _split(case)
     agent = Agent(model, tools=tools, system_prompt=system or ())
     settings = {"temperature": TEMPERATURE, "max_tokens": MAX_TOKENS, "seed": SEED}
