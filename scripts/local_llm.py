@@ -101,7 +101,6 @@ DEFAULT_MODEL = "qwen"
 
 
 LAUNCHER = """
-import json
 import runpy
 import llama_cpp.llama_chat_format as chat_format
 
@@ -111,31 +110,6 @@ class _Unescaped(chat_format.ImmutableSandboxedEnvironment):
         super().__init__(*args, **kwargs)
 
 chat_format.ImmutableSandboxedEnvironment = _Unescaped
-
-def _as_object(arguments):
-    try:
-        decoded = json.loads(arguments)
-    except (TypeError, ValueError):
-        return arguments
-    return decoded if isinstance(decoded, dict) else arguments
-
-def _with_argument_objects(message):
-    calls = message.get("tool_calls") if isinstance(message, dict) else None
-    if not calls:
-        return message
-    return {**message, "tool_calls": [
-        {**call, "function": {**call["function"],
-                              "arguments": _as_object(call["function"].get("arguments"))}}
-        if isinstance(call, dict) and isinstance(call.get("function"), dict) else call
-        for call in calls
-    ]}
-
-_render = chat_format.Jinja2ChatFormatter.__call__
-
-def _call(self, *, messages, **kwargs):
-    return _render(self, messages=[_with_argument_objects(m) for m in messages], **kwargs)
-
-chat_format.Jinja2ChatFormatter.__call__ = _call
 
 class _Bounded:
     def __init__(self, llama, limit):
@@ -162,24 +136,25 @@ _registry.register_chat_completion_handler(
 )
 runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
 """
-"""Starts ``llama_cpp.server`` with three faults of llama-cpp-python 0.3.36 fixed.
+"""Starts ``llama_cpp.server`` with two faults of llama-cpp-python 0.3.36's tools format fixed.
 
 1. The ``chatml-function-calling`` format (``--tools``) renders through a Jinja environment
    with ``autoescape=select_autoescape(["html", "xml"])``, which escapes templates built from
    strings: the model would see ``{&#34;value&#34;: 3}`` for every quote of a system prompt,
    a tool result or a correction, and echo the escaped text back. That one environment class
    is made unescaped (the module's other chat formats never escape).
-2. The model's own chat template (the default set-up) is handed each earlier tool call's
-   ``arguments`` as the OpenAI wire format carries them, a JSON *string*; Qwen's template
-   (like most) writes them with ``| tojson``, so the model read its own earlier call as
-   ``{"name": "f", "arguments": "{\\"a\\": 1}"}``, unlike the calls it is asked to write,
-   and copied that form into its next reply. The arguments are decoded to the object the
-   template expects before rendering, as transformers-based servers do.
-3. ``chatml-function-calling`` generates a tool call's name and arguments with
+2. ``chatml-function-calling`` generates a tool call's name and arguments with
    ``max_tokens=None``: the request's ``max_tokens`` bounded only a plain message, and a
    grammar-constrained argument could run to the context window (4,061 tokens, about nine
    minutes of one thread, for one BFCL question; a client's timeout does not stop it). Each
    of the handler's generations is bounded by the request's ``max_tokens``.
+
+The model's own template (the default set-up) is left as shipped, although it is handed each
+earlier tool call's ``arguments`` as the wire format's JSON *string* and writes it with
+``| tojson`` (the model reads ``"arguments": "{\\"a\\": 1}"``): decoding them to the object
+the template expects was tried on 2026-11-24 and made Qwen call its tool again in the demo
+instead of answering from the result (done in 2 turns became an explicit failure in 3),
+while it moved nothing on ``make eval`` or BFCL.
 
 Then it runs the server as ``python -m llama_cpp.server`` would.
 """

@@ -334,42 +334,6 @@ def test_a_quote_reaches_the_model_as_a_quote(
     assert plain + 10 < quotes <= plain + 40, (plain, quotes)
 
 
-def test_an_earlier_tool_call_reaches_the_model_as_the_call_it_would_write(
-    qwen: local_llm.LocalServer,
-) -> None:
-    """The OpenAI wire format carries a call's arguments as a JSON string; the model's
-    template writes them with ``| tojson``. Decoded first (scripts/local_llm.py's launcher),
-    the call in the context is token for token the ``<tool_call>`` block the model is asked
-    to write; left a string, every quote of it is escaped (measured: 251 against 249 tokens
-    for this call with llama-cpp-python's own launcher).
-    """
-    import httpx
-
-    arguments = {f"key{n}": f"value {n}" for n in range(10)}
-    as_call = {"role": "assistant", "content": "", "tool_calls": [{
-        "id": "c1", "type": "function",
-        "function": {"name": "lookup", "arguments": json.dumps(arguments)},
-    }]}  # fmt: skip
-    block = json.dumps({"name": "lookup", "arguments": arguments})
-    as_text = {"role": "assistant", "content": f"<tool_call>\n{block}\n</tool_call>"}
-
-    def prompt_tokens(assistant: dict[str, Any]) -> int:
-        body = {
-            "model": "local",
-            "max_tokens": 1,
-            "temperature": 0,
-            "tools": [{"type": "function", "function": {"name": "lookup", "parameters": {
-                "type": "object", "properties": {}}}}],
-            "messages": [{"role": "user", "content": "Look it up."}, assistant,
-                         {"role": "tool", "tool_call_id": "c1", "content": "found"}],
-        }  # fmt: skip
-        response = httpx.post(f"{qwen.base_url}/chat/completions", json=body, timeout=120)
-        response.raise_for_status()
-        return int(response.json()["usage"]["prompt_tokens"])
-
-    assert prompt_tokens(as_call) == prompt_tokens(as_text)
-
-
 def test_max_tokens_bounds_a_tool_call_under_the_tools_chat_format(
     qwen_tools: local_llm.LocalServer,
 ) -> None:
