@@ -13,7 +13,7 @@ import argparse
 import resource
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
@@ -128,6 +128,26 @@ def print_against_first(title: str, results: Mapping[str, Mapping[str, float]]) 
             for variant, micros in figures.items()
         )
         print(f"  {name}: {line}")
+
+
+async def measure_against_first(
+    what: str,
+    scenarios: Iterable[str],
+    measure: Callable[[str, int, int], Awaitable[dict[str, float]]],
+    runs: int,
+    batches: int,
+) -> dict[str, dict[str, float]]:
+    """``measure(scenario, runs, batches)`` of each scenario, printed against its first variant.
+
+    For the alternating suites (tracing off, ScriptedLLM, asyncio, CPU µs per run).
+    """
+    results = {name: await measure(name, runs, batches) for name in scenarios}
+    print_against_first(
+        f"{what} (tracing off, ScriptedLLM, asyncio; CPU µs per run, median of "
+        f"{runs * batches} runs per variant, variants alternating)",
+        results,
+    )
+    return results
 
 
 def runs_and_batches(doc: str | None) -> tuple[int, int]:

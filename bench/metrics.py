@@ -30,7 +30,7 @@ from core import (
     S2_AGENT,
     S2_SCRIPT,
     alternating,
-    print_against_first,
+    measure_against_first,
     runs_and_batches,
     thread_timings,
 )
@@ -125,13 +125,7 @@ async def measure(scenario: str, runs: int, batches: int) -> dict[str, float]:
 
 
 async def main(runs: int = 500, batches: int = 7) -> dict[str, dict[str, float]]:
-    results = {name: await measure(name, runs, batches) for name in SCENARIOS}
-    print_against_first(
-        f"metrics (tracing off, ScriptedLLM, asyncio; CPU µs per run, median of "
-        f"{runs * batches} runs per variant, variants alternating)",
-        results,
-    )
-    return results
+    return await measure_against_first("metrics", SCENARIOS, measure, runs, batches)
 
 
 if __name__ == "__main__":
