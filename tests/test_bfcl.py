@@ -50,6 +50,29 @@ def right_calls(case: Any) -> list[dict[str, Any]]:
     return calls
 
 
+def recorded(system: str, case: Any, calls: list[dict[str, Any]], **outcome: Any) -> dict[str, Any]:
+    """A record of ``case`` as the runner writes it: ``calls`` made in one LLM call, the
+    outcome's other fields given by ``outcome``."""
+    return {
+        "system": system,
+        "setup": "template",
+        "category": case.category,
+        "id": case.id,
+        "digest": case.digest,
+        "outcome": {
+            "calls": calls,
+            "first_calls": None,
+            "text": "",
+            "llm_calls": 1,
+            "prompt_tokens": 1,
+            "completion_tokens": 1,
+            "turns": [],
+            "error": None,
+            **outcome,
+        },
+    }
+
+
 def test_every_default_category_has_a_fixed_sample_of_fifty_cases() -> None:
     for category in DEFAULT_CATEGORIES:
         sample = load_cases(category)
@@ -235,23 +258,9 @@ async def test_a_system_that_raises_is_recorded_as_an_error_and_the_run_goes_on(
 def test_the_report_grades_records_and_derives_raw_lenient_from_raw_text() -> None:
     case = load_cases("simple_python")[0]
     call = right_calls(case)[0]
-    record = {
-        "system": "raw",
-        "setup": "template",
-        "category": case.category,
-        "id": case.id,
-        "digest": case.digest,
-        "outcome": {
-            "calls": [],
-            "first_calls": None,
-            "text": json.dumps(call),
-            "llm_calls": 1,
-            "prompt_tokens": 100,
-            "completion_tokens": 20,
-            "turns": [],
-            "error": None,
-        },
-    }
+    record = recorded(
+        "raw", case, [], text=json.dumps(call), prompt_tokens=100, completion_tokens=20
+    )
     edited = {**record, "digest": "stale"}
     prompted = {**record, "system": "raw-prompted"}
     rows = {row.system: row for row in rows_from([record, edited, prompted])}
@@ -264,24 +273,10 @@ def test_the_report_grades_records_and_derives_raw_lenient_from_raw_text() -> No
 def test_the_salvage_rate_counts_wrong_first_attempts_that_ended_correct() -> None:
     case = load_cases("simple_python")[0]
     call = right_calls(case)[0]
-    outcome = {
-        "calls": [call],
-        "first_calls": [],
-        "text": "",
-        "llm_calls": 2,
-        "prompt_tokens": 10,
-        "completion_tokens": 1,
-        "turns": [{"text": "x"}, {"text": "x"}],
-        "error": None,
-    }
-    record = {
-        "system": "subagent-r1",
-        "setup": "template",
-        "category": case.category,
-        "id": case.id,
-        "digest": case.digest,
-        "outcome": outcome,
-    }
+    record = recorded(
+        "subagent-r1", case, [call], first_calls=[], llm_calls=2, prompt_tokens=10,
+        turns=[{"text": "x"}, {"text": "x"}],
+    )  # fmt: skip
     (row,) = rows_from([record])
     assert (row.first_wrong, row.salvaged) == (1, 1)
     assert (row.repeats, row.corrections) == (1, 1)
@@ -355,24 +350,10 @@ async def test_tools_text_takes_a_call_written_as_text_and_prose_as_no_call() ->
 def test_the_case_for_case_table_compares_only_the_cases_every_system_ran() -> None:
     first, second = load_cases("simple_python")[:2]
 
-    def record(system: str, case: Any, calls: list[dict[str, Any]]) -> dict[str, Any]:
-        outcome = {
-            "calls": calls,
-            "first_calls": None,
-            "text": "",
-            "llm_calls": 1,
-            "prompt_tokens": 1,
-            "completion_tokens": 1,
-            "turns": [],
-            "error": None,
-        }
-        return {"system": system, "setup": "template", "category": case.category,
-                "id": case.id, "digest": case.digest, "outcome": outcome}  # fmt: skip
-
     records = [
-        record("raw", first, []),  # wrong
-        record("raw", second, right_calls(second)),  # right, but only raw ran it
-        record("subagent-r1", first, right_calls(first)),
+        recorded("raw", first, []),  # wrong
+        recorded("raw", second, right_calls(second)),  # right, but only raw ran it
+        recorded("subagent-r1", first, right_calls(first)),
     ]
     systems = ("raw@template", "subagent-r1@template")
     table = head_to_head(records, systems)
@@ -400,18 +381,9 @@ def test_the_chosen_system_is_graded_from_both_parts_on_the_cases_both_ran() -> 
     single = load_cases("simple_python")[0]
 
     def record(system: str, case: Any, calls: list[dict[str, Any]]) -> dict[str, Any]:
-        outcome = {
-            "calls": calls,
-            "first_calls": calls,
-            "text": "",
-            "llm_calls": 1,
-            "prompt_tokens": 100,
-            "completion_tokens": 10,
-            "turns": [],
-            "error": None,
-        }
-        return {"system": system, "setup": "template", "category": case.category,
-                "id": case.id, "digest": case.digest, "outcome": outcome}  # fmt: skip
+        return recorded(
+            system, case, calls, first_calls=calls, prompt_tokens=100, completion_tokens=10
+        )
 
     records = [
         record("subagent-prompted-r1", parallel, right_calls(parallel)[:1]),  # one of several

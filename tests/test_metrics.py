@@ -64,6 +64,12 @@ def counts(metered: Metered, name: str) -> dict[frozenset[tuple[str, Any]], int]
     return {attributes: point.value for attributes, point in metered.points(name).items()}
 
 
+def failed_run(agent: str, reason: str) -> frozenset[tuple[str, Any]]:
+    """The attributes of a failed run of ``agent`` in the runs counter."""
+    return key(**dotted(gen_ai__agent__name=agent, subagent__outcome="failed",
+                        subagent__failure__reason=reason))  # fmt: skip
+
+
 def usage_reply(text: str, input_tokens: int, output_tokens: int) -> LLMResponse:
     return LLMResponse(
         text=text, usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens),
@@ -139,10 +145,7 @@ async def test_an_exhausted_run_counts_as_failed_with_its_reason(metered: Metere
     step = await agent.run({"question": "1+2"}, llm=llm, max_turns=1, return_retries=2)
     assert step.failure is not None and step.failure.reason is FailReason.BUDGET_EXHAUSTED
 
-    assert counts(metered, RUNS) == {
-        key(**dotted(gen_ai__agent__name="s1", subagent__outcome="failed",
-                     subagent__failure__reason="budget_exhausted")): 1
-    }  # fmt: skip
+    assert counts(metered, RUNS) == {failed_run("s1", "budget_exhausted"): 1}
     (run_key,) = metered.points(AGENT_DURATION)
     assert dict(run_key)["error.type"] == "budget_exhausted"
     assert counts(metered, CORRECTIONS) == {
@@ -196,10 +199,7 @@ async def test_a_failed_llm_call_records_its_duration_with_the_error_kind(
         key(**CHAT, **{"error.type": "authentication"})
     }
     assert TOKEN_USAGE not in metered.collect()  # no reply, no usage
-    assert counts(metered, RUNS) == {
-        key(**dotted(gen_ai__agent__name="calc", subagent__outcome="failed",
-                     subagent__failure__reason="llm_error")): 1
-    }  # fmt: skip
+    assert counts(metered, RUNS) == {failed_run("calc", "llm_error"): 1}
     assert counts(metered, TURNS) == {
         key(**dotted(gen_ai__agent__name="calc", subagent__turn__type="normal",
                      subagent__turn__outcome="fail", error__type="authentication")): 1
@@ -235,10 +235,7 @@ async def test_a_cancelled_run_counts_as_cancelled_and_its_turn_as_failed(
         await started.wait()
         scope.cancel()
 
-    assert counts(metered, RUNS) == {
-        key(**dotted(gen_ai__agent__name="calc", subagent__outcome="failed",
-                     subagent__failure__reason="cancelled")): 1
-    }  # fmt: skip
+    assert counts(metered, RUNS) == {failed_run("calc", "cancelled"): 1}
     assert counts(metered, TURNS) == {
         key(**dotted(gen_ai__agent__name="calc", subagent__turn__type="normal",
                      subagent__turn__outcome="fail", error__type="cancelled")): 1
@@ -298,9 +295,6 @@ async def test_a_run_whose_tool_server_was_lost_counts_with_its_reason(metered: 
         LLMResponse(tool_calls=[ToolCall(name="lookup", arguments={"key": "k"})]), '{"x": 1}',
     ]))  # fmt: skip
     assert step.failure is not None and step.failure.reason is FailReason.TOOL_SERVER_LOST
-    assert counts(metered, RUNS) == {
-        key(**dotted(gen_ai__agent__name="s1", subagent__outcome="failed",
-                     subagent__failure__reason="tool_server_lost")): 1
-    }  # fmt: skip
+    assert counts(metered, RUNS) == {failed_run("s1", "tool_server_lost"): 1}
     (run_key,) = metered.points(AGENT_DURATION)
     assert dict(run_key)["error.type"] == "tool_server_lost"
