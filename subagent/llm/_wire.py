@@ -406,8 +406,7 @@ def _prefixed_calls(text: str, tool_names: set[str]) -> list[tuple[str, object]]
     calls: list[tuple[str, object]] = []
     position, length = 0, len(text)
     while True:
-        while position < length and text[position].isspace():
-            position += 1
+        position = _after_space(text, position)
         if position == length:
             return calls or None
         if not text.startswith(_FUNCTIONS_PREFIX, position):
@@ -418,9 +417,7 @@ def _prefixed_calls(text: str, tool_names: set[str]) -> list[tuple[str, object]]
         name = text[position + len(_FUNCTIONS_PREFIX) : colon].strip()
         if name not in tool_names:
             return None
-        position = colon + 1
-        while position < length and text[position].isspace():
-            position += 1
+        position = _after_space(text, colon + 1)
         try:
             arguments, position = _DECODER.raw_decode(text, position)
         except (ValueError, RecursionError):
@@ -443,9 +440,16 @@ def _object_sequence(text: str) -> list[object] | None:
         except (ValueError, RecursionError):
             return None
         values.append(value)
-        while position < length and text[position].isspace():
-            position += 1
+        position = _after_space(text, position)
     return values if len(values) > 1 else None
+
+
+def _after_space(text: str, position: int) -> int:
+    """The first position at or after ``position`` that is not whitespace (or the end)."""
+    length = len(text)
+    while position < length and text[position].isspace():
+        position += 1
+    return position
 
 
 def _tagged_blocks(text: str) -> list[str] | None:
