@@ -1,5 +1,8 @@
 """The peers on BFCL: pydantic-ai and the OpenAI Agents SDK, with their defaults.
 
+``openai-agents-auto`` is the SDK with the one setting this server needs to call at all
+(``tool_choice="auto"``, OpenAI's own default, which the SDK leaves unsent).
+
 Runs in the peers' venv (``make bench-peers`` builds ``.venv-peers``). Each declares the
 case's functions from their JSON schemas (pydantic-ai's ``Tool.from_schema``, the Agents
 SDK's ``FunctionTool``; the SDK's strict-schema mode is turned off, as BFCL's schemas are
@@ -82,7 +85,7 @@ async def _pydantic_ai(case: Case, server: Server) -> Outcome:
     return _first_response(calls, text, usage)
 
 
-async def _openai_agents(case: Case, server: Server) -> Outcome:
+async def _openai_agents(case: Case, server: Server, tool_choice: str | None = None) -> Outcome:
     from agents import (
         Agent,
         FunctionTool,
@@ -118,7 +121,10 @@ async def _openai_agents(case: Case, server: Server) -> Outcome:
         tools=tools,
         tool_use_behavior="stop_on_first_tool",
         model_settings=ModelSettings(
-            temperature=TEMPERATURE, max_tokens=MAX_TOKENS, extra_args={"seed": SEED}
+            temperature=TEMPERATURE,
+            max_tokens=MAX_TOKENS,
+            extra_args={"seed": SEED},
+            tool_choice=tool_choice,
         ),
     )
     try:
@@ -148,4 +154,8 @@ async def run_peer(name: str, case: Case, server: Server) -> Outcome:
         return await _pydantic_ai(case, server)
     if name == "openai-agents":
         return await _openai_agents(case, server)
+    if name == "openai-agents-auto":
+        # The SDK sends no tool_choice by default; OpenAI reads that as "auto", but
+        # llama-cpp-python's tools format reads it as "none" and never calls.
+        return await _openai_agents(case, server, tool_choice="auto")
     raise KeyError(f"no peer {name!r}")

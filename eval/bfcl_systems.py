@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import httpx
-from bfcl_data import Case, function_names, openai_tools
+from bfcl_data import Case, function_names, grade, openai_tools
 from pydantic import BaseModel, Field, RootModel, model_validator
 
 __all__ = [
@@ -266,6 +266,34 @@ def _validator(case: Case) -> Callable[[Any], Any]:
     return check_calls
 
 
+def oracle_feedback(case: Case, calls: Sequence[Mapping[str, Any]]) -> str | None:
+    """What BFCL's checker finds wrong with ``calls`` against the ground truth (``None``: right).
+
+    The feedback of the oracle run (``subagent-oracle-r1``): it knows the answer, which no
+    real validator does, so that run measures how much a correction turn can buy on this
+    model when the feedback is as good as it gets, not what subagent's own feedback buys.
+    """
+    correct, error = grade(case, calls)
+    if correct:
+        return None
+    if case.expects_no_call:
+        return "none of the functions does what the user asks: call none, answer []"
+    needed = len(case.answer or ())
+    if not calls or error.startswith("Wrong number of functions"):
+        return f"the request needs {needed} function call(s); you made {len(calls)}"
+    return f"the answer is wrong: {error}"
+
+
+def _oracle(case: Case) -> Callable[[Any], Any]:
+    def check_against_the_answer(calls: Calls) -> Any:
+        from subagent import Validation
+
+        wrong = oracle_feedback(case, [c.model_dump() for c in calls.root])
+        return Validation.ok() if wrong is None else Validation.fail(wrong)
+
+    return check_against_the_answer
+
+
 CONTRACT_PROMPT = (
     "You can call these functions (JSON schemas of their arguments):\n{{functions}}\n\n"
     "Answer the user's request with the function call(s) it asks for, as a JSON list of "
@@ -358,14 +386,20 @@ def _recording_tools(
     """The case's functions as schema tools that record each call (and end the run).
 
     Returns the tools and the list they append the calls to; each call's
-    ``ToolOutput(final=final)`` carries ``final_value`` of the calls so far.
+    ``ToolOutput(final=final)`` carries ``final_value`` of the calls of its turn so far. A
+    later turn (a correction after its answer was turned down) starts the list afresh, so
+    a rejected turn's calls never reach the next answer.
     """
-    from subagent import Tool, ToolOutput
+    from subagent import RunContext, Tool, ToolOutput
 
     made: list[dict[str, Any]] = []
+    recorded_turn = [0]
 
     def recorder(name: str) -> Callable[..., Any]:
-        def record(**arguments: Any) -> ToolOutput:
+        def record(ctx: RunContext[Any], **arguments: Any) -> ToolOutput:
+            if ctx.turn != recorded_turn[0]:
+                recorded_turn[0] = ctx.turn
+                made.clear()
             made.append({"name": name, "arguments": arguments})
             return ToolOutput(final_value(made), final=final)
 
@@ -401,11 +435,13 @@ async def run_subagent_tools(
     return_retries: int,
     system: str | None = None,
     system_template: str | None = None,
+    oracle: bool = False,
 ) -> Outcome:
     """The functions as tools; the first valid call(s) end the run as its output.
 
     ``system`` is a system message put before the case's messages; ``system_template``
-    replaces subagent's own system prompt (its ``system`` template) instead.
+    replaces subagent's own system prompt (its ``system`` template) instead. ``oracle``
+    adds a validator that checks the answer against the ground truth (:func:`oracle_feedback`).
 
     Every call of the turn is recorded before the run judges the first final value, so the
     output is all of them: the tools hand back the shared list itself, not a copy.
@@ -417,7 +453,7 @@ async def run_subagent_tools(
         name="function_caller",
         output=Calls,
         tools=tools,
-        validators=[_validator(case)],
+        validators=[_validator(case), *([_oracle(case)] if oracle else [])],
         max_turns=2,
         return_retries=return_retries,
         settings=server.settings,
@@ -579,6 +615,21 @@ SYSTEMS: tuple[System, ...] = (
         ),
     ),
     System(
+        "subagent-oracle-r1",
+        "subagent-prompted-r1 told by BFCL's checker what is wrong (knows the answer: the "
+        "ceiling of a correction turn, not a system a user can run)",
+        "subagent",
+        lambda case, server, llm: run_subagent_tools(
+            case,
+            server,
+            llm,
+            protocol="native",
+            return_retries=1,
+            system_template=CALLS_PROMPT,
+            oracle=True,
+        ),
+    ),
+    System(
         "subagent-calls-r1",
         "subagent, native tool calls asked for one per request, max_turns=2, return_retries=1",
         "subagent",
@@ -588,6 +639,13 @@ SYSTEMS: tuple[System, ...] = (
     ),
     System("pydantic-ai", "pydantic-ai, defaults", "peer", _peer, venv="peers"),
     System("openai-agents", "OpenAI Agents SDK, defaults", "peer", _peer, venv="peers"),
+    System(
+        "openai-agents-auto",
+        "OpenAI Agents SDK, tool_choice='auto' (OpenAI's default, which the SDK leaves unsent)",
+        "peer",
+        _peer,
+        venv="peers",
+    ),
 )
 
 

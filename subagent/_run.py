@@ -161,7 +161,9 @@ class _Verdict:
     output: Any = None
     error_kind: ErrorKind | None = None  # the LLM error behind a failed call
     tool_messages: list[Message] | None = None  # a tool turn's exchange, kept in context
-    note: str | None = None  # feedback after a tool turn (an invalid final tool answer)
+    # An invalid final tool answer: the tool's name and the error, for the feedback after
+    # the tool turn (worded once the next phase is known: may the model call again?).
+    final_invalid: tuple[str, str] | None = None
     calls: list[ToolCall] | None = None  # the calls the reply asked for, with their ids
     summary: str | None = None  # the error without text of the reply (else from error_type)
     waiting: list[str] | None = None  # the ids of calls that need approval (a pause)
@@ -813,12 +815,10 @@ class _Run:
             if answer.outcome is TurnOutcome.SUCCESS:
                 answer.tool_results, answer.calls = results, calls
                 return answer
-            note = self._parts.templates.render(
-                "tool_final_invalid", name=final.result.name, error=answer.error or ""
-            )
             return _Verdict(TurnOutcome.ERROR, Trigger.USED_TOOLS, answer.error,
                             answer.error_type, tool_results=results, tool_messages=exchange,
-                            note=note, calls=calls, summary=answer.summary)  # fmt: skip
+                            final_invalid=(final.result.name, answer.error or ""), calls=calls,
+                            summary=answer.summary)  # fmt: skip
         failed = [result for result in results[: len(running)] if not result.ok]
         if failed or refused:
             lines = [f"{result.name}: {result.error_type}" for result in failed]
@@ -912,7 +912,13 @@ class _Run:
             return None
         if verdict.tool_messages is not None:
             exchange = verdict.tool_messages
-            notes = [verdict.note] if verdict.note else []
+            notes = []
+            if verdict.final_invalid is not None:
+                name, error = verdict.final_invalid
+                notes.append(self._parts.templates.render(
+                    "tool_final_invalid", name=name, error=error,
+                    tools_left=next_phase is Phase.NORMAL,
+                ))  # fmt: skip
             if next_phase is Phase.MUST_RETURN:
                 notes.append(self._must_return_warning())
             notice = "\n\n".join(notes) or None

@@ -78,7 +78,7 @@ TEMPLATE_VARIABLES: dict[str, frozenset[str]] = {
     "tool_calls_over_limit": frozenset({"count", "limit", "name"}),
     "tool_error": frozenset({"name", "error", "fence"}),
     "tool_denied": frozenset({"name", "reason", "fence"}),
-    "tool_final_invalid": frozenset({"name", "error"}),
+    "tool_final_invalid": frozenset({"name", "error", "tools_left"}),
     "tool_list": _SYSTEM,
     "tool_result": frozenset({"name", "content", "fence", "cut_chars", "total_chars"}),
     "tools_unavailable": frozenset({"tool_names"}),

@@ -26,6 +26,7 @@ from bfcl_systems import (
     Server,
     calls_in_text,
     chosen_calls,
+    oracle_feedback,
     run_raw,
     run_subagent_contract,
     run_subagent_tools,
@@ -411,3 +412,48 @@ def test_a_peers_first_response_becomes_its_outcome() -> None:
     assert outcome.calls == [call]
     assert (outcome.llm_calls, outcome.prompt_tokens, outcome.completion_tokens) == (1, 30, 7)
     assert outcome.turns == [{"text": "", "calls": [call]}]
+
+
+def native_call(call: dict[str, Any], call_id: str = "c1") -> dict[str, Any]:
+    """A completion whose reply is ``call`` as a native tool call."""
+    return completion(None, tool_calls=[{"id": call_id, "type": "function", "function": {
+        "name": call["name"], "arguments": json.dumps(call["arguments"])}}])  # fmt: skip
+
+
+async def test_the_oracle_feeds_back_the_checkers_finding_and_the_correction_replaces_the_call() -> (
+    None
+):
+    case, call, key = next(
+        (case, call, key)
+        for case in load_cases("simple_python")
+        for call in right_calls(case)[:1]
+        for key, value in call["arguments"].items()
+        if type(value) is int
+    )
+    wrong = {**call, "arguments": {**call["arguments"], key: call["arguments"][key] + 1}}
+    with running_server() as server:
+        # The correction is a must-return turn (no tools): the answer is written as text.
+        server.script(Reply(body=native_call(wrong)), Reply(body=completion(json.dumps([call]))))
+        async with OpenAIChat(model="local", base_url=server.base_url, _environ={}) as llm:
+            outcome = await run_subagent_tools(
+                case, Server(server.base_url), llm, protocol="native", return_retries=1,
+                oracle=True,
+            )  # fmt: skip
+        correction = json.dumps(server.requests[1].json["messages"])
+    assert outcome.first_calls == [wrong]
+    assert outcome.calls == [call]  # the rejected turn's call is not carried into the answer
+    assert outcome.llm_calls == 2
+    assert f"Invalid value for parameter '{key}'" in correction
+    assert "Call a tool again" not in correction
+
+
+def test_oracle_feedback_names_the_count_and_the_no_call_rule() -> None:
+    parallel = load_cases("parallel")[0]
+    irrelevant = load_cases("irrelevance")[0]
+    one = right_calls(parallel)[:1]
+    assert oracle_feedback(parallel, right_calls(parallel)) is None
+    assert oracle_feedback(parallel, one) == (
+        f"the request needs {len(parallel.answer)} function call(s); you made 1"
+    )
+    assert oracle_feedback(irrelevant, []) is None
+    assert "call none" in str(oracle_feedback(irrelevant, one))

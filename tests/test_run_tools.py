@@ -241,6 +241,24 @@ async def test_an_invalid_final_tool_output_is_fed_back_and_the_run_goes_on() ->
         first.feedback is not None and "gave a final answer, but it is not valid" in first.feedback
     )
     assert llm.requests[1].messages[-1].content == first.feedback
+    assert "Call a tool again" in first.feedback  # turns with tools are left
+
+
+async def test_an_invalid_final_tool_output_on_the_last_work_turn_is_not_told_to_call_again() -> (
+    None
+):
+    @tool(run_in_thread=False)
+    def lookup(key: str) -> ToolOutput:
+        return ToolOutput({"x": "not a number"}, final=True)
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[lookup], max_turns=2)
+    llm = ScriptedLLM([call("lookup", key="k"), '{"x": 7}'])
+    step = await agent.run(llm=llm)
+    assert step.ok and step.output == Answer(x=7)
+    feedback = step.turns[0].feedback
+    assert feedback is not None and "Reply with a valid answer." in feedback
+    assert "Call a tool again" not in feedback and "Tools are no longer available" in feedback
+    assert llm.requests[1].tools == []
 
 
 async def test_extras_reach_the_next_tool_call_only_and_never_the_model() -> None:
