@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 from bfcl_data import Case, function_names, grade, openai_tools
-from pydantic import BaseModel, Field, RootModel, model_validator
+from pydantic import BaseModel, Field, RootModel, field_validator, model_validator
 
 __all__ = [
     "MAX_TOKENS",
@@ -189,6 +189,13 @@ class Call(BaseModel):
 
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _arguments_as_the_wire_writes_them(cls, value: Any) -> Any:
+        # The chat template shows the model its earlier native calls with the arguments as
+        # the wire format's JSON string, and a correction turn copies that form.
+        return decoded_arguments(value) if isinstance(value, str) else value
 
 
 CALLS_SCHEMA: dict[str, Any] = {

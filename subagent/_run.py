@@ -840,7 +840,9 @@ class _Run:
         self, call: ToolCall, extras: Mapping[str, Any] | None, context: RunContext[Any] | None
     ) -> ToolRun:
         with self._observer.tool(call) as observed:
-            run = await self._parts.toolbox.run(call, extras, context)
+            # In a normal turn with two work turns left, the next turn is must_return.
+            last = self._budget.work_remaining <= 2
+            run = await self._parts.toolbox.run(call, extras, context, last_tool_turn=last)
             observed.returned(run.result)
         return run
 

@@ -457,3 +457,12 @@ def test_oracle_feedback_names_the_count_and_the_no_call_rule() -> None:
     )
     assert oracle_feedback(irrelevant, []) is None
     assert "call none" in str(oracle_feedback(irrelevant, one))
+
+
+def test_a_call_with_its_arguments_as_a_json_string_is_read_as_the_object() -> None:
+    from bfcl_systems import Calls
+
+    read = Calls.model_validate({"name": "f", "arguments": json.dumps({"a": 1})})
+    assert [c.model_dump() for c in read.root] == [{"name": "f", "arguments": {"a": 1}}]
+    with pytest.raises(ValueError, match="arguments"):
+        Calls.model_validate([{"name": "f", "arguments": "not json"}])

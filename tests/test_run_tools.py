@@ -83,6 +83,19 @@ async def test_unknown_arguments_are_reported_when_pruning_is_off() -> None:
     assert "- c: Extra inputs are not permitted" in result.content
 
 
+@pytest.mark.parametrize(("max_turns", "told_to_call_again"), [(3, True), (2, False)])
+async def test_invalid_arguments_are_told_to_call_again_only_while_a_tool_turn_is_left(
+    max_turns: int, told_to_call_again: bool
+) -> None:
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[add], max_turns=max_turns)
+    step = await run(agent, [call("add", a=1), '{"x": 3}'])
+    result = step.turns[0].tool_results[0]
+    assert result.error_type == "invalid_arguments" and "- b: Field required" in result.content
+    assert ("call add again" in result.content) is told_to_call_again
+    # The next turn is must_return exactly when it is not told to call again.
+    assert (step.turns[1].type == TurnType.MUST_RETURN) is not told_to_call_again
+
+
 async def test_a_tool_can_keep_unknown_arguments_an_error_on_its_own() -> None:
     strict = Tool(add.function, prune_unknown_args=False, run_in_thread=False)
     agent = SubAgent(name="a", prompt="p", output=Answer, tools=[strict], max_turns=2)

@@ -118,10 +118,14 @@ class Toolbox:
         call: ToolCall,
         extras: Mapping[str, Any] | None = None,
         context: RunContext[Any] | None = None,
+        *,
+        last_tool_turn: bool = False,
     ) -> ToolRun:
         """Run one call; failures become a failed result carrying the model's feedback.
 
         ``context`` goes to a tool that takes a :class:`~subagent.RunContext`.
+        ``last_tool_turn``: no later turn offers tools, so a call with invalid arguments
+        is not told to call again.
         """
         tool = self.tools.get(call.name)
         if tool is None:
@@ -145,8 +149,9 @@ class Toolbox:
             else:
                 errors = [{"location": "(arguments)", "message": str(exc), "received": ""}]
             content = self._templates.render(
-                "tool_arguments_invalid", name=call.name, errors=errors
-            )
+                "tool_arguments_invalid", name=call.name, errors=errors,
+                call_again=not last_tool_turn,
+            )  # fmt: skip
             return ToolRun(self._failed(call, content, "invalid_arguments", started, pruned))
         except ToolTimeoutError as exc:
             return ToolRun(self._error(call, str(exc), "timeout", started, pruned))
