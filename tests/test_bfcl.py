@@ -420,7 +420,7 @@ def native_call(call: dict[str, Any], call_id: str = "c1") -> dict[str, Any]:
         "name": call["name"], "arguments": json.dumps(call["arguments"])}}])  # fmt: skip
 
 
-async def test_the_oracle_feeds_back_the_checkers_finding_and_the_correction_replaces_the_call() -> (
+async def test_the_oracle_feeds_back_the_checkers_finding_and_its_correction_is_the_answer() -> (
     None
 ):
     case, call, key = next(

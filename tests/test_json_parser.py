@@ -52,6 +52,35 @@ def test_non_model_types_are_supported() -> None:
     assert json_parser(int)("42").data == 42
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name": "tea", "qty": 2}\n{"name": "milk", "qty": 1}',
+        '{"name": "tea", "qty": 2}, {"name": "milk", "qty": 1}',
+        '```json\n{"name": "tea", "qty": 2}\n{"name": "milk", "qty": 1}\n```',
+    ],
+)
+def test_a_list_written_as_its_objects_one_after_another_is_read_whole(text: str) -> None:
+    assert json_parser(list[Item])(text).data == [Item(name="tea", qty=2), Item(name="milk", qty=1)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name": "tea", "qty": 2} and then {"name": "milk", "qty": 1}',  # prose between
+        '{"name": "tea", "qty": 2}\n{"name": "milk", "qty": 1',  # the second cut short
+    ],
+)
+def test_objects_with_anything_else_between_or_after_are_not_taken_as_a_list(text: str) -> None:
+    result = json_parser(list[Item])(text)
+    assert not result.ok and "Input should be a valid array" in str(result.feedback)
+
+
+def test_objects_one_after_another_are_not_a_list_when_an_object_is_expected() -> None:
+    text = '{"id": 1, "items": []}\n{"id": 2, "items": []}'
+    assert json_parser(Order)(text).data == Order(id=2, items=[])
+
+
 def test_validation_is_json_mode() -> None:
     # JSON mode: a list becomes a tuple, a string becomes bytes, as pydantic does for JSON.
     assert json_parser(tuple[int, bytes])('[1, "x"]').data == (1, b"x")

@@ -19,7 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 from subagent._errors import ConfigurationError
 from subagent._templates import TemplateSet, default_templates
 from subagent._text import fence, shorten
-from subagent.parsers._json_extract import JSONExtraction, iter_json_candidates
+from subagent.parsers._json_extract import JSONExtraction, iter_json_candidates, object_sequence
 from subagent.parsers._result import ParseResult
 
 __all__ = ["JSONParser", "format_validation_errors", "json_parser", "validation_summary"]
@@ -127,8 +127,10 @@ class JSONParser(Generic[T]):
         The first candidate (in :func:`~subagent.parsers._json_extract.iter_json_candidates` order)
         that decodes and validates wins. When the schema expects an object (or an array),
         candidates of that shape are preferred, so a stray ``[1]`` in the prose does not
-        shadow the answer. When nothing validates, the feedback is about the most plausible
-        candidate: its syntax error, or its validation errors.
+        shadow the answer; when it expects an array, a reply made of several objects one
+        after another is first read as the list of them. When nothing validates, the
+        feedback is about the most plausible candidate: its syntax error, or its
+        validation errors.
         """
         stripped = text.strip()
         if self._shape is not None and stripped.startswith(self._shape):
@@ -150,6 +152,10 @@ class JSONParser(Generic[T]):
         other_shapes: list[JSONExtraction] = []
 
         def preferred() -> Iterator[JSONExtraction]:
+            if self._shape == "[":  # a list written as its objects, one after another
+                listed = object_sequence(text)
+                if listed is not None:
+                    yield listed
             for candidate in iter_json_candidates(text):
                 if self._shape is None or candidate.text.startswith(self._shape):
                     yield candidate

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["JSONExtraction", "extract_json", "iter_json_candidates"]
+__all__ = ["JSONExtraction", "extract_json", "iter_json_candidates", "object_sequence"]
 
 _FENCE_OPEN = re.compile(r"```[ \t]*(?:json5?|jsonc|JSON)?[ \t]*\r?\n")
 _DECODER = json.JSONDecoder()
@@ -131,6 +131,39 @@ def iter_json_candidates(text: str) -> Iterator[JSONExtraction]:
             yield _decode(candidate)
     if whole is not None:
         yield whole
+
+
+def object_sequence(text: str) -> JSONExtraction | None:
+    """Several JSON objects written one after another, read as the list of them.
+
+    How a small model often writes a list it was asked for (each item on its own line, the
+    brackets left out): the whole reply, or the one fenced block it holds, must be two or
+    more objects separated only by whitespace or commas. ``None`` otherwise. Linear: each
+    object is decoded once, where the previous one ended.
+    """
+    stripped = text.strip()
+    if stripped.startswith("```"):
+        blocks = _fenced_blocks(stripped)
+        if len(blocks) != 1 or not stripped.endswith("```"):
+            return None
+        stripped = blocks[0]
+    items: list[Any] = []
+    position, length = 0, len(stripped)
+    while True:
+        while position < length and (stripped[position].isspace() or stripped[position] == ","):
+            position += 1
+        if position == length:
+            break
+        if stripped[position] != "{":
+            return None
+        try:
+            item, position = _DECODER.raw_decode(stripped, position)
+        except (ValueError, RecursionError):
+            return None
+        items.append(item)
+    if len(items) < 2:
+        return None
+    return JSONExtraction(found=True, value=items, text=json.dumps(items))
 
 
 def _decode(candidate: str) -> JSONExtraction:
