@@ -90,7 +90,7 @@ eval-report: $(EVAL_STAMP)
 eval-bfcl: $(EVAL_STAMP) $(PEERS_STAMP)
 	$(BIN)/python scripts/local_llm.py setup --model qwen
 	$(BIN)/python eval/run_bfcl.py $(ARGS)
-	$(PEERS_VENV)/bin/python eval/run_bfcl.py --systems pydantic-ai,openai-agents $(ARGS)
+	$(PEERS_VENV)/bin/python eval/run_bfcl.py --systems pydantic-ai,openai-agents,openai-agents-auto $(ARGS)
 	$(BIN)/python eval/bfcl_report.py
 
 # Framework overhead side by side with pydantic-ai, instructor and the OpenAI Agents SDK, in

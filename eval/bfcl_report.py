@@ -33,6 +33,7 @@ from bfcl_systems import CHOOSE_PARTS, calls_in_text, chosen_calls  # noqa: E402
 from run_bfcl import RESULTS, read_lines  # noqa: E402
 
 __all__ = [
+    "AGAINST_PEERS",
     "HEAD_TO_HEAD",
     "PAGE",
     "Row",
@@ -145,9 +146,12 @@ def chosen_records(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
 
 
 def rows_from(records: Iterable[Mapping[str, Any]]) -> list[Row]:
-    """Grade ``records`` into one row per (system@setup, category), raw-lenient included."""
+    """Grade ``records`` into one row per (system@setup, category), raw-lenient included.
+
+    Derived systems (``subagent-choose-r1``) are graded when their records are among
+    ``records`` (:func:`section` adds them once, from :func:`chosen_records`).
+    """
     records = list(records)
-    records += chosen_records(records)
     cases = _cases_by_key({r["category"] for r in records})
     rows: dict[tuple[str, str], Row] = {}
     for record in records:
@@ -191,6 +195,18 @@ HEAD_TO_HEAD: tuple[str, ...] = (
 """The systems compared case for case (the same model and server; the peers, run on the
 other set-up and on fewer cases, stay in the full table)."""
 
+AGAINST_PEERS: tuple[str, ...] = (
+    "raw@tools",
+    "pydantic-ai@tools",
+    "openai-agents@tools",
+    "openai-agents-auto@tools",
+    "raw-lenient@template",
+    "subagent-prompted-r1@template",
+    "subagent-choose-r1@template",
+)
+"""The peers on the set-up where they can call at all, against subagent's best on its own,
+case for case (on the cases the peers ran)."""
+
 
 def _graded_calls(record: Mapping[str, Any], case: Case) -> list[tuple[str, list[Any]]]:
     """(system@setup, calls) of one record: raw records are also read leniently."""
@@ -211,7 +227,6 @@ def head_to_head(
     first ``min(n)`` of the category: the comparison is paired, case for case.
     """
     records = list(records)
-    records += chosen_records(records)
     cases = _cases_by_key({r["category"] for r in records})
     right: dict[tuple[str, str], dict[str, bool]] = {}
     for record in records:
@@ -319,20 +334,25 @@ def _plot(rows: Sequence[Row], path: Path) -> None:
 def section(results: Path = RESULTS) -> tuple[str, list[Row]]:
     """The page's BFCL part from the records under ``results``, and its rows."""
     records = [r for path in sorted(results.glob("*.jsonl")) for r in read_lines(path)]
+    seconds = sum(float(r["outcome"].get("seconds") or 0.0) for r in records)
+    recorded = len(records)
+    records += chosen_records(records)
     rows = rows_from(records)
     meta_path = results / "meta.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
-    seconds = sum(float(r["outcome"].get("seconds") or 0.0) for r in records)
-    text = render(rows, meta, len(records), seconds)
+    text = render(rows, meta, recorded, seconds)
     present = {row.system for row in rows}
-    systems = [name for name in HEAD_TO_HEAD if name in present]
-    paired = head_to_head(records, systems) if len(systems) > 1 else {}
-    if paired:
-        text += (
-            "\n\nCase for case: the accuracy of each system on the cases all of them ran "
-            "(the first cases of each category's fixed order), so the columns compare the "
-            "same questions.\n\n" + render_head_to_head(paired, systems)
-        )
+    for names, heading in (
+        (HEAD_TO_HEAD, "Case for case: the accuracy of each system on the cases all of them "
+                       "ran (the first cases of each category's fixed order), so the columns "
+                       "compare the same questions."),
+        (AGAINST_PEERS, "Against the peers on the set-up where they can call, case for case "
+                        "(on the cases the peers ran):"),
+    ):  # fmt: skip
+        systems = [name for name in names if name in present]
+        paired = head_to_head(records, systems) if len(systems) > 1 else {}
+        if paired:
+            text += f"\n\n{heading}\n\n" + render_head_to_head(paired, systems)
     return text, rows
 
 

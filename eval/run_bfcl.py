@@ -1,7 +1,7 @@
 """`make eval-bfcl`: BFCL's single-turn categories through each system; resumable.
 
     python eval/run_bfcl.py [--systems raw,subagent-r1,...] [--categories simple_python,...]
-                            [--cases N] [--setup template|tools] [--base-url URL]
+                            [--cases N] [--offset K] [--setup template|tools] [--base-url URL]
 
 Each (system, server set-up) appends one JSON line per case to
 ``eval/results/bfcl/<system>@<setup>.jsonl`` as soon as the case is done, and skips the
@@ -143,15 +143,22 @@ async def _run_all(
     base_url: str,
     setup: str,
     results: Path,
+    offset: int = 0,
 ) -> None:
     """Every system on every category, :data:`CHUNK` cases at a time, system after system.
+
+    ``offset`` skips that many cases of each category's fixed order first (a held-out
+    sample: the cases after the ones the default sample takes).
 
     Interleaved (the first cases of every category for every system, then the next ones)
     so that a run stopped part-way leaves every system measured on the same cases of every
     category (the report compares like with like), and a resumed run fills the gaps in order.
     """
     server = Server(base_url=base_url, setup=setup)
-    samples = {category: load_cases(category, cases_per) for category in categories}
+    samples = {
+        category: load_cases(category, None if cases_per is None else offset + cases_per)[offset:]
+        for category in categories
+    }
     longest = max((len(sample) for sample in samples.values()), default=0)
     for start in range(0, longest, CHUNK):
         for category, sample in samples.items():
@@ -194,6 +201,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--systems", default=",".join(s.name for s in SYSTEMS if s.venv == "main"))
     parser.add_argument("--categories", default=",".join(DEFAULT_CATEGORIES))
     parser.add_argument("--cases", type=int, default=SAMPLE_SIZE, help="cases per category")
+    parser.add_argument(
+        "--offset", type=int, default=0, help="skip this many cases of each category first"
+    )
     parser.add_argument("--setup", choices=SETUPS, default="template")
     parser.add_argument("--base-url", default=None, help="a running server (else one is started)")
     parser.add_argument("--results", type=Path, default=RESULTS)
@@ -211,14 +221,16 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--categories: {exc}")
     if args.base_url:
         anyio.run(
-            _run_all, systems, categories, args.cases, args.base_url, args.setup, args.results
+            _run_all, systems, categories, args.cases, args.base_url, args.setup, args.results,
+            args.offset,
         )
         return
     import local_llm
 
     with local_llm.running(tools=args.setup == "tools") as server:
         anyio.run(
-            _run_all, systems, categories, args.cases, server.base_url, args.setup, args.results
+            _run_all, systems, categories, args.cases, server.base_url, args.setup, args.results,
+            args.offset,
         )
 
 

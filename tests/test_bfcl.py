@@ -395,7 +395,7 @@ def test_the_chosen_system_is_graded_from_both_parts_on_the_cases_both_ran() -> 
     assert chosen["id"] == parallel.id
     assert chosen["outcome"]["calls"] == right_calls(parallel)
     assert chosen["outcome"]["llm_calls"] == 2 and chosen["outcome"]["prompt_tokens"] == 200
-    rows = {(row.system, row.category): row for row in rows_from(records)}
+    rows = {(row.system, row.category): row for row in rows_from([*records, chosen])}
     assert rows[("subagent-choose-r1@template", "parallel")].correct == 1
     assert rows[("subagent-prompted-r1@template", "parallel")].correct == 0
     assert ("subagent-choose-r1@template", "simple_python") not in rows
@@ -466,3 +466,14 @@ def test_a_call_with_its_arguments_as_a_json_string_is_read_as_the_object() -> N
     assert [c.model_dump() for c in read.root] == [{"name": "f", "arguments": {"a": 1}}]
     with pytest.raises(ValueError, match="arguments"):
         Calls.model_validate([{"name": "f", "arguments": "not json"}])
+
+
+def test_an_offset_runs_the_cases_after_the_default_sample(tmp_path: Path) -> None:
+    from run_bfcl import main
+
+    with running_server() as server:
+        server.script(*(Reply(body=completion("No.")) for _ in range(2)))
+        main(["--base-url", server.base_url, "--systems", "raw", "--categories",
+              "irrelevance", "--cases", "2", "--offset", "3", "--results", str(tmp_path)])  # fmt: skip
+    records = read_lines(record_path(tmp_path, "raw", "template"))
+    assert [r["id"] for r in records] == [c.id for c in load_cases("irrelevance", 5)[3:]]
