@@ -36,7 +36,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bfcl_data import DEFAULT_CATEGORIES, SAMPLE_SIZE, Case, bfcl_version, load_cases  # noqa: E402
 from bfcl_systems import SYSTEMS, Outcome, Server, System, elapsed, system_named  # noqa: E402
 
-__all__ = ["RESULTS", "finished", "pending", "read_lines", "record_path", "run_cases"]
+__all__ = [
+    "RESULTS",
+    "append_line",
+    "finished",
+    "pending",
+    "read_lines",
+    "record_path",
+    "run_cases",
+]
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bfcl"
 SETUPS = ("template", "tools")
@@ -68,7 +76,8 @@ def pending(cases: Sequence[Case], path: Path) -> list[Case]:
     return [case for case in cases if (case.category, case.id, case.digest) not in done]
 
 
-def _append(path: Path, line: dict[str, Any]) -> None:
+def append_line(path: Path, line: dict[str, Any]) -> None:
+    """Append ``line`` to ``path`` as JSON (dropping a last line a kill cut short first)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists() and path.stat().st_size:
         data = path.read_bytes()
@@ -113,7 +122,7 @@ async def run_cases(
             except Exception as exc:
                 outcome = Outcome(error=f"{type(exc).__name__}: {str(exc)[:300]}")
             outcome.seconds = elapsed(started)
-            _append(
+            append_line(
                 path,
                 {
                     "system": system.name,
@@ -219,19 +228,18 @@ def main(argv: list[str] | None = None) -> None:
             load_cases(category, 1)
         except ValueError as exc:
             parser.error(f"--categories: {exc}")
+
+    def run_all(base_url: str) -> None:
+        anyio.run(_run_all, systems, categories, args.cases, base_url, args.setup, args.results,
+                  args.offset)  # fmt: skip
+
     if args.base_url:
-        anyio.run(
-            _run_all, systems, categories, args.cases, args.base_url, args.setup, args.results,
-            args.offset,
-        )
+        run_all(args.base_url)
         return
     import local_llm
 
     with local_llm.running(tools=args.setup == "tools") as server:
-        anyio.run(
-            _run_all, systems, categories, args.cases, server.base_url, args.setup, args.results,
-            args.offset,
-        )
+        run_all(server.base_url)
 
 
 if __name__ == "__main__":

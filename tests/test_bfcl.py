@@ -473,7 +473,14 @@ def test_an_offset_runs_the_cases_after_the_default_sample(tmp_path: Path) -> No
 
     with running_server() as server:
         server.script(*(Reply(body=completion("No.")) for _ in range(2)))
-        main(["--base-url", server.base_url, "--systems", "raw", "--categories",
-              "irrelevance", "--cases", "2", "--offset", "3", "--results", str(tmp_path)])  # fmt: skip
+        options = {
+            "--base-url": server.base_url,
+            "--systems": "raw",
+            "--categories": "irrelevance",
+            "--offset": "3",
+            "--cases": "2",
+            "--results": str(tmp_path),
+        }
+        main([part for option in options.items() for part in option])
     records = read_lines(record_path(tmp_path, "raw", "template"))
     assert [r["id"] for r in records] == [c.id for c in load_cases("irrelevance", 5)[3:]]
