@@ -350,6 +350,8 @@ def section(results: Path = RESULTS) -> tuple[str, list[Row]]:
                         "(on the cases the peers ran):"),
     ):  # fmt: skip
         systems = [name for name in names if name in present]
+        if names is AGAINST_PEERS and not any(name.endswith("@tools") for name in systems):
+            continue  # no peer ran
         paired = head_to_head(records, systems) if len(systems) > 1 else {}
         if paired:
             text += f"\n\n{heading}\n\n" + render_head_to_head(paired, systems)

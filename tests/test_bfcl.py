@@ -484,3 +484,15 @@ def test_an_offset_runs_the_cases_after_the_default_sample(tmp_path: Path) -> No
         main([part for option in options.items() for part in option])
     records = read_lines(record_path(tmp_path, "raw", "template"))
     assert [r["id"] for r in records] == [c.id for c in load_cases("irrelevance", 5)[3:]]
+
+
+def test_the_peers_table_is_left_out_when_no_peer_ran(tmp_path: Path) -> None:
+    case = load_cases("simple_python")[0]
+    for system in ("raw", "subagent-prompted-r1"):
+        record = recorded(system, case, right_calls(case))
+        record_path(tmp_path, system, "template").write_text(json.dumps(record) + "\n")
+    text, _ = section(tmp_path)
+    assert "Case for case" in text and "Against the peers" not in text
+    peer = {**recorded("pydantic-ai", case, []), "setup": "tools"}
+    record_path(tmp_path, "pydantic-ai", "tools").write_text(json.dumps(peer) + "\n")
+    assert "Against the peers" in section(tmp_path)[0]
