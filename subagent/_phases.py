@@ -137,6 +137,14 @@ class Budget:
         return self.work_remaining - 1, self.retries_remaining
 
     @property
+    def last_work_turn_next(self) -> bool:
+        """Whether the next turn, if this one does not end the run, is ``must_return``.
+
+        In ``normal``, this turn is then the last one that offers tools.
+        """
+        return self.work_remaining - 1 == 1
+
+    @property
     def retry_attempt(self) -> int:
         """The 1-based number of the current correction turn (meaningful in ``retry``)."""
         return self.retry_total - self.retries_remaining + 1
@@ -150,7 +158,7 @@ def _books(event: EventData) -> Budget:
 
 
 def _last_work_turn_next(event: EventData) -> bool:
-    return bool(_books(event).work_remaining - 1 == 1)
+    return _books(event).last_work_turn_next
 
 
 def _has_retries(event: EventData) -> bool:

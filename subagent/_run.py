@@ -840,8 +840,7 @@ class _Run:
         self, call: ToolCall, extras: Mapping[str, Any] | None, context: RunContext[Any] | None
     ) -> ToolRun:
         with self._observer.tool(call) as observed:
-            # In a normal turn with two work turns left, the next turn is must_return.
-            last = self._budget.work_remaining <= 2
+            last = self._budget.last_work_turn_next  # tools run in normal turns only
             run = await self._parts.toolbox.run(call, extras, context, last_tool_turn=last)
             observed.returned(run.result)
         return run
