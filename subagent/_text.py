@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 from typing import Any
@@ -12,6 +13,7 @@ __all__ = [
     "fence",
     "first_non_finite",
     "nested_deeper_than",
+    "objects_in_a_row",
     "scrub_surrogates",
     "scrub_surrogates_in",
     "shorten",
@@ -23,6 +25,7 @@ level 1). Deeper arguments are never walked by recursive code (scrubbing, valida
 records, spans): they are kept as text and fed back to the model as invalid arguments."""
 
 _BACKTICK_RUNS = re.compile(r"`+")
+_DECODER = json.JSONDecoder()
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
@@ -124,3 +127,27 @@ def nested_deeper_than(value: Any, limit: int) -> bool:
             (child, depth + 1) for child in children if isinstance(child, dict | list | tuple)
         )
     return False
+
+
+def objects_in_a_row(text: str, *, commas: bool = False) -> list[Any] | None:
+    """Two or more JSON objects making up ``text`` one after another, decoded; else ``None``.
+
+    Only whitespace (and commas, with ``commas=True``) may stand before, between and after
+    them. One pass: each step decodes one object where the last one ended.
+    """
+    values: list[Any] = []
+    position, length = 0, len(text)
+    while True:
+        while position < length and (
+            text[position].isspace() or (commas and text[position] == ",")
+        ):
+            position += 1
+        if position == length:
+            return values if len(values) > 1 else None
+        if text[position] != "{":
+            return None
+        try:
+            value, position = _DECODER.raw_decode(text, position)
+        except (ValueError, RecursionError):
+            return None
+        values.append(value)

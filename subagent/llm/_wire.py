@@ -18,7 +18,7 @@ from typing import Any, Final
 import httpx
 
 from subagent._errors import ErrorKind, LLMError
-from subagent._text import MAX_ARGUMENT_DEPTH, nested_deeper_than
+from subagent._text import MAX_ARGUMENT_DEPTH, nested_deeper_than, objects_in_a_row
 from subagent.llm._protocol import LLMRequest, LLMResponse, Message, StopReason, ToolCall, Usage
 
 __all__ = [
@@ -381,7 +381,7 @@ def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
         try:
             decoded = loads(body)
         except (ValueError, RecursionError):
-            decoded = _object_sequence(body)
+            decoded = objects_in_a_row(body)
             if decoded is None:
                 return []
         candidates = decoded if isinstance(decoded, list) else [decoded]
@@ -423,25 +423,6 @@ def _prefixed_calls(text: str, tool_names: set[str]) -> list[tuple[str, object]]
         except (ValueError, RecursionError):
             return None
         calls.append((name, arguments))
-
-
-def _object_sequence(text: str) -> list[object] | None:
-    """Two or more JSON objects making up ``text``, separated by whitespace only; else ``None``.
-
-    One pass: each step decodes one object where the last one ended.
-    """
-    values: list[object] = []
-    position, length = 0, len(text)
-    while position < length:
-        if text[position] != "{":
-            return None
-        try:
-            value, position = _DECODER.raw_decode(text, position)
-        except (ValueError, RecursionError):
-            return None
-        values.append(value)
-        position = _after_space(text, position)
-    return values if len(values) > 1 else None
 
 
 def _after_space(text: str, position: int) -> int:

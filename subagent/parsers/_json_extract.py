@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from subagent._text import objects_in_a_row
+
 __all__ = ["JSONExtraction", "extract_json", "iter_json_candidates", "object_sequence"]
 
 _FENCE_OPEN = re.compile(r"```[ \t]*(?:json5?|jsonc|JSON)?[ \t]*\r?\n")
@@ -147,23 +149,10 @@ def object_sequence(text: str) -> JSONExtraction | None:
         if len(blocks) != 1 or not stripped.endswith("```"):
             return None
         stripped = blocks[0]
-    items: list[Any] = []
-    position, length = 0, len(stripped)
-    while True:
-        while position < length and (stripped[position].isspace() or stripped[position] == ","):
-            position += 1
-        if position == length:
-            break
-        if stripped[position] != "{":
-            return None
-        try:
-            item, position = _DECODER.raw_decode(stripped, position)
-        except (ValueError, RecursionError):
-            return None
-        items.append(item)
-    if len(items) < 2:
-        return None
-    return JSONExtraction(found=True, value=items, text=json.dumps(items))
+    items = objects_in_a_row(stripped, commas=True)
+    return (
+        None if items is None else JSONExtraction(found=True, value=items, text=json.dumps(items))
+    )
 
 
 def _decode(candidate: str) -> JSONExtraction:
