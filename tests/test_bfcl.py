@@ -51,6 +51,17 @@ def right_calls(case: Any) -> list[dict[str, Any]]:
     return calls
 
 
+def an_int_argument() -> tuple[Any, dict[str, Any], str]:
+    """The first simple_python case whose right call has an int argument: case, call, key."""
+    return next(
+        (case, call, key)
+        for case in load_cases("simple_python")
+        for call in right_calls(case)[:1]
+        for key, value in call["arguments"].items()
+        if type(value) is int
+    )
+
+
 def recorded(system: str, case: Any, calls: list[dict[str, Any]], **outcome: Any) -> dict[str, Any]:
     """A record of ``case`` as the runner writes it: ``calls`` made in one LLM call, the
     outcome's other fields given by ``outcome``."""
@@ -186,13 +197,7 @@ async def test_raw_takes_the_native_tool_calls_of_one_completion() -> None:
 
 
 async def test_subagent_corrects_a_call_with_feedback_naming_the_argument_and_type() -> None:
-    case, call, key = next(
-        (case, call, key)
-        for case in load_cases("simple_python")
-        for call in right_calls(case)[:1]
-        for key, value in call["arguments"].items()
-        if type(value) is int
-    )
+    case, call, key = an_int_argument()
     wrong = {**call, "arguments": {**call["arguments"], key: "a string"}}
     with running_server() as server:
         server.script(
@@ -423,13 +428,7 @@ def native_call(call: dict[str, Any], call_id: str = "c1") -> dict[str, Any]:
 async def test_the_oracle_feeds_back_the_checkers_finding_and_its_correction_is_the_answer() -> (
     None
 ):
-    case, call, key = next(
-        (case, call, key)
-        for case in load_cases("simple_python")
-        for call in right_calls(case)[:1]
-        for key, value in call["arguments"].items()
-        if type(value) is int
-    )
+    case, call, key = an_int_argument()
     wrong = {**call, "arguments": {**call["arguments"], key: call["arguments"][key] + 1}}
     with running_server() as server:
         # The correction is a must-return turn (no tools): the answer is written as text.

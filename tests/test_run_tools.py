@@ -239,14 +239,20 @@ async def test_a_final_tool_output_ends_the_run_with_its_value() -> None:
     assert step.turns[0].tool_results[0].ok
 
 
-async def test_an_invalid_final_tool_output_is_fed_back_and_the_run_goes_on() -> None:
+async def run_an_invalid_final_tool_output(max_turns: int) -> tuple[Step[Any], ScriptedLLM]:
+    """A run whose tool gives an invalid final answer, then whose reply is ``{"x": 7}``."""
+
     @tool(run_in_thread=False)
     def lookup(key: str) -> ToolOutput:
         return ToolOutput({"x": "not a number"}, final=True)
 
-    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[lookup], max_turns=3)
+    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[lookup], max_turns=max_turns)
     llm = ScriptedLLM([call("lookup", key="k"), '{"x": 7}'])
-    step = await agent.run(llm=llm)
+    return await agent.run(llm=llm), llm
+
+
+async def test_an_invalid_final_tool_output_is_fed_back_and_the_run_goes_on() -> None:
+    step, llm = await run_an_invalid_final_tool_output(max_turns=3)
     assert step.ok and step.output == Answer(x=7)
     first = step.turns[0]
     assert (first.outcome, first.error_type) == (TurnOutcome.ERROR, "invalid_output")
@@ -260,13 +266,7 @@ async def test_an_invalid_final_tool_output_is_fed_back_and_the_run_goes_on() ->
 async def test_an_invalid_final_tool_output_on_the_last_work_turn_is_not_told_to_call_again() -> (
     None
 ):
-    @tool(run_in_thread=False)
-    def lookup(key: str) -> ToolOutput:
-        return ToolOutput({"x": "not a number"}, final=True)
-
-    agent = SubAgent(name="a", prompt="p", output=Answer, tools=[lookup], max_turns=2)
-    llm = ScriptedLLM([call("lookup", key="k"), '{"x": 7}'])
-    step = await agent.run(llm=llm)
+    step, llm = await run_an_invalid_final_tool_output(max_turns=2)
     assert step.ok and step.output == Answer(x=7)
     feedback = step.turns[0].feedback
     assert feedback is not None and "Reply with a valid answer." in feedback
