@@ -28,13 +28,13 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bfcl_data import DEFAULT_CATEGORIES, Case, grade, load_cases
-from bfcl_systems import SEED, Outcome, Server, elapsed, run_subagent_contract
-from run_bfcl import RESULTS, append_line, pending, read_lines, record_path
+from bfcl_systems import SEED, Outcome, Server, elapsed, system_named
+from run_bfcl import RESULTS, append_line, client_for, pending, read_lines, record_path
 
 __all__ = ["CorrectionSampling", "corrected_cases", "repeats", "summary"]
 
 OUT = Path(__file__).resolve().parent / "results" / "retry-sampling"
-RETRIES = {"subagent-r1": 1, "subagent-r2": 2}
+SYSTEMS = ("subagent-r1", "subagent-r2")
 
 
 class CorrectionSampling:
@@ -77,25 +77,21 @@ def summary(lines: Sequence[Mapping[str, Any]], cases: Mapping[str, Case]) -> di
     }
 
 
-async def _run(system: str, temperature: float, todo: Sequence[Case], server: Server,
+async def _run(name: str, temperature: float, todo: Sequence[Case], server: Server,
                path: Path) -> None:  # fmt: skip
-    from subagent import OpenAIChat
-
-    async with OpenAIChat(model=server.model, base_url=server.base_url, timeout=300,
-                          _environ={}) as chat:  # fmt: skip
+    system = system_named(name)
+    async with await client_for(system, server) as chat:
         llm = chat if temperature == 0 else CorrectionSampling(
             chat, {"temperature": temperature, "seed": SEED}
         )  # fmt: skip
         for case in todo:
             started = time.perf_counter()
-            outcome: Outcome = await run_subagent_contract(
-                case, server, llm, return_retries=RETRIES[system]
-            )
+            outcome: Outcome = await system.run(case, server, llm)
             outcome.seconds = elapsed(started)
-            append_line(path, {"system": system, "temperature": temperature,
+            append_line(path, {"system": name, "temperature": temperature,
                                "category": case.category, "id": case.id, "digest": case.digest,
                                "outcome": outcome.to_json()})  # fmt: skip
-            print(f"  {system} t={temperature} {case.id}: {grade(case, outcome.calls)[0]}",
+            print(f"  {name} t={temperature} {case.id}: {grade(case, outcome.calls)[0]}",
                   flush=True)  # fmt: skip
 
 
@@ -103,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--systems", default=",".join(RETRIES))
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     cases = {c.id: c for category in DEFAULT_CATEGORIES for c in load_cases(category)}

@@ -39,6 +39,7 @@ from bfcl_systems import SYSTEMS, Outcome, Server, System, elapsed, system_named
 __all__ = [
     "RESULTS",
     "append_line",
+    "client_for",
     "finished",
     "pending",
     "read_lines",
@@ -88,7 +89,8 @@ def append_line(path: Path, line: dict[str, Any]) -> None:
         file.flush()
 
 
-async def _client_for(system: System, server: Server) -> Any:
+async def client_for(system: System, server: Server) -> Any:
+    """What ``system`` talks to ``server`` through (an async context manager, or a peer's name)."""
     if system.kind == "raw":
         return httpx.AsyncClient(timeout=300)
     if system.kind == "subagent":
@@ -112,7 +114,7 @@ async def run_cases(
     A case whose system raises is recorded with the error (and graded as no call): a
     harness that stopped at the first surprise would measure nothing.
     """
-    client = await _client_for(system, server)
+    client = await client_for(system, server)
     done = 0
     try:
         for case in cases:
