@@ -2,9 +2,11 @@
 
     python eval/run_bfcl.py [--systems raw,subagent-r1,...] [--categories simple_python,...]
                             [--cases N] [--offset K] [--setup template|tools] [--base-url URL]
+                            [--model qwen|qwen1.5b]
 
 Each (system, server set-up) appends one JSON line per case to
-``eval/results/bfcl/<system>@<setup>.jsonl`` as soon as the case is done, and skips the
+``eval/results/bfcl/<system>@<setup>.jsonl`` (``eval/results/bfcl-<model>/`` for a local
+model other than the default) as soon as the case is done, and skips the
 cases already recorded (keyed by category, id and the case's digest), so a killed run
 resumes where it stopped. Without ``--base-url`` the local model server of ``make demo``
 (``scripts/local_llm.py``) is started for the run and stopped after; ``--setup tools``
@@ -44,12 +46,22 @@ __all__ = [
     "pending",
     "read_lines",
     "record_path",
+    "results_for",
     "run_cases",
 ]
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bfcl"
 SETUPS = ("template", "tools")
 CHUNK = 5
+
+
+def results_for(model: str | None) -> Path:
+    """The records' folder for a local model: the default model's is :data:`RESULTS`."""
+    import local_llm
+
+    if model is None or model == local_llm.DEFAULT_MODEL:
+        return RESULTS
+    return RESULTS.with_name(f"bfcl-{model}")
 
 
 def record_path(results: Path, system: str, setup: str) -> Path:
@@ -155,6 +167,7 @@ async def _run_all(
     setup: str,
     results: Path,
     offset: int = 0,
+    model: str | None = None,
 ) -> None:
     """Every system on every category, :data:`CHUNK` cases at a time, system after system.
 
@@ -182,17 +195,17 @@ async def _run_all(
                 print(f"{system.name}@{setup} {category} {start}+: {len(todo)} cases", flush=True)
                 started = time.perf_counter()
                 await run_cases(system, todo, server, path, setup)
-                _add_provenance(results, len(todo), time.perf_counter() - started)
+                _add_provenance(results, len(todo), time.perf_counter() - started, model)
 
 
-def _add_provenance(results: Path, cases: int, seconds: float) -> None:
+def _add_provenance(results: Path, cases: int, seconds: float, model: str | None = None) -> None:
     import local_llm
 
     from subagent import __version__
 
     path = results / "meta.json"
     before = json.loads(path.read_text()) if path.exists() else {}
-    spec = local_llm.MODELS[local_llm.DEFAULT_MODEL]
+    spec = local_llm.MODELS[model or local_llm.DEFAULT_MODEL]
     meta = {
         "model": spec.name,
         "file": spec.filename,
@@ -217,8 +230,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--setup", choices=SETUPS, default="template")
     parser.add_argument("--base-url", default=None, help="a running server (else one is started)")
-    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--results", type=Path, default=None)
+    parser.add_argument(
+        "--model", default=None, help="the local model to start (scripts/local_llm.py's names)"
+    )
     args = parser.parse_args(argv)
+    if args.results is None:
+        args.results = results_for(args.model)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         systems = [system_named(name) for name in args.systems.split(",") if name]
@@ -233,14 +251,16 @@ def main(argv: list[str] | None = None) -> None:
 
     def run_all(base_url: str) -> None:
         anyio.run(_run_all, systems, categories, args.cases, base_url, args.setup, args.results,
-                  args.offset)  # fmt: skip
+                  args.offset, args.model)  # fmt: skip
 
     if args.base_url:
         run_all(args.base_url)
         return
     import local_llm
 
-    with local_llm.running(tools=args.setup == "tools") as server:
+    with local_llm.running(
+        args.model or local_llm.DEFAULT_MODEL, tools=args.setup == "tools"
+    ) as server:
         run_all(server.base_url)
 
 

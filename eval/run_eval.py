@@ -39,7 +39,9 @@ from subagent import LLM, OpenAIChat, RetryPolicy, __version__, stream_many  # n
 
 __all__ = ["MODELS", "pending_runs", "run_pending"]
 
-MODELS = ("smollm2", "qwen")
+MODELS = ("smollm2", "qwen", "qwen1.5b")
+"""Every local model the runner knows; ``--models`` defaults to :data:`DEFAULT_MODELS`."""
+DEFAULT_MODELS = ("smollm2", "qwen")
 
 
 def pending_runs(
@@ -104,7 +106,7 @@ async def _run_model(model: str, runs: list[tuple[Config, Task]], path: Path) ->
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS))
     parser.add_argument("--configs", default=",".join(config.name for config in CONFIGS))
     parser.add_argument("--tasks", type=int, default=None, help="only the first N tasks")
     parser.add_argument("--results", type=Path, default=RESULTS_DIR)

