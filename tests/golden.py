@@ -30,9 +30,9 @@ from pydantic import BaseModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support import Traced  # noqa: E402
+from support import Traced
 
-from subagent import (  # noqa: E402
+from subagent import (
     Decision,
     ErrorKind,
     LLMError,
