@@ -16,8 +16,9 @@ import anyio
 from anyio.abc import TaskGroup
 from typing_extensions import TypeVar
 
+from subagent._parts import AgentParts, RunOptions, Systems
 from subagent._records import Step
-from subagent._run import AgentParts, RunOptions, execute_run
+from subagent._run import execute_run
 from subagent.llm import Message
 from subagent.observe import EventQueue, RunEvent
 
@@ -42,11 +43,18 @@ class AgentRun(Generic[OutputT]):
     """
 
     def __init__(
-        self, parts: AgentParts, options: RunOptions, opening: list[Message], *, stream: bool
+        self,
+        parts: AgentParts,
+        options: RunOptions,
+        opening: list[Message],
+        systems: Systems,
+        *,
+        stream: bool,
     ):
         self._parts = parts
         self._options = options
         self._opening = opening
+        self._systems = systems
         self._stream = stream
         self._queue: EventQueue | None = None
         self._stop = anyio.CancelScope()
@@ -94,7 +102,12 @@ class AgentRun(Generic[OutputT]):
         assert self._done is not None
         try:
             self._step = await execute_run(
-                self._parts, self._options, self._opening, stop=self._stop, events=self._queue
+                self._parts,
+                self._options,
+                self._opening,
+                self._systems,
+                stop=self._stop,
+                events=self._queue,
             )
         except Exception as exc:  # raised to the caller by result(), iteration or exit
             self._error = exc

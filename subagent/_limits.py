@@ -5,8 +5,9 @@ one set of limits: a run's, or a whole batch's. A run charges its spending to it
 ledger and to every ledger above it (the runs that called it as a tool, the batch it is
 part of): the ledgers in scope travel in a context variable, set around the code that may
 start a nested run. :class:`RunLimits` is what one run checks: before each LLM call, after
-each reply, and before running a reply's tool calls. The turn loop turns a limit reached
-into the table's ``limit_reached`` trigger.
+each reply, and before running a reply's tool calls; :class:`LimitsHook` makes those
+checks a hook of the turn loop, which turns a limit reached into the table's
+``limit_reached`` trigger.
 """
 
 from __future__ import annotations
@@ -18,9 +19,19 @@ from typing import Any
 
 from subagent._checks import check_int, check_number
 from subagent._errors import ConfigurationError
-from subagent.llm import LLM, Usage
+from subagent._hooks import Pause, RunHook, ToolBatch
+from subagent.llm import LLM, LLMResponse, Usage
 
-__all__ = ["Ledger", "Price", "RunLimits", "UsageLimits", "ledgers_in_scope", "run_limits"]
+__all__ = [
+    "Ledger",
+    "LimitsHook",
+    "Price",
+    "RunLimits",
+    "UsageLimits",
+    "ledgers_in_scope",
+    "limits_hook",
+    "run_limits",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,3 +256,42 @@ def run_limits(limits: UsageLimits | None, agent: str, llm: LLM) -> RunLimits | 
     model: Any = getattr(llm, "model_name", None)
     name = model if isinstance(model, str) else None
     return RunLimits(ledgers, tuple(ledger.limits.price_for(name) for ledger in ledgers))
+
+
+class LimitsHook(RunHook):
+    """Usage limits as a hook of the loop.
+
+    Checked before each call, after each reply and before a turn's calls run; handed down
+    to the runs a run's tools and validators start.
+    """
+
+    __slots__ = ("_limits",)
+
+    def __init__(self, limits: RunLimits):
+        self._limits = limits
+
+    def before_call(self) -> str | None:
+        return self._limits.before_call()
+
+    def after_reply(self, response: LLMResponse) -> str | None:
+        return self._limits.after_reply(response.usage)
+
+    def before_tools(self, batch: ToolBatch) -> Pause | str | None:
+        # Denied and refused calls never run: they do not count.
+        return self._limits.before_tools(batch.to_run)
+
+    def enter_user_code(self) -> contextvars.Token[tuple[Ledger, ...]]:
+        return _LEDGERS.set(self._limits.ledgers)
+
+    def leave_user_code(self, token: Any) -> None:
+        _LEDGERS.reset(token)
+
+
+def limits_hook(limits: UsageLimits | None, agent: str, llm: LLM) -> LimitsHook | None:
+    """The hook of a run's usage limits (its own and those above it): ``None`` when none.
+
+    Raises:
+        ConfigurationError: A limit counts cost and has no price for the run's model.
+    """
+    checked = run_limits(limits, agent, llm)
+    return None if checked is None else LimitsHook(checked)

@@ -780,7 +780,7 @@ def check_prompt(agent: SubAgent[Any], context: dict[str, Any], source: str) -> 
         UsageError: A variable the prompt needs is missing (or the prompt is empty).
     """
     try:
-        agent._opening(context, None)
+        agent.check_options(context, llm=_ModelChosenLater())
     except (ConfigurationError, TemplateError) as exc:
         raise UsageError(f"{source}: {exc}") from None
 

@@ -372,7 +372,7 @@ def test_static_instructions_follow_the_runtimes_system_prompt_and_keep_the_sche
     assert system.content.endswith("\n\nYou are an accountant.")
     assert '"x"' in system.content and "JSON schema" in system.content  # the schema stays
     assert system.content.startswith(SubAgent(name="a", prompt="p", output=Answer)._parts
-                                     .system_without_tools.content)  # fmt: skip
+                                     .systems.without_tools.content)  # fmt: skip
 
 
 def test_instructions_as_a_function_get_the_runs_context_in_every_phase() -> None:

@@ -531,7 +531,7 @@ async def test_mission_timeout_fails_the_run_and_keeps_its_turns() -> None:
         return GOOD
 
     llm = ScriptedLLM([tool_reply(), hang])
-    step = await agent().run(llm=llm, max_turns=3, mission_timeout=0.05)
+    step = await agent().run(llm=llm, max_turns=3, mission_timeout=0.5)
     assert step.failure is not None and step.failure.reason is FailReason.TIMEOUT
     assert "mission_timeout" in step.failure.message
     assert [t.outcome for t in step.turns] == [TurnOutcome.CONTINUE, TurnOutcome.FAIL]

@@ -41,7 +41,7 @@ from subagent import (
     TurnType,
     Usage,
 )
-from subagent.observe import NO_OBSERVER, observer_for_run, span_observer
+from subagent.observe import NO_OBSERVER, TurnStart, observer_for_run, span_observer
 from subagent.observe._otel import (
     CONTENT_LIMIT,
     ERROR_TEXT_LIMIT,
@@ -697,7 +697,7 @@ def test_turn_error_text_is_truncated(traced: Traced, monkeypatch: pytest.Monkey
     set_capture(monkeypatch, True)
     observer = span_observer("calc", traced.provider, ScriptedLLM())
     assert observer is not None
-    with observer.turn(1, TurnType.NORMAL, 2, 0, None, None, 0, 2, 0) as turn:
+    with observer.turn(TurnStart(1, TurnType.NORMAL, 2, 0, None, None, 0, 2, 0)) as turn:
         turn.ended(
             Turn(
                 index=1,

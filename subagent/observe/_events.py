@@ -22,6 +22,7 @@ from subagent.observe._observer import (
     RunScope,
     ToolScope,
     TurnScope,
+    TurnStart,
     refuse_awaitable,
 )
 
@@ -261,23 +262,12 @@ class EventObserver(Observer):
         self._tell(RunStarted(self._agent, max_turns, return_retries, phase))
         return self
 
-    def turn(
-        self,
-        index: int,
-        turn_type: TurnType,
-        work_remaining: int,
-        retries_remaining: int,
-        retry_attempt: int | None,
-        retry_total: int | None,
-        tools_offered: int,
-        messages: int,
-        collapsed: int,
-    ) -> TurnScope:
-        self._index = index
+    def turn(self, start: TurnStart) -> TurnScope:
+        self._index = start.index
         self._tell(
-            TurnStarted(self._agent, index, turn_type, turn_type.value, work_remaining,
-                        retries_remaining, tools_offered, messages, collapsed, retry_attempt,
-                        retry_total)
+            TurnStarted(self._agent, start.index, start.type, start.type.value,
+                        start.work_remaining, start.retries_remaining, start.tools_offered,
+                        start.messages, start.collapsed, start.attempt, start.total)
         )  # fmt: skip
         return self
 

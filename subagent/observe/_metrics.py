@@ -46,7 +46,14 @@ from subagent.__about__ import __version__
 from subagent._errors import LLMError
 from subagent._records import Step, ToolResult, Turn, TurnType
 from subagent.llm import LLMRequest, LLMResponse, ToolCall, TransportRetry
-from subagent.observe._observer import ChatScope, Observer, RunScope, ToolScope, TurnScope
+from subagent.observe._observer import (
+    ChatScope,
+    Observer,
+    RunScope,
+    ToolScope,
+    TurnScope,
+    TurnStart,
+)
 from subagent.observe._otel import UNKNOWN_TOOL
 
 __all__ = [
@@ -364,19 +371,8 @@ class MetricsObserver(Observer):
     def run(self, max_turns: int, return_retries: int, phase: str) -> RunScope:
         return _RunMeter(self._instruments, dict(self._run))
 
-    def turn(
-        self,
-        index: int,
-        turn_type: TurnType,
-        work_remaining: int,
-        retries_remaining: int,
-        retry_attempt: int | None,
-        retry_total: int | None,
-        tools_offered: int,
-        messages: int,
-        collapsed: int,
-    ) -> TurnScope:
-        return _TurnMeter(self._instruments, self._agent, turn_type)
+    def turn(self, start: TurnStart) -> TurnScope:
+        return _TurnMeter(self._instruments, self._agent, start.type)
 
     def chat(self, request: LLMRequest) -> ChatScope:
         return _ChatMeter(self._instruments, dict(self._chat))

@@ -3,7 +3,7 @@
 The turn loop reports four nested kinds of scope, each a context manager::
 
     with observer.run() as run:                        # the whole run
-        with observer.turn(...) as turn:               # one turn
+        with observer.turn(start) as turn:             # one turn (a TurnStart record)
             with observer.chat(request) as chat:       # its LLM call
                 chat.retried(retry); chat.text(piece); chat.replied(response)
             with observer.tool(call) as tool:          # each tool call (maybe concurrent)
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -38,10 +39,46 @@ __all__ = [
     "TextObserver",
     "ToolScope",
     "TurnScope",
+    "TurnStart",
     "check_callback",
     "combine",
     "refuse_awaitable",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStart:
+    """What an observer is told when a turn starts.
+
+    Attributes:
+        index: The 1-based turn number.
+        type: The phase the turn starts in.
+        work_remaining: Work turns left, this one included (a ``normal`` or
+            ``must_return`` turn spends one).
+        retries_remaining: Correction turns left, this one included on ``retry`` turns.
+        attempt: The 1-based correction attempt on ``retry`` turns, else ``None``.
+        total: The correction budget on ``retry`` turns, else ``None``.
+        tools_offered: Tools offered to the model in this turn.
+        messages: Messages in the request.
+        collapsed: Failed-attempt messages left out of the request so far.
+    """
+
+    index: int
+    type: TurnType
+    work_remaining: int
+    retries_remaining: int
+    attempt: int | None
+    total: int | None
+    tools_offered: int
+    messages: int
+    collapsed: int
+
+    @property
+    def left_if_cut_short(self) -> tuple[int, int]:
+        """(work, retries) left if the turn is cut short: it counts as taken."""
+        if self.type is TurnType.RETRY:
+            return self.work_remaining, self.retries_remaining - 1
+        return self.work_remaining - 1, self.retries_remaining
 
 
 class _Scope(Protocol):
@@ -146,32 +183,8 @@ class Observer:
         """Open the run's scope (its budgets, and the phase it starts in)."""
         return _NOTHING
 
-    def turn(
-        self,
-        index: int,
-        turn_type: TurnType,
-        work_remaining: int,
-        retries_remaining: int,
-        retry_attempt: int | None,
-        retry_total: int | None,
-        tools_offered: int,
-        messages: int,
-        collapsed: int,
-    ) -> TurnScope:
-        """Open a turn's scope.
-
-        Args:
-            index: The 1-based turn number.
-            turn_type: The phase the turn starts in.
-            work_remaining: Work turns left, this one included (a ``normal`` or
-                ``must_return`` turn spends one).
-            retries_remaining: Correction turns left, this one included on ``retry`` turns.
-            retry_attempt: The 1-based correction attempt on ``retry`` turns, else ``None``.
-            retry_total: The correction budget on ``retry`` turns, else ``None``.
-            tools_offered: Tools offered to the model in this turn.
-            messages: Messages in the request.
-            collapsed: Failed-attempt messages left out of the request so far.
-        """
+    def turn(self, start: TurnStart) -> TurnScope:
+        """Open a turn's scope."""
         return _NOTHING
 
     def chat(self, request: LLMRequest) -> ChatScope:
@@ -311,8 +324,8 @@ class _Observers(Observer):
     def run(self, max_turns: int, return_retries: int, phase: str) -> RunScope:
         return _Fanout([o.run(max_turns, return_retries, phase) for o in self._observers])
 
-    def turn(self, *facts: Any) -> TurnScope:
-        return _Fanout([o.turn(*facts) for o in self._observers])
+    def turn(self, start: TurnStart) -> TurnScope:
+        return _Fanout([o.turn(start) for o in self._observers])
 
     def chat(self, request: LLMRequest) -> ChatScope:
         return _Fanout([o.chat(request) for o in self._observers])

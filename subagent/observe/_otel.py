@@ -40,10 +40,17 @@ from opentelemetry.util.types import AttributeValue
 
 from subagent.__about__ import __version__
 from subagent._errors import LLMError
-from subagent._records import FailReason, Step, ToolResult, Turn, TurnOutcome, TurnType
+from subagent._records import FailReason, Step, ToolResult, Turn, TurnOutcome
 from subagent._text import shorten
 from subagent.llm import LLMRequest, LLMResponse, Message, ToolCall, TransportRetry
-from subagent.observe._observer import ChatScope, Observer, RunScope, ToolScope, TurnScope
+from subagent.observe._observer import (
+    ChatScope,
+    Observer,
+    RunScope,
+    ToolScope,
+    TurnScope,
+    TurnStart,
+)
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
@@ -427,41 +434,24 @@ class SpanObserver(Observer):
         )
         return _RunSpan(span, self._capture)
 
-    def turn(
-        self,
-        index: int,
-        turn_type: TurnType,
-        work_remaining: int,
-        retries_remaining: int,
-        retry_attempt: int | None,
-        retry_total: int | None,
-        tools_offered: int,
-        messages: int,
-        collapsed: int,
-    ) -> TurnScope:
-        type_name = turn_type.value
+    def turn(self, start: TurnStart) -> TurnScope:
+        type_name = start.type.value
         attributes: dict[str, AttributeValue] = {
-            "subagent.turn.index": index,
+            "subagent.turn.index": start.index,
             "subagent.turn.type": type_name,
             "subagent.phase.before": type_name,
-            "subagent.turn.tools_offered": tools_offered,
-            "subagent.context.messages": messages,
-            "subagent.context.collapsed": collapsed,
+            "subagent.turn.tools_offered": start.tools_offered,
+            "subagent.context.messages": start.messages,
+            "subagent.context.collapsed": start.collapsed,
         }
-        if retry_attempt is not None and retry_total is not None:
-            attributes["subagent.retry.attempt"] = retry_attempt
-            attributes["subagent.retry.total"] = retry_total
+        if start.attempt is not None and start.total is not None:
+            attributes["subagent.retry.attempt"] = start.attempt
+            attributes["subagent.retry.total"] = start.total
         span = self._tracer.start_span(
             f"agent_turn {type_name}", kind=SpanKind.INTERNAL, attributes=attributes
         )
-        # What is left if the turn is cut short: the turn counts (a turn spends one turn of
-        # its phase's budget, a correction turn in retry), as on the Turn record.
-        left = (
-            (work_remaining, retries_remaining - 1)
-            if turn_type is TurnType.RETRY
-            else (work_remaining - 1, retries_remaining)
-        )
-        return _TurnSpan(span, self._capture, left)
+        # What is left if the turn is cut short: the turn counts, as on the Turn record.
+        return _TurnSpan(span, self._capture, start.left_if_cut_short)
 
     def _chat_base(self, request: LLMRequest) -> dict[str, AttributeValue]:
         """The chat attributes that stay the same for the whole run (computed once)."""

@@ -1,0 +1,357 @@
+"""Building an agent's parts from its definition, once: checks, templates, tools, prompts.
+
+:func:`build` checks a :class:`~subagent.SubAgent`'s fields (a bad value fails here, naming
+the field) and prepares what every run of it shares (:class:`~subagent._parts.AgentParts`):
+the templates with their overrides, the output contract, the toolbox, the protocol and the
+system prompts. An agent with tool sources (MCP servers) gets a ``SourcedParts``
+(``_parts``), which builds the parts again when a source's tool list moves.
+:func:`fingerprint` digests what a resuming agent must share with the one that saved a
+state.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, cast
+
+from subagent._approval import approval_rule
+from subagent._checks import check_int, check_seconds
+from subagent._context import takes_run_context
+from subagent._conversation import CONTEXT_POLICIES, ContextPolicy
+from subagent._definition import AgentDefinition
+from subagent._errors import ConfigurationError, StateMismatchError, TemplateError
+from subagent._limits import UsageLimits
+from subagent._parts import AgentParts, SourcedParts, Systems
+from subagent._state import RunState, digest
+from subagent._templates import Template, TemplateSet, default_templates
+from subagent.llm import LLM, LLMSpec, Message, RetryPolicy
+from subagent.parsers import OutputContract, build_contract
+from subagent.protocols import PROTOCOLS, ReplyProtocol
+from subagent.tools import AgentTools, Toolbox, build_tools, split_sources
+
+__all__ = [
+    "Built",
+    "article",
+    "build",
+    "check_limits",
+    "check_llm",
+    "check_policy",
+    "check_state",
+    "fingerprint",
+    "is_type_form",
+    "type_name",
+]
+
+
+class Built(NamedTuple):
+    """What :func:`build` prepared for an agent."""
+
+    parts: AgentParts
+    task: Template
+    sources: SourcedParts | None
+    settings: dict[str, Any]
+
+
+def build(agent: AgentDefinition[Any, Any]) -> Built:
+    """Check ``agent``'s fields and prepare the parts its runs share.
+
+    Raises:
+        ConfigurationError: A field is invalid; the message names it.
+    """
+    _check_fields(agent)
+    try:
+        templates = default_templates().with_overrides(agent.prompts)
+    except TemplateError as exc:
+        raise ConfigurationError("prompts", str(exc)) from exc
+    try:
+        task = Template("prompt", agent.prompt)
+        task.check_partials(())
+    except TemplateError as exc:
+        raise ConfigurationError("prompt", str(exc)) from exc
+    plain, sources = split_sources(agent.tools)
+    tools = build_tools(plain)
+    _check_output(agent.output)
+    contract = build_contract(agent.output, agent.parser_kwargs,
+                              max_reply_chars=agent.max_reply_chars)  # fmt: skip
+    protocol = _check_protocol(agent.protocol)
+    toolbox = Toolbox(tools, templates, prune_unknown_args=agent.prune_unknown_args,
+                      result_limit=agent.max_tool_result_chars,
+                      call_limit=agent.max_tool_calls_per_turn)  # fmt: skip
+    system = _SystemPrompts(agent.name, templates, protocol, contract, agent.instructions)
+    parts = AgentParts(
+        name=agent.name, templates=templates, contract=contract, toolbox=toolbox,
+        protocol=protocol, parallel_tool_calls=agent.parallel_tool_calls,
+        correct_cut_replies=agent.correct_cut_replies, validators=tuple(agent.validators),
+        systems=system(toolbox),
+        validators_take_context=any(takes_run_context(v) for v in agent.validators),
+        approval=approval_rule(tools, agent.approval),
+        fingerprint=_Once(functools.partial(fingerprint, agent)),
+    )  # fmt: skip
+    sourced = None
+    if sources:
+        sourced = SourcedParts(AgentTools(tools, sources), parts, system)
+        sourced.check_now()
+    return Built(parts, task, sourced, dict(agent.settings))
+
+
+def _check_fields(agent: AgentDefinition[Any, Any]) -> None:
+    """The checks of the fields that need no part built."""
+    if not isinstance(agent.name, str) or not agent.name.strip():
+        raise ConfigurationError("name", f"must be a non-empty string, got {agent.name!r}")
+    if not isinstance(agent.prompt, str):
+        raise ConfigurationError("prompt", f"must be a Mustache string, got {agent.prompt!r}")
+    check_int("max_turns", agent.max_turns, 1)
+    check_int("return_retries", agent.return_retries, 0)
+    check_policy(agent.context_policy)
+    check_seconds("timeout", agent.timeout)
+    check_seconds("mission_timeout", agent.mission_timeout)
+    if not isinstance(agent.retry_policy, RetryPolicy):
+        raise ConfigurationError(
+            "retry_policy", f"must be a RetryPolicy, got {agent.retry_policy!r}"
+        )
+    if not isinstance(agent.settings, Mapping):
+        raise ConfigurationError("settings", f"must be a mapping, got {agent.settings!r}")
+    check_limits("usage_limits", agent.usage_limits)
+    if agent.deps_type is not None and not is_type_form(agent.deps_type):
+        raise ConfigurationError(
+            "deps_type", f"must be a type (the class of the run's deps), got {agent.deps_type!r}"
+        )
+    for validator in agent.validators:
+        if not callable(validator):
+            raise ConfigurationError("validators", f"{validator!r} is not callable")
+    for flag in ("keep_tool_schemas", "parallel_tool_calls", "prune_unknown_args",
+                 "correct_cut_replies"):  # fmt: skip
+        if not isinstance(getattr(agent, flag), bool):
+            raise ConfigurationError(flag, f"must be a bool, got {getattr(agent, flag)!r}")
+    check_int("max_tool_result_chars", agent.max_tool_result_chars, 1)
+    check_int("max_tool_calls_per_turn", agent.max_tool_calls_per_turn, 1)
+    instructions = agent.instructions
+    if not (instructions is None or isinstance(instructions, str) or callable(instructions)):
+        raise ConfigurationError(
+            "instructions",
+            f"must be a string or a function of the run's context returning one, "
+            f"got {instructions!r}",
+        )
+    if agent.approval is not None and not callable(agent.approval):
+        raise ConfigurationError(
+            "approval", f"must be a function (tool_name, arguments) -> bool, got "
+            f"{agent.approval!r}"
+        )  # fmt: skip
+
+
+class _SystemPrompts:
+    """The agent's system prompts for a toolbox (its tools listed, its instructions added)."""
+
+    __slots__ = ("_contract", "_name", "_protocol", "_static", "_templates")
+
+    def __init__(
+        self,
+        name: str,
+        templates: TemplateSet,
+        protocol: ReplyProtocol,
+        contract: OutputContract,
+        instructions: object,
+    ):
+        self._name = name
+        self._templates = templates
+        self._protocol = protocol
+        self._contract = contract
+        self._static = instructions.strip() if isinstance(instructions, str) else ""
+
+    def __call__(self, toolbox: Toolbox) -> Systems:
+        return Systems(self._one(toolbox, True), self._one(toolbox, False))
+
+    def _one(self, toolbox: Toolbox, with_tools: bool) -> Message:
+        listed = toolbox.definitions if with_tools else []
+        text = self._protocol.system_prompt(self._templates, self._name, listed, self._contract)
+        if self._static:
+            text = f"{text}\n\n{self._static}"
+        return Message(role="system", content=text)
+
+
+class _Once:
+    """A zero-argument function's value, computed on first use and kept.
+
+    Unlike ``functools.cache`` of a bound method, it pickles (Ray sends agents to workers),
+    as the function and not the value.
+    """
+
+    __slots__ = ("_function", "_value")
+
+    def __init__(self, function: Callable[[], dict[str, str]]) -> None:
+        self._function = function
+        self._value: dict[str, str] | None = None
+
+    def __call__(self) -> dict[str, str]:
+        if self._value is None:
+            self._value = self._function()
+        return self._value
+
+    def __getstate__(self) -> tuple[Callable[[], dict[str, str]], None]:
+        return (self._function, None)
+
+    def __setstate__(self, state: tuple[Callable[[], dict[str, str]], None]) -> None:
+        self._function, self._value = state
+
+
+# --- what a resuming agent must share with the saving one -------------------------------
+
+
+def fingerprint(agent: AgentDefinition[Any, Any]) -> dict[str, str]:
+    """Digests of what a resuming agent must share with the saving one."""
+    parts = agent._parts
+    output: object
+    if agent.output is None or agent.output is str:
+        output = "text"
+    elif is_type_form(agent.output):
+        output = parts.contract.instructions(parts.templates)
+    else:
+        output = _qualified(agent.output)
+    tools = [
+        [tool.name, tool.description, definition.parameters, tool.requires_approval]
+        for tool, definition in zip(
+            parts.toolbox.tools.values(), parts.toolbox.definitions, strict=True
+        )
+    ]
+    instructions = agent.instructions
+    return {
+        "output": digest([output, [_qualified(v) for v in agent.validators],
+                          dict(agent.parser_kwargs or {})]),
+        "tools": digest([tools, None if agent.approval is None else _qualified(agent.approval)]),
+        "prompts": digest([agent.prompt, dict(agent.prompts), instructions
+                           if instructions is None or isinstance(instructions, str)
+                           else _qualified(instructions)]),
+        "protocol": digest(agent.protocol),
+    }  # fmt: skip
+
+
+_PART_HINTS = {
+    "output": "output type or parser, validators, parser_kwargs",
+    "tools": "tool names, descriptions, schemas, which need approval, the approval policy",
+    "prompts": "the task prompt, template overrides, instructions",
+    "protocol": "native or react",
+}
+
+
+def check_state(agent: AgentDefinition[Any, Any], state: RunState) -> None:
+    """Refuse a state ``agent`` did not save (or could not have saved).
+
+    Raises:
+        StateMismatchError: Naming the part that differs.
+    """
+    if state.agent != agent.name:
+        raise StateMismatchError(
+            "agent", f"the state is of agent {state.agent!r}, not {agent.name!r}"
+        )
+    mine = agent._parts.fingerprint()
+    for part in sorted(set(mine) | set(state.fingerprint)):
+        if mine.get(part) != state.fingerprint.get(part):
+            raise StateMismatchError(
+                part,
+                f"agent {agent.name!r} has another {part} than the agent that saved the "
+                f"state ({_PART_HINTS.get(part, part)}); resume it with the same "
+                f"definition",
+            )
+
+
+def _qualified(value: object) -> str:
+    """A function's or type's module and qualified name (its identity across processes)."""
+    module = getattr(value, "__module__", "") or ""
+    name = getattr(value, "__qualname__", None) or repr(value)
+    return f"{module}.{name}"
+
+
+# --- checks of single values ---------------------------------------------------------------
+
+
+def check_policy(value: object) -> ContextPolicy:
+    """A context policy, checked.
+
+    Raises:
+        ConfigurationError: It is not one of :data:`CONTEXT_POLICIES`.
+    """
+    for policy in CONTEXT_POLICIES:
+        if value == policy:
+            return policy
+    raise ConfigurationError("context_policy", f"must be one of {CONTEXT_POLICIES}, got {value!r}")
+
+
+def check_limits(name: str, value: object) -> None:
+    """Refuse anything but a :class:`~subagent.UsageLimits` (or ``None``)."""
+    if value is not None and not isinstance(value, UsageLimits):
+        raise ConfigurationError(name, f"must be a UsageLimits or None, got {value!r}")
+
+
+# Model classes already checked: a run checks its model by class, not by inspection each time.
+_LLM_CLASSES: set[type] = set()
+
+
+def check_llm(value: object, name: str = "llm") -> LLM | None:
+    """A model: an :class:`~subagent.llm.LLM`, or a spec string made an ``LLMSpec``.
+
+    Raises:
+        ConfigurationError: ``value`` has no ``async def complete(request)``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):  # "openai:gpt-4o-mini", the SUBAGENT_LLM forms
+        return LLMSpec(value, field=name)
+    kind = type(value)
+    if kind in _LLM_CLASSES:
+        return cast(LLM, value)
+    if not inspect.iscoroutinefunction(getattr(value, "complete", None)):
+        raise ConfigurationError(
+            name, f"{value!r} is not an LLM: it needs an `async def complete(request)` method"
+        )
+    # Only a class whose complete() is a coroutine function for every instance is cached.
+    if inspect.iscoroutinefunction(getattr(kind, "complete", None)) and len(_LLM_CLASSES) < 256:
+        _LLM_CLASSES.add(kind)
+    return cast(LLM, value)
+
+
+def article(noun: str) -> str:
+    """``a noun`` or ``an noun``."""
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
+
+
+def type_name(kind: object) -> str:
+    """A type's name, for messages."""
+    return getattr(kind, "__name__", None) or repr(kind)
+
+
+def is_type_form(output: object) -> bool:
+    """Whether ``output`` can be a type to validate against (not a value such as ``42``)."""
+    return (
+        inspect.isclass(output)
+        or typing.get_origin(output) is not None
+        or isinstance(output, types.UnionType | typing.TypeVar | typing.ForwardRef)
+        or type(output).__name__ == "TypeAliasType"
+    )
+
+
+def _check_output(output: object) -> None:
+    """Refuse an ``output`` that is a value, not a type or a parser (before pydantic does).
+
+    Raises:
+        ConfigurationError: ``output`` is an instance (``42``, ``Answer(...)``).
+    """
+    if output is None or callable(output) or is_type_form(output):
+        return
+    raise ConfigurationError(
+        "output",
+        f"must be a type (a pydantic model such as Answer, or a type such as int or "
+        f"list[str]), None or str for text, or a parser function; got {output!r}, "
+        f"{article(type(output).__name__)} instance (pass its class: "
+        f"output={type(output).__name__})",
+    )
+
+
+def _check_protocol(value: object) -> ReplyProtocol:
+    protocol = PROTOCOLS.get(value) if isinstance(value, str) else None
+    if protocol is None:
+        raise ConfigurationError("protocol", f"must be one of {sorted(PROTOCOLS)}, got {value!r}")
+    return protocol

@@ -1,0 +1,77 @@
+"""The judge stage of a turn: what a reply comes to.
+
+A reply is read by the agent's protocol (native tool calls, or ReAct text): it calls tools
+(a :class:`ToolBatch` for the tool stage, or refused outside ``normal``), is cut off, is
+unreadable, fails explicitly, or is an answer the output contract and the validators judge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from subagent._errors import ErrorKind
+from subagent._hooks import ToolBatch
+from subagent._host import RunHost
+from subagent._phases import Phase, Trigger
+from subagent._verdicts import Answered, Ended, GaveUp, Missed, Verdict
+from subagent.llm import LLMResponse, StopReason, ToolCall
+from subagent.parsers import ParseResult, detect_explicit_fail, run_validators
+
+__all__ = ["judge_answer", "judge_reply"]
+
+_NONE_OFFERED: frozenset[str] = frozenset()
+_FILTERED = "the provider's content filter blocked the reply"
+
+
+async def judge_reply(host: RunHost, response: LLMResponse, index: int) -> Verdict | ToolBatch:
+    """The verdict on ``response`` (turn ``index``), or the tool calls it asks to run."""
+    if response.stop_reason is StopReason.CONTENT_FILTER:
+        return Ended(Trigger.LLM_FAILED, _FILTERED, "content_filter", ErrorKind.CONTENT_FILTER)
+    parts = host.parts
+    in_normal = host.live.budget.phase is Phase.NORMAL
+    offered = parts.toolbox.tools if in_normal else _NONE_OFFERED
+    reading = parts.protocol.read(response, offered, parts.templates)
+    if reading.calls:
+        calls = _with_ids(reading.calls, index)
+        if in_normal:
+            return ToolBatch(calls, list(calls), limit=parts.toolbox.call_limit)
+        error, results = parts.toolbox.refuse(calls)
+        return Missed(error, "tools_unavailable", results=results, calls=calls)
+    if response.stop_reason is StopReason.LENGTH and parts.correct_cut_replies:
+        return Missed(parts.templates.render("truncated_reply"), "truncated")
+    if reading.problem is not None:
+        return Missed(reading.problem, "invalid_action")
+    return await judge_answer(host, reading.answer or "")
+
+
+async def judge_answer(host: RunHost, text: str) -> Verdict:
+    """A return attempt: an explicit fail, or an answer the output contract judges."""
+    parts = host.parts
+    reason = detect_explicit_fail(text, max_chars=parts.contract.max_reply_chars)
+    if reason is not None:
+        return GaveUp(reason)
+    parsed: ParseResult = parts.contract.parse(text, parts.templates)
+    if not parsed.ok:
+        return Missed(parsed.feedback, "invalid_output", summary=parsed.summary or None)
+    value = parsed.value
+    if not parts.validators:
+        return Answered(value)
+    context = host.run_context() if parts.validators_take_context else None
+    token = host.enter_user_code()
+    try:
+        validation = await run_validators(parts.validators, value, context)
+    finally:
+        host.leave_user_code(token)
+    if validation.valid:
+        return Answered(value)
+    error = parts.templates.render("validation_failed", errors=list(validation.errors))
+    count = len(validation.errors)
+    return Missed(error, "validation_failed", summary=f"{count} validation error(s)")
+
+
+def _with_ids(calls: Sequence[ToolCall], index: int) -> list[ToolCall]:
+    """The calls, each with an id (``call_<turn>_<position>`` where the model gave none)."""
+    return [
+        call if call.id else call.model_copy(update={"id": f"call_{index}_{position}"})
+        for position, call in enumerate(calls, start=1)
+    ]

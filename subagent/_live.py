@@ -1,0 +1,105 @@
+"""A run's live state: the record the turn loop advances, :class:`RunState`'s live twin.
+
+Everything a run knows between two turns is here, in one place: its books (the phase and
+the budgets), the conversation it sends, its system messages, the turns it took, the calls
+waiting for approval, its output or failure, the objects a tool handed to the next tool
+turn, the time it has run and the trace it continues. :meth:`LiveRun.thaw` makes it from a
+saved :class:`~subagent.RunState` and :meth:`LiveRun.freeze` saves it as one, field by
+field in one place each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from subagent._conversation import ContextPolicy, Conversation
+from subagent._parts import Systems
+from subagent._phases import Budget
+from subagent._records import Failure, Turn, trusted
+from subagent._state import STATE_VERSION, PendingCalls, RunState
+from subagent.llm import Message
+
+__all__ = ["LiveRun"]
+
+_STATE_FIELDS = set(RunState.model_fields)
+
+
+@dataclass(slots=True)
+class LiveRun:
+    """The state of one run in progress.
+
+    Attributes:
+        budget: The phase and what is left of each budget.
+        conversation: The messages the run sends (failed attempts collapsed or kept).
+        systems: The run's system messages (the agent's, extended by the run's own text).
+        turns: The turns taken so far.
+        pending: The calls of a paused turn, waiting for decisions.
+        output: The output, once the run is done.
+        failure: Why the run failed, once it has.
+        extras: Objects a tool returned for the next tool turn's calls.
+        elapsed: Seconds the run ran before this part of it (a resumed run's first parts).
+        traceparent: The trace of the run's first part, continued by a resumed part.
+        resumed: Whether this part goes on from a saved state.
+    """
+
+    budget: Budget
+    conversation: Conversation
+    systems: Systems
+    turns: list[Turn]
+    pending: PendingCalls | None = None
+    output: Any = None
+    failure: Failure | None = None
+    extras: Mapping[str, Any] | None = None
+    elapsed: float = 0.0
+    traceparent: str | None = None
+    resumed: bool = False
+
+    @classmethod
+    def fresh(
+        cls, budget: Budget, policy: ContextPolicy, systems: Systems, opening: list[Message]
+    ) -> LiveRun:
+        """A run about to take its first turn."""
+        return cls(budget, Conversation(policy, opening), systems, [])
+
+    @classmethod
+    def thaw(cls, state: RunState) -> LiveRun:
+        """A run going on from ``state`` (checked by the caller)."""
+        budget = Budget(state.phase, state.work_remaining, state.retries_remaining,
+                        state.retry_total)  # fmt: skip
+        conversation = Conversation.restore(
+            state.context_policy, state.history, state.latest_failure, state.collapsed
+        )
+        systems = Systems(state.system_with_tools, state.system_without_tools)
+        return cls(budget, conversation, systems, list(state.turns), pending=state.pending,
+                   elapsed=state.elapsed_s, traceparent=state.traceparent,
+                   resumed=True)  # fmt: skip
+
+    def freeze(
+        self,
+        agent: str,
+        fingerprint: dict[str, str],
+        max_turns: int,
+        return_retries: int,
+        policy: ContextPolicy,
+        elapsed: float,
+        traceparent: str | None,
+    ) -> RunState:
+        """The run's state now, between two turns (or paused)."""
+        history, latest, collapsed = self.conversation.snapshot()
+        budget = self.budget
+        systems = self.systems
+        # Built from values of the right types already: no validation (measured in bench).
+        return trusted(RunState, _STATE_FIELDS, {
+            "version": STATE_VERSION, "agent": agent, "fingerprint": fingerprint,
+            "phase": budget.state, "work_remaining": budget.work_remaining,
+            "retries_remaining": budget.retries_remaining, "retry_total": budget.retry_total,
+            "max_turns": max_turns, "return_retries": return_retries,
+            "context_policy": policy, "system_with_tools": systems.with_tools,
+            "system_without_tools": systems.without_tools,
+            "history": history, "latest_failure": latest, "collapsed": collapsed,
+            "turns": list(self.turns), "pending": self.pending,
+            "traceparent": self.traceparent or traceparent, "elapsed_s": elapsed,
+            "dropped_extras": sorted(self.extras) if self.extras else [],
+        })  # fmt: skip

@@ -1,0 +1,393 @@
+"""A run's options, spelled once: the keyword arguments, their checks, their resolution.
+
+Each option is spelled in one group below (what it is, its type, its meaning); the
+signatures of ``run``, ``resume``, ``start``, ``stream``, ``run_sync``, the batches and Ray
+are built from the groups (``**options: Unpack[RunArguments]``), so a type checker checks
+every call. :func:`resolve` turns an agent's defaults and a call's arguments into the
+run's :class:`~subagent._parts.RunOptions` once, the run's hooks included (approval,
+usage limits, ``on_state``, in that order); :func:`opening` makes the task's messages and
+the run's system messages.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, cast
+
+from opentelemetry.trace import TracerProvider
+from pydantic import BaseModel
+from typing_extensions import TypedDict, TypeVar
+
+from subagent._approval import ApprovalHook
+from subagent._build import article, check_limits, check_llm, check_policy, type_name
+from subagent._checks import check_int, check_seconds
+from subagent._context import RunContext, takes_run_context
+from subagent._conversation import ContextPolicy
+from subagent._definition import AgentDefinition
+from subagent._errors import ConfigurationError
+from subagent._hooks import NO_HOOKS, Hooks, RunHook
+from subagent._limits import UsageLimits, limits_hook
+from subagent._nesting import current_depth, current_run_model
+from subagent._on_state import StateHook
+from subagent._parts import AgentParts, RunOptions, Systems
+from subagent._records import user_message
+from subagent._state import RunState
+from subagent.llm import LLM, Message, RetryPolicy, messages_from
+from subagent.observe import EventHandler, check_callback
+
+__all__ = [
+    "RUN_OPTIONS",
+    "ResumeArguments",
+    "RunArguments",
+    "check_option_names",
+    "messages_as_given",
+    "opening",
+    "rendered_task",
+    "resolve",
+    "values_of",
+]
+
+DepsT = TypeVar("DepsT", default=Any)
+
+
+class ModelOption(TypedDict, total=False):
+    """Which model a run calls.
+
+    Attributes:
+        llm: The model, or a spec string such as ``"openai:gpt-4o-mini"`` (default: the
+            agent's, else the calling agent's when nested).
+    """
+
+    llm: LLM | str | None
+
+
+class BudgetOptions(TypedDict, total=False):
+    """A run's budgets (a resumed run takes them from its state).
+
+    Attributes:
+        max_turns: The work budget for this run.
+        return_retries: The correction budget for this run.
+        context_policy: ``collapse``, ``accumulate`` or ``quote``.
+    """
+
+    max_turns: int | None
+    return_retries: int | None
+    context_policy: ContextPolicy | None
+
+
+class TaskOptions(TypedDict, total=False):
+    """The task as messages instead of the agent's prompt.
+
+    Attributes:
+        messages: Use these messages as the task instead of rendering ``prompt``. Leading
+            system messages extend the agent's system prompt for this run.
+    """
+
+    messages: Sequence[Message | Mapping[str, Any]] | str | None
+
+
+class CallOptions(TypedDict, total=False):
+    """How the model is called, and how long a run may take.
+
+    Attributes:
+        settings: Model settings, merged over the agent's.
+        retry_policy: Transport retries for this run.
+        timeout: Seconds allowed for one LLM call.
+        mission_timeout: Seconds allowed for the whole run (a resumed run: the time it
+            has already run included).
+    """
+
+    settings: Mapping[str, Any] | None
+    retry_policy: RetryPolicy | None
+    timeout: float | None
+    mission_timeout: float | None
+
+
+class ListenerOptions(TypedDict, total=False):
+    """Who hears of the run as it goes.
+
+    Attributes:
+        tracer_provider: Where spans go (default: the global provider, if configured).
+        on_event: Called with each :class:`~subagent.RunEvent`.
+        on_text: Stream replies: called with each piece of text as it arrives, when the
+            model can stream; otherwise with nothing.
+        on_state: Called with the run's :class:`~subagent.RunState` after each turn that
+            leaves it going on or paused (to save it, and resume from it); not called, and
+            nothing taken, when not given.
+    """
+
+    tracer_provider: TracerProvider | None
+    on_event: EventHandler | None
+    on_text: Callable[[str], object] | None
+    on_state: Callable[[RunState], object] | None
+
+
+class SpendOptions(TypedDict, Generic[DepsT], total=False):
+    """What the run's tools get, and what the run may spend.
+
+    Attributes:
+        deps: The run's dependencies (a database handle, the caller's user id...), handed
+            to tools, validators and ``instructions`` that take a
+            :class:`~subagent.RunContext`; never recorded, traced or shown.
+        usage_limits: What the run may spend (tokens, tool calls, cost), in place of the
+            agent's ``usage_limits``; crossing one ends it ``failed(usage_limit)``.
+    """
+
+    deps: DepsT
+    usage_limits: UsageLimits | None
+
+
+class ResumeArguments(ModelOption, CallOptions, ListenerOptions, SpendOptions[DepsT],
+                      total=False):  # fmt: skip
+    """The keyword arguments of :meth:`SubAgent.resume` (see the groups they come from)."""
+
+
+class RunArguments(ModelOption, BudgetOptions, TaskOptions, CallOptions, ListenerOptions,
+                   SpendOptions[DepsT], total=False):  # fmt: skip
+    """The keyword arguments of :meth:`SubAgent.run`: every option of a run.
+
+    Also taken by ``start``, ``stream``, ``run_sync``, ``check_options`` and the batches.
+    Each option is documented in its group: :class:`ModelOption`, :class:`BudgetOptions`,
+    :class:`TaskOptions`, :class:`CallOptions`, :class:`ListenerOptions`,
+    :class:`SpendOptions`.
+    """
+
+
+RUN_OPTIONS: tuple[str, ...] = tuple(RunArguments.__annotations__)
+
+
+def check_option_names(call: str, given: Mapping[str, Any]) -> None:
+    """Refuse a keyword that is no run option, naming the public call and the nearest one.
+
+    Raises:
+        TypeError: As Python does for an unexpected keyword argument.
+    """
+    for name in given:
+        if name not in RUN_OPTIONS:
+            close = difflib.get_close_matches(str(name), RUN_OPTIONS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(
+                f"{call} got an unexpected keyword argument {name!r}{hint} "
+                f"(the run options: {', '.join(RUN_OPTIONS)})"
+            )
+
+
+def resolve(agent: AgentDefinition[Any, Any], given: Mapping[str, Any]) -> RunOptions:
+    """The options of one run of ``agent``: its defaults, overridden by ``given``.
+
+    Raises:
+        ConfigurationError: An option is invalid (nothing was sent to the model).
+    """
+    parent_llm, parent_provider = current_run_model()
+    # The agent's own model was checked when it was built (a spec string is an LLMSpec).
+    model = check_llm(given.get("llm")) or cast(LLM | None, agent.llm) or parent_llm
+    if model is None:
+        raise ConfigurationError(
+            "llm", f"agent {agent.name!r} has no model: pass llm= to SubAgent or to run()"
+        )
+    settings = given.get("settings")
+    if settings is not None and not isinstance(settings, Mapping):
+        raise ConfigurationError("settings", f"must be a mapping, got {settings!r}")
+    retry_policy = given.get("retry_policy")
+    if retry_policy is not None and not isinstance(retry_policy, RetryPolicy):
+        raise ConfigurationError("retry_policy", f"must be a RetryPolicy, got {retry_policy!r}")
+    for name in ("on_event", "on_text", "on_state"):
+        check_callback(name, given.get(name))
+    deps = given.get("deps")
+    if deps is not None or agent.deps_type is not None:
+        _check_deps(agent, deps)
+    limits = given.get("usage_limits")
+    check_limits("usage_limits", limits)
+    options = RunOptions(
+        llm=model,
+        max_turns=_given_int(given, "max_turns", agent.max_turns, 1),
+        return_retries=_given_int(given, "return_retries", agent.return_retries, 0),
+        context_policy=_given(given, "context_policy", agent.context_policy, check_policy),
+        retry_policy=retry_policy or agent.retry_policy,
+        timeout=_given_seconds(given, "timeout", agent.timeout),
+        mission_timeout=_given_seconds(given, "mission_timeout", agent.mission_timeout),
+        settings={**agent.settings, **settings} if settings else agent._settings,
+        keep_tool_schemas=agent.keep_tool_schemas,
+        tracer_provider=given.get("tracer_provider") or parent_provider,
+        on_event=given.get("on_event"),
+        on_text=given.get("on_text"),
+        deps=deps,
+        on_state=given.get("on_state"),
+    )
+    options.hooks = _hooks(agent._parts, options, agent.usage_limits if limits is None else limits)
+    return options
+
+
+def _given(given: Mapping[str, Any], name: str, default: Any, check: Callable[[Any], Any]) -> Any:
+    value = given.get(name)
+    return default if value is None else check(value)
+
+
+def _given_int(given: Mapping[str, Any], name: str, default: int, least: int) -> int:
+    value = given.get(name)
+    return default if value is None else check_int(name, value, least)
+
+
+def _given_seconds(given: Mapping[str, Any], name: str, default: float | None) -> float | None:
+    value = given.get(name)
+    return default if value is None else check_seconds(name, value)
+
+
+def _hooks(parts: AgentParts, options: RunOptions, limits: UsageLimits | None) -> Hooks:
+    """A run's hooks, in their fixed order: approval, usage limits, ``on_state``."""
+    hooks: list[RunHook] = []
+    if parts.approval is not None:
+        hooks.append(ApprovalHook(parts.approval, parts.templates))
+    limited = limits_hook(limits, parts.name, options.llm)
+    if limited is not None:
+        hooks.append(limited)
+    if options.on_state is not None:
+        hooks.append(StateHook(options.on_state))
+    return Hooks(hooks) if hooks else NO_HOOKS
+
+
+def _check_deps(agent: AgentDefinition[Any, Any], deps: object) -> None:
+    """Refuse a run without the deps the agent declared, or with deps of another type.
+
+    Raises:
+        ConfigurationError: Naming the agent, the type and what was given.
+    """
+    expected = agent.deps_type
+    if expected is None:
+        return
+    if deps is None:
+        raise ConfigurationError(
+            "deps",
+            f"agent {agent.name!r} declares deps_type={type_name(expected)}: pass deps= to the run",
+        )
+    if isinstance(expected, type):
+        try:
+            fits = isinstance(deps, expected)
+        except TypeError:  # a Protocol that is not runtime-checkable: not checked
+            fits = True
+        if not fits:
+            raise ConfigurationError(
+                "deps",
+                f"agent {agent.name!r} declares deps_type={type_name(expected)}, got "
+                f"{article(type(deps).__name__)} instance",
+            )
+
+
+# --- the task's messages and the run's system messages -----------------------------------
+
+
+def opening(
+    agent: AgentDefinition[Any, Any],
+    context: Mapping[str, Any] | BaseModel | None,
+    messages: Sequence[Message | Mapping[str, Any]] | str | None,
+    options: RunOptions | None = None,
+) -> tuple[list[Message], AgentParts, Systems]:
+    """A run's task messages, the parts it runs with, and its system messages.
+
+    The system messages are the agent's, then the text of its ``instructions`` function
+    for this run, then any system text the caller's messages bring.
+
+    Raises:
+        ConfigurationError: The messages are invalid, or the prompt is empty and no
+            messages were given.
+        MissingVariableError: The prompt needs a variable the context lacks.
+    """
+    parts = agent._parts if agent._sources is None else agent._sources.parts()
+    systems = parts.systems
+    if callable(agent.instructions):
+        extra = _run_instructions(agent, context, options)
+        if extra:
+            systems = systems.extended(extra)
+    if messages is None:
+        return rendered_task(agent, context), parts, systems
+    given, systems = messages_as_given(messages, systems)
+    return given, parts, systems
+
+
+def rendered_task(
+    agent: AgentDefinition[Any, Any], context: Mapping[str, Any] | BaseModel | None
+) -> list[Message]:
+    """The task as the agent's prompt rendered with ``context``.
+
+    Raises:
+        ConfigurationError: The prompt is empty.
+        MissingVariableError: The prompt needs a variable the context lacks.
+    """
+    if not agent.prompt.strip():
+        raise ConfigurationError(
+            "prompt", f"agent {agent.name!r} has an empty prompt and no messages were given"
+        )
+    return [user_message(agent._task.render(values_of(context)).strip())]
+
+
+def messages_as_given(
+    messages: Sequence[Message | Mapping[str, Any]] | str, systems: Systems
+) -> tuple[list[Message], Systems]:
+    """The caller's messages, their leading system text moved into ``systems``.
+
+    Raises:
+        ConfigurationError: The messages are invalid or empty.
+    """
+    try:
+        given = messages_from(messages)
+    except Exception as exc:
+        raise ConfigurationError("messages", f"invalid messages: {exc}") from exc
+    if not given:
+        raise ConfigurationError("messages", "must not be empty")
+    if given[0].role != "system":
+        return given, systems
+    # The caller's system text extends the agent's system prompt: one system message per
+    # request, in every phase.
+    extra = "\n\n".join(m.content for m in given if m.role == "system")
+    given = [m for m in given if m.role != "system"]
+    if not given:
+        raise ConfigurationError("messages", "needs a message besides the system one")
+    return given, systems.extended(extra)
+
+
+def _run_instructions(
+    agent: AgentDefinition[Any, Any],
+    context: Mapping[str, Any] | BaseModel | None,
+    options: RunOptions | None,
+) -> str:
+    """The text of ``instructions=`` for one run, from its context (and its deps)."""
+    function = cast(Callable[..., object], agent.instructions)
+    if takes_run_context(function):
+        max_turns = agent.max_turns if options is None else options.max_turns
+        phase = "normal" if max_turns > 1 else "must_return"
+        deps = None if options is None else options.deps
+        run = RunContext(deps=deps, agent=agent.name, turn=0, phase=phase,
+                         depth=current_depth() + 1)  # fmt: skip
+        text = function(run, values_of(context))
+    else:
+        text = function(values_of(context))
+    if not isinstance(text, str):
+        raise ConfigurationError(
+            "instructions",
+            f"the function must return a string, got {text!r} ({type(text).__name__})",
+        )
+    return text.strip()
+
+
+def values_of(context: Mapping[str, Any] | BaseModel | None) -> Mapping[str, Any]:
+    """The values a run's prompt is rendered with (and ``instructions=`` is called with).
+
+    Raises:
+        ConfigurationError: ``context`` is neither a mapping nor a pydantic model.
+    """
+    if isinstance(context, BaseModel):
+        return context.model_dump()
+    if context is None:
+        return {}
+    if isinstance(context, Mapping):
+        return context
+    hint = (
+        ": to send this text as the task, pass it as messages= (run(messages=...)); "
+        "to fill the prompt's variables, pass context={name: value}"
+        if isinstance(context, str)
+        else ""
+    )
+    raise ConfigurationError(
+        "context", f"must be a mapping or a pydantic model, got {type(context).__name__}{hint}"
+    )

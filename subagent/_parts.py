@@ -1,0 +1,153 @@
+"""What a run is given: its agent's prepared parts and its resolved options.
+
+:class:`AgentParts` is built once per agent (once per tool listing for an agent with tool
+sources) and shared by its runs; :class:`RunOptions` is built once per run from the
+agent's defaults and the caller's keyword arguments. Neither changes during a run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from opentelemetry.trace import TracerProvider
+
+from subagent._conversation import ContextPolicy
+from subagent._hooks import NO_HOOKS, Hooks
+from subagent._records import TurnType
+from subagent._state import RunState
+from subagent._templates import TemplateSet
+from subagent.llm import LLM, Message, RetryPolicy, ToolCall, TurnInfo
+from subagent.observe import EventHandler
+from subagent.parsers import OutputContract
+from subagent.protocols import ReplyProtocol
+from subagent.tools import AgentTools, SourceNotReadyError, Toolbox
+
+__all__ = ["AgentParts", "RunOptions", "SourcedParts", "Systems"]
+
+_CACHE_LIMIT = 256
+
+
+class Systems(NamedTuple):
+    """The system messages of a run: in turns that offer tools, and in the others."""
+
+    with_tools: Message
+    without_tools: Message
+
+    def extended(self, text: str) -> Systems:
+        """Both messages with ``text`` added after a blank line."""
+        return Systems(
+            Message(role="system", content=f"{self.with_tools.content}\n\n{text}"),
+            Message(role="system", content=f"{self.without_tools.content}\n\n{text}"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AgentParts:
+    """What a run needs from its :class:`~subagent.SubAgent`, prepared once per agent."""
+
+    name: str
+    templates: TemplateSet
+    contract: OutputContract
+    toolbox: Toolbox
+    protocol: ReplyProtocol
+    parallel_tool_calls: bool
+    correct_cut_replies: bool
+    validators: Sequence[Any]
+    systems: Systems
+    # Whether a call needs approval before it runs (None: no tool of the agent does).
+    approval: Callable[[ToolCall], bool] | None = None
+    # What must match between the agent that saved a RunState and the one resuming it.
+    fingerprint: Callable[[], dict[str, str]] = dict
+    # Immutable records every run of the agent would otherwise build again (bounded).
+    _turn_infos: dict[tuple[int, TurnType], TurnInfo] = field(default_factory=dict)
+    _notices: dict[str, Message] = field(default_factory=dict)
+    # Whether a validator takes a RunContext: the run builds one for validators only then.
+    validators_take_context: bool = False
+
+    def turn_info(self, index: int, turn_type: TurnType) -> TurnInfo:
+        """The (shared, frozen) :class:`TurnInfo` of turn ``index`` of this agent."""
+        info = self._turn_infos.get((index, turn_type))
+        if info is None:
+            info = TurnInfo(index=index, type=turn_type.value, agent=self.name)
+            if len(self._turn_infos) < _CACHE_LIMIT:
+                self._turn_infos[(index, turn_type)] = info
+        return info
+
+    def notice(self, text: str) -> Message:
+        """A runtime's own user message (a must-return warning), shared when it repeats."""
+        message = self._notices.get(text)
+        if message is None:
+            message = Message(role="user", content=text)
+            if len(self._notices) < _CACHE_LIMIT and len(text) <= 1024:
+                self._notices[text] = message
+        return message
+
+
+@dataclass(slots=True)
+class RunOptions:
+    """The resolved options of one run (built once per run, never changed)."""
+
+    llm: LLM
+    max_turns: int
+    return_retries: int
+    context_policy: ContextPolicy
+    retry_policy: RetryPolicy
+    timeout: float | None
+    mission_timeout: float | None
+    settings: dict[str, Any]
+    keep_tool_schemas: bool
+    tracer_provider: TracerProvider | None
+    on_event: EventHandler | None
+    on_text: Callable[[str], object] | None = None
+    # The caller's deps: handed to tools and validators in a RunContext, never recorded.
+    deps: Any = field(default=None, repr=False)
+    # The run's extensions (approval, usage limits, on_state), in the order they are called.
+    hooks: Hooks = NO_HOOKS
+    # Called with the run's state after each turn that leaves it active or paused (kept
+    # for the record of what was asked; the on_state hook calls it).
+    on_state: Callable[[RunState], object] | None = None
+
+
+class SourcedParts:
+    """The parts of an agent with tool sources: rebuilt when a source's tool list moves.
+
+    Each run reads the sources' cached lists when it starts (nothing is awaited); the
+    parts built from one set of lists are kept until a source's revision moves.
+    """
+
+    __slots__ = ("_built", "_system", "_template", "tools")
+
+    def __init__(
+        self, tools: AgentTools, template: AgentParts, system: Callable[[Toolbox], Systems]
+    ):
+        self.tools = tools
+        self._template = template
+        self._system = system
+        self._built: tuple[tuple[int, ...], AgentParts] | None = None
+
+    def check_now(self) -> None:
+        """Refuse a name clash at once when every source is ready (connected) already."""
+        with contextlib.suppress(SourceNotReadyError):
+            self.parts()
+
+    def parts(self) -> AgentParts:
+        """The parts of a run starting now.
+
+        Raises:
+            ConfigurationError: A source is not ready, or two tools share a name.
+        """
+        revisions, tools = self.tools.current()
+        built = self._built
+        if built is not None and built[0] == revisions:
+            return built[1]
+        template = self._template
+        old = template.toolbox
+        toolbox = Toolbox(tools, template.templates, prune_unknown_args=old.prune_default,
+                          result_limit=old.result_limit, call_limit=old.call_limit)  # fmt: skip
+        parts = dataclasses.replace(template, toolbox=toolbox, systems=self._system(toolbox))
+        self._built = (revisions, parts)
+        return parts

@@ -1,0 +1,134 @@
+"""The one place a :class:`~subagent.Turn` record is built.
+
+A turn under way is a :class:`TurnDraft`: what it started with (its :class:`TurnStart`,
+the phase, the clock) and what came back (the reply, the transport retries). It ends in one
+of three ways, each recorded here from the same draft: it finished (its verdict applied),
+it was cut short (a cancellation: a stop, a timeout), or a bug in user code ended it (a
+parser, a validator, a template, a model breaking its protocol). The last two keep the
+reply and the calls and results of a tool turn, so the error raised carries the turn that
+caused it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from subagent._phases import Budget, Phase
+from subagent._records import ToolResult, Turn, TurnOutcome, trusted
+from subagent._state import Decision
+from subagent._text import scrub_surrogates
+from subagent._verdicts import Verdict, error_summary
+from subagent.llm import LLMResponse, ToolCall, TransportRetry
+from subagent.observe import TurnStart
+
+__all__ = ["CUT_SHORT", "NO_RETRIES", "TurnDraft"]
+
+CUT_SHORT = "cancelled before the turn completed"
+NO_RETRIES: list[TransportRetry] = []  # shared while a turn has none; never appended to
+_TURN_FIELDS = set(Turn.model_fields)
+_NO_USAGE = LLMResponse.model_fields["usage"].get_default(call_default_factory=True)
+_NO_DECISIONS: Mapping[str, Decision] = {}
+
+
+@dataclass(slots=True)
+class TurnDraft:
+    """A turn under way: what it started with and what came back so far.
+
+    Attributes:
+        start: What the observer was told when the turn started.
+        phase: The phase the turn started in.
+        started: When it started (``time.perf_counter()``); earlier for a resumed turn, by
+            what its first part took.
+        response: The reply, once it came.
+        retries: The transport retries of its call (appended by the call stage).
+        decisions: The decisions a resumed turn went on with.
+    """
+
+    start: TurnStart
+    phase: Phase
+    started: float
+    response: LLMResponse | None = None
+    retries: list[TransportRetry] = field(default_factory=lambda: NO_RETRIES)
+    decisions: Mapping[str, Decision] = field(default_factory=lambda: _NO_DECISIONS)
+
+    def retried(self, retry: TransportRetry) -> None:
+        """Keep one transport retry of the turn's call."""
+        if self.retries is NO_RETRIES:
+            self.retries = []
+        self.retries.append(retry)
+
+    def finished(self, verdict: Verdict, feedback: str | None, budget: Budget) -> Turn:
+        """The record of a turn whose verdict was applied (``budget`` moved already)."""
+        error = verdict.error
+        calls = verdict.calls
+        return self._record(
+            outcome=verdict.outcome,
+            phase_after=budget.state,
+            calls=[] if calls is None else calls,
+            results=verdict.results,
+            error=None if error is None else scrub_surrogates(error),
+            error_type=verdict.error_type,
+            summary=error_summary(verdict),
+            feedback=None if feedback is None else scrub_surrogates(feedback),
+            left=(budget.work_remaining, budget.retries_remaining),
+        )
+
+    def cut_short(self, calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> Turn:
+        """The record of a turn a cancellation ended (it counts as taken)."""
+        return self._record(
+            outcome=TurnOutcome.FAIL, phase_after=self.phase.value, calls=list(calls),
+            results=results, error=CUT_SHORT, error_type="cancelled", summary=CUT_SHORT,
+            feedback=None, left=self.start.left_if_cut_short,
+        )  # fmt: skip
+
+    def broken(
+        self,
+        error: BaseException,
+        budget: Budget,
+        calls: Sequence[ToolCall],
+        results: Sequence[ToolResult],
+    ) -> Turn:
+        """The record of a turn a bug in user code ended (raised out of the run with it)."""
+        kind = type(error).__name__
+        return self._record(
+            outcome=TurnOutcome.FAIL, phase_after=self.phase.value, calls=list(calls),
+            results=results, error=scrub_surrogates(f"{kind}: {error}"), error_type=kind,
+            summary=kind, feedback=None, left=(budget.work_remaining, budget.retries_remaining),
+        )  # fmt: skip
+
+    def _record(
+        self,
+        *,
+        outcome: TurnOutcome,
+        phase_after: str,
+        calls: list[ToolCall],
+        results: Sequence[ToolResult],
+        error: str | None,
+        error_type: str | None,
+        summary: str | None,
+        feedback: str | None,
+        left: tuple[int, int],
+    ) -> Turn:
+        # Every value is of its type already; text quoting the model or a tool was scrubbed
+        # of lone surrogates by the caller (the reply's text when it was received).
+        response = self.response
+        start = self.start
+        return trusted(Turn, _TURN_FIELDS, {
+            "index": start.index, "type": start.type, "outcome": outcome,
+            "phase_after": phase_after,
+            "reply": "" if response is None else response.text,
+            "reasoning": "" if response is None else response.reasoning,
+            "tool_calls": calls, "tool_results": list(results),
+            "error": error, "error_type": error_type, "error_summary": summary,
+            "feedback": feedback,
+            "stop_reason": None if response is None else response.stop_reason,
+            "raw_stop_reason": None if response is None else response.raw_stop_reason,
+            "usage": _NO_USAGE if response is None else response.usage,
+            "messages_sent": start.messages, "messages_collapsed": start.collapsed,
+            "work_remaining": left[0], "retries_remaining": left[1],
+            "transport_retries": self.retries,
+            "duration_s": time.perf_counter() - self.started,
+            "decisions": dict(self.decisions),
+        })  # fmt: skip
