@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
-from support import CALC, Answer, Metered
+from support import CALC, Answer, Metered, Traced, attrs
 
 from subagent import (
     ErrorKind,
@@ -45,7 +45,7 @@ CHAT = {
 # Every attribute key a metric may carry: no ids, no content.
 ALLOWED_KEYS = {
     "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model",
-    "gen_ai.response.model", "gen_ai.token.type", "gen_ai.agent.name", "gen_ai.tool.name",
+    "gen_ai.token.type", "gen_ai.agent.name", "gen_ai.tool.name",
     "gen_ai.tool.type", "server.address", "server.port", "error.type", "subagent.outcome",
     "subagent.failure.reason", "subagent.turn.type", "subagent.turn.outcome",
 }  # fmt: skip
@@ -99,7 +99,7 @@ async def test_a_corrected_run_records_tokens_durations_turns_and_corrections(
     }  # fmt: skip
 
     tokens = metered.points(TOKEN_USAGE)
-    response = {**CHAT, "gen_ai.response.model": "scripted-2026"}
+    response = CHAT  # the reply's model ("scripted-2026") is not an attribute
     assert set(tokens) == {
         key(**response, **{"gen_ai.token.type": "input"}),
         key(**response, **{"gen_ai.token.type": "output"}),
@@ -298,3 +298,26 @@ async def test_a_run_whose_tool_server_was_lost_counts_with_its_reason(metered: 
     assert counts(metered, RUNS) == {failed_run("s1", "tool_server_lost"): 1}
     (run_key,) = metered.points(AGENT_DURATION)
     assert dict(run_key)["error.type"] == "tool_server_lost"
+
+
+async def test_the_model_a_server_replies_with_never_makes_a_metric_series(
+    metered: Metered, traced: Traced
+) -> None:
+    # A server names whatever model it likes in each reply (a dated snapshot, a made-up
+    # string): 50 replies, 50 names. The metrics keep one series per requested model; the
+    # reply's model is on the chat span, where it costs no series.
+    replies = [usage_reply('{"value": 3}', 10, 2).model_copy(update={"model": f"served-{n}"})
+               for n in range(50)]  # fmt: skip
+    llm = ScriptedLLM(replies)
+    for _ in replies:
+        assert (await CALC.run({"question": "1+2"}, llm=llm, tracer_provider=traced.provider)).ok
+    for name in (TOKEN_USAGE, OPERATION_DURATION, AGENT_DURATION):
+        for attributes in metered.points(name):
+            assert "gen_ai.response.model" not in dict(attributes), name
+            assert dict(attributes)["gen_ai.request.model"] == "scripted", name
+    assert len(metered.points(TOKEN_USAGE)) == 2  # input and output, one series each
+    assert len(metered.points(OPERATION_DURATION)) == 1
+    chats = [attrs(span) for span in traced.spans if span.name.startswith("chat ")]
+    assert sorted(chat["gen_ai.response.model"] for chat in chats) == sorted(
+        f"served-{n}" for n in range(50)
+    )

@@ -23,7 +23,8 @@ not:
 Attributes are low-cardinality by construction: the agent's name, its tools' names (a
 name the model made up is :data:`UNKNOWN_TOOL`), the model and server the adapter was built
 for, and classes from closed sets (turn types and outcomes, failure reasons, error classes).
-No ids, no message content, no error text.
+Nothing a server or a model writes: not the model a reply names (``gen_ai.response.model``,
+which is on the chat span), no ids, no message content, no error text.
 """
 
 from __future__ import annotations
@@ -295,9 +296,9 @@ class _ChatMeter(_Timed):
         return None
 
     def replied(self, response: LLMResponse) -> None:
+        # Not ``gen_ai.response.model``: the server names whatever it likes there (one series
+        # per name, without bound); the chat span carries it.
         attributes = self._attributes
-        if response.model:
-            attributes["gen_ai.response.model"] = response.model
         usage = response.usage
         if not usage.known:
             return  # the conventions: no usage metric when the count is not available
