@@ -6,6 +6,7 @@ The crash tests (kills and restarts) are tests/test_durable_crash.py.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from dbos import DBOS
 from opentelemetry import trace
 from support import Traced, attrs, parent_id, span_id
 
-from subagent import ConfigurationError, Decision, LLMError, SubAgent, Tool, tool
+from subagent import ConfigurationError, Decision, LLMError, RunContext, SubAgent, Tool, tool
 from subagent.durable import DurableAgent, DurableLLM, comparable, durable_tool
 from subagent.durable._tools import _Recorded
 from subagent.llm import LLMRequest, LLMResponse, Message, ToolCall
@@ -318,3 +319,81 @@ def test_an_unbounded_approval_wait_is_refused() -> None:
     agent, llm = _ops([])
     with pytest.raises(ConfigurationError, match="approval_timeout"):
         DurableAgent(agent, llm=llm, approval_timeout=None)  # type: ignore[arg-type]
+
+
+class _Inventory:
+    """Deps that could not be recorded: a lock (it does not pickle) and a live count."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.stock = {"paper": 3}
+        self.looked_up: list[tuple[str, str, int]] = []
+
+
+def lookup(ctx: RunContext[_Inventory], item: str) -> int:
+    """How many of an item are in stock.
+
+    Args:
+        item: The item.
+    """
+    with ctx.deps.lock:
+        ctx.deps.looked_up.append((ctx.agent, item, ctx.turn))
+        return ctx.deps.stock[item]
+
+
+@pytest.mark.anyio
+async def test_a_tool_taking_a_run_context_gets_the_durable_agents_deps(
+    launch: Callable[[], None],
+) -> None:
+    inventory = _Inventory()
+    agent = SubAgent(name="stock", prompt="How much paper?", tools=[lookup], output=int,
+                     deps_type=_Inventory, max_turns=2)  # fmt: skip
+    llm = ScriptedLLM([_calls(("lookup", {"item": "paper"})), "3"])
+    durable = DurableAgent(agent, llm=llm, deps=inventory)
+    launch()
+    step = await durable.run(workflow_id="stock-1")
+    assert step.ok and step.output == 3, step.turns[0].tool_results
+    assert inventory.looked_up == [("stock", "paper", 1)]
+    assert await _step_names("stock-1") == [
+        "subagent.llm:stock", "subagent.tool:lookup", "subagent.llm:stock",
+    ]  # fmt: skip
+
+
+def test_deps_of_the_wrong_type_are_refused_when_the_durable_agent_is_built() -> None:
+    agent = SubAgent(name="stock", prompt="p", tools=[lookup], deps_type=_Inventory)
+    with pytest.raises(ConfigurationError, match="deps"):
+        DurableAgent(agent, llm=ScriptedLLM([]), deps="not an inventory")
+
+
+@pytest.mark.anyio
+async def test_deps_given_to_a_durable_run_are_refused_naming_where_they_go() -> None:
+    agent, llm = _adder()
+    durable = DurableAgent(agent, llm=llm, name="refusing-deps")
+    with pytest.raises(TypeError, match=r"DurableAgent\(deps=\.\.\.\)"):
+        await durable.run(deps=_Inventory())  # type: ignore[call-arg]
+
+
+@pytest.mark.anyio
+async def test_an_agent_as_a_durable_agents_tool_runs_in_one_tool_step(
+    launch: Callable[[], None],
+) -> None:
+    # as_tool()'s function takes the calling run's RunContext first, as any such tool.
+    inventory = _Inventory()
+    clerk = SubAgent(name="clerk", prompt="How many {{item}}?", tools=[lookup], output=int,
+                     max_turns=2)  # fmt: skip
+    buyer = SubAgent(name="buyer", prompt="Check the paper.",
+                     tools=[clerk.as_tool(deps=inventory)], max_turns=2)  # fmt: skip
+    llm = ScriptedLLM([
+        _calls(("clerk", {"item": "paper"})),  # buyer, turn 1
+        _calls(("lookup", {"item": "paper"})), "3",  # clerk, in the buyer's tool step
+        "3 in stock",  # buyer, turn 2
+    ])  # fmt: skip
+    durable = DurableAgent(buyer, llm=llm)
+    launch()
+    step = await durable.run(workflow_id="buyer-1")
+    assert step.ok and step.output == "3 in stock", step.turns[0].tool_results
+    assert inventory.looked_up == [("clerk", "paper", 1)]
+    # The nested run is inside the buyer's tool step: checkpointed as one step.
+    assert await _step_names("buyer-1") == [
+        "subagent.llm:buyer", "subagent.tool:clerk", "subagent.llm:buyer",
+    ]  # fmt: skip

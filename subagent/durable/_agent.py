@@ -48,9 +48,9 @@ Context = Mapping[str, Any] | BaseModel | None
 class DurableRunArguments(TypedDict, total=False):
     """The run options a durable run takes: those DBOS can record as the workflow's input.
 
-    The model, its call timeout and the tracer provider belong to the :class:`DurableAgent`
-    (they are the process's, not the run's); ``on_event`` and ``on_text`` are not taken (a
-    resumed run's listener is in another process).
+    The model, its call timeout, the tracer provider and the deps belong to the
+    :class:`DurableAgent` (they are the process's, not the run's); ``on_event``, ``on_text``
+    and ``on_state`` are not taken (a resumed run's listener is in another process).
     """
 
     max_turns: int | None
@@ -70,6 +70,8 @@ _NOT_DURABLE = {
     "on_event": "a resumed run's listener would be in another process",
     "on_text": "a resumed run's listener would be in another process",
     "on_state": "a resumed run's listener would be in another process",
+    "deps": "give them to DurableAgent(deps=...): a run resumed in another process takes "
+    "that process's",
 }
 _RESUME_OPTIONS = ("settings", "retry_policy", "mission_timeout")  # what resume() takes
 
@@ -100,6 +102,10 @@ class DurableAgent(Generic[OutputT]):
         approval_timeout: Seconds a run paused for approval waits for the decisions
             (default: a week); past it the run ends paused, its Step holding the state to
             resume from with :meth:`SubAgent.resume`.
+        deps: The dependencies every run of this process gives its tools, validators and
+            instructions (``RunContext.deps``): a database handle, a client. They are the
+            process's, never recorded: a run resumed in another process gets that
+            process's ``DurableAgent(deps=...)``.
 
     Raises:
         ConfigurationError: No model, or an option is invalid (the message names it).
@@ -114,6 +120,7 @@ class DurableAgent(Generic[OutputT]):
         name: str | None = None,
         tracer_provider: TracerProvider | None = None,
         approval_timeout: float = DEFAULT_APPROVAL_TIMEOUT,
+        deps: Any = None,
     ) -> None:
         if not isinstance(agent, SubAgent):
             raise ConfigurationError("agent", f"must be a SubAgent, got {agent!r}")
@@ -157,6 +164,8 @@ class DurableAgent(Generic[OutputT]):
                 "approval_timeout", "must be a number of seconds > 0 (a wait is bounded)"
             )
         self.approval_timeout: float = waits
+        durable.check_options(deps=deps)  # the agent's deps_type, as a run would check it
+        self._deps = deps
         self._step_type = step_model(agent.output)
 
         async def run_body(
@@ -292,8 +301,9 @@ class DurableAgent(Generic[OutputT]):
 
     async def _run_body(self, context: Context, options: dict[str, Any]) -> str:
         step = await self.agent.run(
-            context, llm=self.llm, tracer_provider=self._tracer_provider, **options
-        )
+            context, llm=self.llm, tracer_provider=self._tracer_provider, deps=self._deps,
+            **options,
+        )  # fmt: skip
         pauses = 0
         while step.paused and step.state is not None:
             # Waiting in the body, not in a step: no thread is held, and a process killed
@@ -306,7 +316,7 @@ class DurableAgent(Generic[OutputT]):
             await DBOS.set_event_async(PENDING_EVENT, pending_value(None, pauses))
             step = await self.agent.resume(
                 step.state, read_decisions(message), llm=self.llm,
-                tracer_provider=self._tracer_provider,
+                tracer_provider=self._tracer_provider, deps=self._deps,
                 **{key: options[key] for key in _RESUME_OPTIONS if key in options},
             )  # fmt: skip
         # Recorded as JSON, read back against the output type: no pickled classes in the
@@ -348,7 +358,7 @@ class DurableAgent(Generic[OutputT]):
                     f"DurableAgent.run() got an unexpected keyword argument {key!r} "
                     f"(the durable run options: {', '.join(sorted(_DURABLE_OPTIONS))})"
                 )
-        self.agent.check_options(**options)
+        self.agent.check_options(deps=self._deps, **options)
 
     def __repr__(self) -> str:
         return f"DurableAgent({self.name!r})"

@@ -52,11 +52,14 @@ def durable_tool(tool: Tool | Callable[..., Any]) -> Tool:
     call = _StepCall(tool)
 
     @functools.wraps(tool.function)
-    async def durable(**kwargs: Any) -> Any:
+    async def durable(*context: Any, **kwargs: Any) -> Any:
+        # ``context``: the RunContext a tool that takes one is given first (Tool.call passes
+        # it positionally), handed on as it is; a step's arguments are not recorded, so deps
+        # need not pickle.
         if not in_workflow_body():
-            return await call(kwargs)
+            return await call(context, kwargs)
         recorded: _Recorded = await DBOS.run_step_async(
-            {"name": call.step_name}, call.recorded, kwargs
+            {"name": call.step_name}, call.recorded, context, kwargs
         )
         return recorded.unwrap()
 
@@ -81,28 +84,28 @@ class _StepCall:
         self._timeout = tool.timeout
         self.step_name = f"subagent.tool:{tool.name}"
 
-    async def __call__(self, kwargs: dict[str, Any]) -> Any:
+    async def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self._timeout is None:
-            return await self._invoke(kwargs)
+            return await self._invoke(args, kwargs)
         with anyio.move_on_after(self._timeout):
-            return await self._invoke(kwargs)
+            return await self._invoke(args, kwargs)
         raise ToolTimeoutError(self._timeout)
 
-    async def recorded(self, kwargs: dict[str, Any]) -> _Recorded:
+    async def recorded(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Recorded:
         """The call's outcome as a record to checkpoint (a raised error included)."""
         try:
-            return _Recorded(value=await self(kwargs))
+            return _Recorded(value=await self(args, kwargs))
         except Exception as exc:
             return _Recorded.of_error(exc)
 
-    async def _invoke(self, kwargs: dict[str, Any]) -> Any:
+    async def _invoke(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self._is_async:
-            return await self._function(**kwargs)
+            return await self._function(*args, **kwargs)
         if self._thread:
             return await anyio.to_thread.run_sync(
-                functools.partial(self._function, **kwargs), abandon_on_cancel=True
+                functools.partial(self._function, *args, **kwargs), abandon_on_cancel=True
             )
-        return self._function(**kwargs)
+        return self._function(*args, **kwargs)
 
 
 def _is_async(tool: Tool) -> bool:
