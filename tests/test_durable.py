@@ -20,7 +20,16 @@ from dbos import DBOS
 from opentelemetry import trace
 from support import Traced, attrs, parent_id, span_id
 
-from subagent import ConfigurationError, Decision, LLMError, RunContext, SubAgent, Tool, tool
+from subagent import (
+    ConfigurationError,
+    Decision,
+    FailReason,
+    LLMError,
+    RunContext,
+    SubAgent,
+    Tool,
+    tool,
+)
 from subagent.durable import DurableAgent, DurableLLM, comparable, durable_tool
 from subagent.durable._tools import _Recorded
 from subagent.llm import LLMRequest, LLMResponse, Message, ToolCall
@@ -397,3 +406,27 @@ async def test_an_agent_as_a_durable_agents_tool_runs_in_one_tool_step(
     assert await _step_names("buyer-1") == [
         "subagent.llm:buyer", "subagent.tool:clerk", "subagent.llm:buyer",
     ]  # fmt: skip
+
+
+@pytest.mark.anyio
+async def test_a_raising_run_of_a_durable_batch_is_a_failed_step_and_the_batch_completes(
+    launch: Callable[[], None],
+) -> None:
+    llm = ScriptedLLM(["1", "3"])
+    agent = SubAgent(name="counter", prompt="Say {{n}}.", output=int, max_turns=2)
+    durable = DurableAgent(agent, llm=llm)
+    launch()
+    # The second context lacks the prompt's variable: its run raises before any turn.
+    contexts: list[dict[str, int]] = [{"n": 1}, {}, {"n": 3}]
+    steps = await durable.run_many(contexts, batch_id="mixed", concurrency=1)
+    assert [step.output for step in steps] == [1, None, 3]
+    failure = steps[1].failure
+    assert failure is not None and failure.reason is FailReason.ERROR
+    assert failure.message.startswith("MissingVariableError: ") and "'n'" in failure.message
+    assert (steps[1].agent, steps[1].turns, steps[1].max_turns) == ("counter", [], 2)
+    # The batch id is complete: asked again, it returns the same Steps, calling nothing.
+    again = await durable.run_many(contexts, batch_id="mixed", concurrency=1)
+    assert [comparable(step) for step in again] == [comparable(step) for step in steps]
+    assert len(llm.requests) == 2
+    (status,) = await DBOS.list_workflows_async(workflow_ids=["mixed"])
+    assert status.status == "SUCCESS"

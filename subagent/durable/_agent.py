@@ -21,7 +21,7 @@ from subagent._agent import SubAgent
 from subagent._checks import check_int, check_seconds
 from subagent._conversation import ContextPolicy
 from subagent._errors import ConfigurationError
-from subagent._records import Step, step_model
+from subagent._records import FailReason, Failure, Step, Turn, build_step, step_model
 from subagent._state import Decision
 from subagent.durable._approval import (
     APPROVAL_TOPIC,
@@ -331,23 +331,42 @@ class DurableAgent(Generic[OutputT]):
     ) -> list[str]:
         batch_id = DBOS.workflow_id
         steps: list[str] = []
-        window: deque[WorkflowHandleAsync[str]] = deque()
+        window: deque[WorkflowHandleAsync[str] | Exception] = deque()
         # Started in input order and awaited in input order: the batch's own operations
         # (child starts, result reads) come in the same order on every replay.
         for index, context in enumerate(contexts):
             if len(window) == concurrency:
-                steps.append(await window.popleft().get_result())
+                steps.append(await self._child_step(window.popleft(), options))
             with SetWorkflowID(f"{batch_id}/{index}"):
                 # The batch's recorded trace context is the current one: the same carrier
                 # on every replay.
-                window.append(
-                    await DBOS.start_workflow_async(
-                        self._run_workflow, context, options, _trace_carrier()
+                try:
+                    window.append(
+                        await DBOS.start_workflow_async(
+                            self._run_workflow, context, options, _trace_carrier()
+                        )
                     )
-                )
+                except Exception as exc:  # isolated, as a run that raised
+                    window.append(exc)
         while window:
-            steps.append(await window.popleft().get_result())
+            steps.append(await self._child_step(window.popleft(), options))
         return steps
+
+    async def _child_step(
+        self, child: WorkflowHandleAsync[str] | Exception, options: Mapping[str, Any]
+    ) -> str:
+        """A batch run's Step as JSON; a run that raised is a failed Step (``error``).
+
+        As in :func:`~subagent.run_many`, one raising run does not fail its batch: the
+        batch's workflow always ends with a Step per input. The error comes back from the
+        child's recorded outcome, so a replay isolates it the same way.
+        """
+        if not isinstance(child, Exception):
+            try:
+                return await child.get_result()
+            except Exception as exc:
+                child = exc
+        return _errored_step(self.agent, options, child).model_dump_json()
 
     def _check(self, options: Mapping[str, Any]) -> None:
         for key in options:
@@ -365,6 +384,20 @@ class DurableAgent(Generic[OutputT]):
 
 
 DurableAgent.__module__ = "subagent.durable"
+
+
+def _errored_step(agent: SubAgent[Any], options: Mapping[str, Any], exc: Exception) -> Step[Any]:
+    """The failed Step of a run that raised ``exc`` (its turns, when the error holds them)."""
+    turns = getattr(exc, "turns", ())
+    max_turns, return_retries = options.get("max_turns"), options.get("return_retries")
+    return build_step(
+        agent=agent.name, output=None,
+        failure=Failure(reason=FailReason.ERROR, message=f"{type(exc).__name__}: {exc}"),
+        turns=[turn for turn in turns if isinstance(turn, Turn)],
+        max_turns=agent.max_turns if max_turns is None else max_turns,
+        return_retries=agent.return_retries if return_retries is None else return_retries,
+        duration_s=0.0,
+    )  # fmt: skip
 
 
 def _workflow_id(workflow_id: str | None) -> contextlib.AbstractContextManager[Any]:
