@@ -30,6 +30,7 @@ __all__ = [
     "Decision",
     "PendingCalls",
     "RunState",
+    "call_digest",
     "digest",
 ]
 
@@ -186,3 +187,8 @@ def digest(value: object) -> str:
     """A short, stable digest of a JSON-able value (the parts of a fingerprint)."""
     text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=repr)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def call_digest(call: ToolCall) -> str:
+    """The digest of one tool call as a decision approves it: its name, id and arguments."""
+    return digest({"name": call.name, "id": call.id, "arguments": call.arguments})
