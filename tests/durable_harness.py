@@ -19,7 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dbos import DBOSClient
 from openai_server import MAX_WAIT, RecordedRequest, Reply, ScriptedServer, completion
+
+from subagent import Decision
+from subagent.durable import APPROVAL_TOPIC, PENDING_EVENT, PendingApproval, decisions_message
 
 CHILD = Path(__file__).with_name("durable_child.py")
 WAIT = 120.0  # the longest a test waits for the child (bounded; never a sleep)
@@ -64,6 +68,7 @@ class Ledger:
     release: threading.Event = field(default_factory=threading.Event)
     sizes: list[int] = field(default_factory=list)
     requests: list[RecordedRequest] = field(default_factory=list)
+    resumed_log: str = ""  # what the resumed process wrote on its standard error
 
     def __call__(self, request: RecordedRequest) -> Reply:
         size = len(request.json["messages"])
@@ -163,4 +168,50 @@ def crash_and_resume(
     finally:
         ledger.release.set()
     with child(server.base_url, db_url, side_effects, batch=batch) as second:
-        return second.steps(), ledger
+        steps = second.steps()
+        ledger.resumed_log = second.stderr()
+        return steps, ledger
+
+
+def decide_while_dead(
+    server: ScriptedServer, db_url: str, side_effects: Path
+) -> tuple[dict[str, Any], Ledger, list[str]]:
+    """Kill the ledger run (DURABLE_APPROVAL=1) while it waits for approval, send messages
+    from this process, which has neither the agent nor DBOS launched, and resume it.
+
+    The messages, in order: one that does not parse, one for another pause, the approval
+    of ``<tag>-b``, and a second decision of the same pause (a denial). The resumed run must
+    take the approval and ignore the others.
+
+    Returns:
+        The resumed run's Step (comparable data), the server's record (``resumed_log``
+        holding the resumed process's standard error) and the side effects before the
+        decision.
+    """
+    ledger = Ledger()
+    ledger.script(server)
+    with child(server.base_url, db_url, side_effects) as first:
+        assert first.next_line() == "READY"  # the system database is set up
+        client = DBOSClient(system_database_url=db_url)
+        try:
+            # The run publishes what it waits on, then waits for a message: kill it there.
+            value = client.get_event("ledger-run", PENDING_EVENT, timeout_seconds=WAIT)
+            assert value is not None, "the run never paused"
+            first.kill()
+            before = side_effects.read_text().splitlines()
+            pending = PendingApproval.model_validate_json(value)
+            (call,) = pending.waiting
+            for message in (
+                {"reason": 5},
+                decisions_message(pending.model_copy(update={"pause": 2}), {call.id: True}),
+                decisions_message(pending, {call.id: Decision.approve()}),
+                decisions_message(pending, {call.id: Decision.deny("too late")}),
+            ):
+                client.send(pending.workflow_id, message, APPROVAL_TOPIC)
+        finally:
+            client.destroy()
+    with child(server.base_url, db_url, side_effects) as second:
+        assert second.next_line() == "READY"
+        (step,) = second.steps()
+        ledger.resumed_log = second.stderr()
+    return step, ledger, before

@@ -6,6 +6,7 @@ The crash tests (kills and restarts) are tests/test_durable_crash.py.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ pytest.importorskip("dbos", reason="the dbos extra is not installed")
 
 from dbos import DBOS
 from opentelemetry import trace
+from postgres_server import running_postgres, why_unavailable
 from support import Traced, attrs, parent_id, span_id
 
 from subagent import (
@@ -30,7 +32,17 @@ from subagent import (
     Tool,
     tool,
 )
-from subagent.durable import DurableAgent, DurableLLM, comparable, durable_tool
+from subagent._state import digest
+from subagent.durable import (
+    APPROVAL_TOPIC,
+    AlreadyDecidedError,
+    DurableAgent,
+    DurableLLM,
+    PendingApproval,
+    comparable,
+    decisions_message,
+    durable_tool,
+)
 from subagent.durable._tools import _Recorded
 from subagent.llm import LLMRequest, LLMResponse, Message, ToolCall
 from subagent.testing import ScriptedLLM
@@ -48,6 +60,38 @@ def launch(tmp_path: Path) -> Iterator[Callable[[], None]]:
     def start() -> None:
         DBOS(config={"name": "durable-tests", "log_level": "WARNING",
                      "system_database_url": f"sqlite:///{tmp_path}/dbos.sqlite"})  # fmt: skip
+        DBOS.launch()
+
+    try:
+        yield start
+    finally:
+        DBOS.destroy(destroy_registry=True)
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[str]:
+    """A PostgreSQL server for this module's tests on Postgres (started when one asks)."""
+    with running_postgres() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def launch_each(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], None]]:
+    """As ``launch``, once on SQLite and once on a real PostgreSQL server (skipped, saying
+    why, where none can be started): for what the system database itself must keep."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/dbos.sqlite"
+    else:
+        reason = why_unavailable()
+        if reason is not None:
+            pytest.skip(f"no PostgreSQL server to start: {reason}")
+        server: str = request.getfixturevalue("postgres")
+        # A database of its own per test (DBOS creates it on launch).
+        url = server.rsplit("/", 1)[0] + "/t_" + digest(request.node.nodeid)
+
+    def start() -> None:
+        DBOS(config={"name": "durable-tests", "log_level": "WARNING",
+                     "system_database_url": url})  # fmt: skip
         DBOS.launch()
 
     try:
@@ -113,6 +157,19 @@ async def test_running_a_workflow_id_again_returns_its_step_without_calling_anyt
     assert again == await durable.result("once")
     assert ADDED == [(1, 2)]
     assert len(llm.requests) == 2
+
+
+@pytest.mark.anyio
+async def test_the_id_of_another_workflow_is_refused_naming_it(
+    launch: Callable[[], None],
+) -> None:
+    agent, llm = _adder("3")
+    durable = DurableAgent(agent, llm=llm)
+    launch()
+    await durable.run(workflow_id="taken")
+    with pytest.raises(ConfigurationError, match=r"'taken' is the id of another workflow "
+                                                 r"\(subagent.run:adder\)"):  # fmt: skip
+        await durable.run_many([{}], batch_id="taken")
 
 
 class _Hanging:
@@ -277,12 +334,12 @@ def _ops(deployed: list[str], *script: Any) -> tuple[SubAgent[str], ScriptedLLM]
 
 @pytest.mark.anyio
 async def test_a_paused_durable_run_waits_for_decisions_sent_as_a_message(
-    launch: Callable[[], None],
+    launch_each: Callable[[], None],
 ) -> None:
     deployed: list[str] = []
     agent, llm = _ops(deployed, _calls(("deploy", {"env": "prod"})), "done: staging")
     durable = DurableAgent(agent, llm=llm)
-    launch()
+    launch_each()
     steps: list[Any] = []
 
     async def run() -> None:
@@ -290,24 +347,34 @@ async def test_a_paused_durable_run_waits_for_decisions_sent_as_a_message(
 
     async with anyio.create_task_group() as group:
         group.start_soon(run)
-        waiting = await durable.pending("ops-1", timeout=30)  # until the run pauses
-        assert [call.arguments for call in waiting] == [{"env": "prod"}]
+        pending = await durable.pending("ops-1", timeout=30)  # until the run pauses
+        assert pending is not None and (pending.workflow_id, pending.pause) == ("ops-1", 1)
+        assert [call.arguments for call in pending.waiting] == [{"env": "prod"}]
         assert deployed == []
         with pytest.raises(ConfigurationError, match="missing"):
-            await durable.decide("ops-1", {})
-        await durable.decide("ops-1", {waiting[0].id: Decision.edit({"env": "staging"})})
+            await durable.decide(pending, {})
+        # A pause made up by hand, its calls not those that wait: refused.
+        forged = PendingApproval(workflow_id="ops-1", pause=1, waiting=[
+            pending.waiting[0].model_copy(update={"arguments": {"env": "staging"}})
+        ])  # fmt: skip
+        with pytest.raises(ConfigurationError, match="waits on other calls"):
+            await durable.decide(forged, {pending.waiting[0].id: True})
+        ahead = pending.model_copy(update={"pause": 2})
+        with pytest.raises(ConfigurationError, match="has not reached pause 2"):
+            await durable.decide(ahead, {pending.waiting[0].id: True})
+        await durable.decide(pending, {pending.waiting[0].id: Decision.edit({"env": "staging"})})
     (step,) = steps
     assert step.ok and step.output == "done: staging"
     assert deployed == ["staging"]
-    assert await durable.pending("ops-1") == []
+    assert await durable.pending("ops-1") is None
     with pytest.raises(ConfigurationError, match="not waiting"):
-        await durable.decide("ops-1", {waiting[0].id: True})
+        await durable.decide(pending, {pending.waiting[0].id: True})
     # The same Step as the plain run resumed with the same decision.
     plain_llm = ScriptedLLM([_calls(("deploy", {"env": "prod"})), "done: staging"])
     paused = await agent.run(llm=plain_llm)
     assert paused.state is not None
     resumed = await agent.resume(
-        paused.state, {waiting[0].id: Decision.edit({"env": "staging"})}, llm=plain_llm
+        paused.state, {pending.waiting[0].id: Decision.edit({"env": "staging"})}, llm=plain_llm
     )
     assert comparable(step) == comparable(resumed)
 
@@ -321,7 +388,150 @@ async def test_a_durable_run_left_without_decisions_ends_paused_after_its_timeou
     launch()
     step = await durable.run(workflow_id="ops-2")
     assert step.paused and step.state is not None
-    assert [call.arguments for call in (await durable.pending("ops-2"))] == [{"env": "prod"}]
+    pending = await durable.pending("ops-2")
+    assert pending is not None and [call.arguments for call in pending.waiting] == [{"env": "prod"}]
+    with pytest.raises(ConfigurationError, match=r"not waiting for approval: it ended \(SUCCESS\)"):
+        await durable.decide(pending, {pending.waiting[0].id: True})
+
+
+def _deploy_twice(deployed: list[str]) -> tuple[SubAgent[str], ScriptedLLM]:
+    """The ops agent whose model asks deploy(prod) twice, with the same call id each time."""
+    again = LLMResponse(
+        tool_calls=[ToolCall(id="call_1", name="deploy", arguments={"env": "prod"})]
+    )
+    return _ops(deployed, again, again, "done")
+
+
+@pytest.mark.anyio
+async def test_a_decision_answers_its_own_pause_never_the_next_one_on_the_same_calls(
+    launch_each: Callable[[], None], caplog: pytest.LogCaptureFixture
+) -> None:
+    deployed: list[str] = []
+    agent, llm = _deploy_twice(deployed)
+    durable = DurableAgent(agent, llm=llm)
+    launch_each()
+    steps: list[Any] = []
+
+    async def run() -> None:
+        steps.append(await durable.run(workflow_id="ops-twice"))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        first = await durable.pending("ops-twice", timeout=30)
+        assert first is not None and first.pause == 1
+        await durable.decide(first, {"call_1": True})
+        # Deciding pause 1 again is refused, whether or not the run went on meanwhile.
+        with pytest.raises(AlreadyDecidedError, match="pause 1 of the run 'ops-twice'"):
+            await durable.decide(first, {"call_1": True})
+        second = await durable.pending("ops-twice", pause=2, timeout=30)
+        assert second is not None and second.pause == 2
+        # The same call (name, id, arguments) as pause 1: only the pause tells them apart.
+        assert second.waiting == first.waiting and second.digest == first.digest
+        assert deployed == ["prod"]
+        with pytest.raises(AlreadyDecidedError, match="it now waits on pause 2"):
+            await durable.decide(first, {"call_1": True})
+        # A stale approval of pause 1, sent as a plain message (a client that retried), then
+        # the decision of pause 2: the run takes the second and ignores the first.
+        with caplog.at_level(logging.WARNING, logger="subagent.durable"):
+            await DBOS.send_async("ops-twice", decisions_message(first, {"call_1": True}),
+                                  APPROVAL_TOPIC)  # fmt: skip
+            await durable.decide(second, {"call_1": Decision.deny("once is enough")})
+    (step,) = steps
+    assert step.ok and step.output == "done"
+    assert deployed == ["prod"]
+    assert [turn.decisions for turn in step.turns] == [
+        {"call_1": Decision.approve()}, {"call_1": Decision.deny("once is enough")}, {},
+    ]  # fmt: skip
+    (record,) = [r for r in caplog.records if r.name == "subagent.durable"]
+    assert record.getMessage() == (
+        "durable run 'ops-twice', pause 2: ignored a decision message (it answers pause 1; the "
+        "run waits on pause 2); still waiting for decisions"
+    )
+
+
+@pytest.mark.anyio
+async def test_two_decisions_of_one_pause_at_once_one_is_sent_and_one_refused(
+    launch_each: Callable[[], None],
+) -> None:
+    deployed: list[str] = []
+    agent, llm = _ops(deployed, _calls(("deploy", {"env": "prod"})), "done")
+    durable = DurableAgent(agent, llm=llm)
+    launch_each()
+    outcomes: list[str] = []
+
+    async def decide(pending: PendingApproval, decision: Decision) -> None:
+        try:
+            await durable.decide(pending, {call.id: decision for call in pending.waiting})
+            outcomes.append(decision.action)
+        except AlreadyDecidedError:
+            outcomes.append("refused")
+
+    steps: list[Any] = []
+
+    async def run() -> None:
+        steps.append(await durable.run(workflow_id="ops-race"))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        pending = await durable.pending("ops-race", timeout=30)
+        assert pending is not None
+        async with anyio.create_task_group() as deciders:
+            deciders.start_soon(decide, pending, Decision.approve())
+            deciders.start_soon(decide, pending, Decision.deny("no"))
+    assert sorted(outcomes) in (["approve", "refused"], ["deny", "refused"])
+    (step,) = steps
+    (sent,) = set(outcomes) - {"refused"}
+    assert step.ok and deployed == (["prod"] if sent == "approve" else [])
+    assert step.turns[0].decisions is not None
+    assert step.turns[0].decisions[pending.waiting[0].id].action == sent
+
+
+@pytest.mark.parametrize(
+    ("message", "why"),
+    [
+        pytest.param({"reason": 5}, "it does not parse: pause: Field required", id="a-dict"),
+        pytest.param("approve it!", "it does not parse: message: Invalid JSON", id="not-json"),
+        pytest.param(
+            {"pause": 1, "digest": "0" * 16, "decisions": {"call_1_1": {
+                "action": "edit", "arguments": {"env": "SECRET-prod"}}}},
+            "it was made for other calls", id="other-calls",
+        ),
+        pytest.param(
+            {"pause": 1, "digest": "<digest>", "decisions": {"call_1_1": {"action": "run"}}},
+            "it does not parse: decisions.call_1_1.action: Input should be", id="bad-action",
+        ),
+        pytest.param({"pause": 1, "digest": "<digest>", "decisions": {}},
+                     "it decides 0 call(s), not each of ['call_1_1']", id="no-decision"),
+    ],
+)  # fmt: skip
+@pytest.mark.anyio
+async def test_a_message_that_does_not_answer_the_pause_is_logged_and_the_run_waits_on(
+    launch: Callable[[], None], caplog: pytest.LogCaptureFixture, message: Any, why: str
+) -> None:
+    deployed: list[str] = []
+    agent, llm = _ops(deployed, _calls(("deploy", {"env": "prod"})), "done")
+    durable = DurableAgent(agent, llm=llm)
+    launch()
+    steps: list[Any] = []
+
+    async def run() -> None:
+        steps.append(await durable.run(workflow_id="ops-bad"))
+
+    with caplog.at_level(logging.WARNING, logger="subagent.durable"):
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            pending = await durable.pending("ops-bad", timeout=30)
+            assert pending is not None
+            if isinstance(message, dict) and message.get("digest") == "<digest>":
+                message = {**message, "digest": pending.digest}
+            await DBOS.send_async("ops-bad", message, APPROVAL_TOPIC)
+            await durable.decide(pending, {"call_1_1": True})
+    (step,) = steps
+    assert step.ok and deployed == ["prod"]
+    (record,) = [r for r in caplog.records if r.name == "subagent.durable"]
+    assert record.levelno == logging.WARNING
+    assert why in record.getMessage()
+    assert "SECRET" not in record.getMessage()  # the reason, never the message's values
 
 
 def test_an_unbounded_approval_wait_is_refused() -> None:
@@ -352,14 +562,14 @@ def lookup(ctx: RunContext[_Inventory], item: str) -> int:
 
 @pytest.mark.anyio
 async def test_a_tool_taking_a_run_context_gets_the_durable_agents_deps(
-    launch: Callable[[], None],
+    launch_each: Callable[[], None],
 ) -> None:
     inventory = _Inventory()
     agent = SubAgent(name="stock", prompt="How much paper?", tools=[lookup], output=int,
                      deps_type=_Inventory, max_turns=2)  # fmt: skip
     llm = ScriptedLLM([_calls(("lookup", {"item": "paper"})), "3"])
     durable = DurableAgent(agent, llm=llm, deps=inventory)
-    launch()
+    launch_each()
     step = await durable.run(workflow_id="stock-1")
     assert step.ok and step.output == 3, step.turns[0].tool_results
     assert inventory.looked_up == [("stock", "paper", 1)]
@@ -384,7 +594,7 @@ async def test_deps_given_to_a_durable_run_are_refused_naming_where_they_go() ->
 
 @pytest.mark.anyio
 async def test_an_agent_as_a_durable_agents_tool_runs_in_one_tool_step(
-    launch: Callable[[], None],
+    launch_each: Callable[[], None],
 ) -> None:
     # as_tool()'s function takes the calling run's RunContext first, as any such tool.
     inventory = _Inventory()
@@ -398,7 +608,7 @@ async def test_an_agent_as_a_durable_agents_tool_runs_in_one_tool_step(
         "3 in stock",  # buyer, turn 2
     ])  # fmt: skip
     durable = DurableAgent(buyer, llm=llm)
-    launch()
+    launch_each()
     step = await durable.run(workflow_id="buyer-1")
     assert step.ok and step.output == "3 in stock", step.turns[0].tool_results
     assert inventory.looked_up == [("clerk", "paper", 1)]
@@ -410,12 +620,12 @@ async def test_an_agent_as_a_durable_agents_tool_runs_in_one_tool_step(
 
 @pytest.mark.anyio
 async def test_a_raising_run_of_a_durable_batch_is_a_failed_step_and_the_batch_completes(
-    launch: Callable[[], None],
+    launch_each: Callable[[], None],
 ) -> None:
     llm = ScriptedLLM(["1", "3"])
     agent = SubAgent(name="counter", prompt="Say {{n}}.", output=int, max_turns=2)
     durable = DurableAgent(agent, llm=llm)
-    launch()
+    launch_each()
     # The second context lacks the prompt's variable: its run raises before any turn.
     contexts: list[dict[str, int]] = [{"n": 1}, {}, {"n": 3}]
     steps = await durable.run_many(contexts, batch_id="mixed", concurrency=1)

@@ -17,13 +17,8 @@ import pytest
 
 pytest.importorskip("dbos", reason="the dbos extra is not installed")
 
-from dbos import DBOSClient
-from durable_harness import WAIT, Ledger, child, crash_and_resume
+from durable_harness import Ledger, child, crash_and_resume, decide_while_dead
 from openai_server import ScriptedServer
-
-from subagent import Decision
-from subagent.durable import APPROVAL_TOPIC, PENDING_EVENT, decisions_message
-from subagent.llm import ToolCall
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +75,7 @@ def test_a_run_killed_at_a_point_resumes_to_the_uncrashed_step(
     assert side_effects.read_text().splitlines() == expected_effects
     calls = Counter(ledger.sizes)
     assert calls == Counter({2: 1, 4: 1, 8: 1, 10: 1}) + Counter(repeated)
+    assert ledger.resumed_log == ""  # nothing to warn about (DBOS included)
 
 
 def test_a_killed_batch_resumes_without_repeating_finished_runs_or_steps(
@@ -105,6 +101,7 @@ def test_a_killed_batch_resumes_without_repeating_finished_runs_or_steps(
     )
     assert set(tags.values()) == {1}
     assert len(tags) == 12
+    assert ledger.resumed_log == ""
 
 
 def test_the_resumed_part_of_a_run_continues_its_original_trace(
@@ -137,34 +134,16 @@ def test_a_run_killed_while_it_waits_for_approval_goes_on_with_decisions_from_el
     uncrashed: tuple[dict[str, Any], list[str]],
 ) -> None:
     monkeypatch.setenv("DURABLE_APPROVAL", "1")
-    db_url = f"sqlite:///{tmp_path}/dbos.sqlite"
     side_effects = tmp_path / "ledger.txt"
-    ledger = Ledger()
-    ledger.script(server)
-    with child(server.base_url, db_url, side_effects) as first:
-        assert first.next_line() == "READY"  # the system database is set up
-        client = DBOSClient(system_database_url=db_url)
-        # The run publishes what it waits on, then waits for a message: kill it there.
-        value = client.get_event("ledger-run", PENDING_EVENT, timeout_seconds=WAIT)
-        assert value is not None, "the run never paused"
-        first.kill()
-    try:
-        waiting = [ToolCall.model_validate(call) for call in json.loads(value)["waiting"]]
-        assert [call.arguments for call in waiting] == [{"item": "solo-b"}]
-        assert side_effects.read_text().splitlines() == ["solo-a"]
-        # The decision comes from this process, which has neither the agent nor DBOS
-        # launched: a plain DBOS client and the message format.
-        message = decisions_message(waiting, {waiting[0].id: Decision.approve()})
-        client.send("ledger-run", message, APPROVAL_TOPIC)
-    finally:
-        client.destroy()
-    with child(server.base_url, db_url, side_effects) as second:
-        assert second.next_line() == "READY"
-        (step,) = second.steps()
+    step, ledger, before = decide_while_dead(
+        server, f"sqlite:///{tmp_path}/dbos.sqlite", side_effects
+    )
+    assert before == ["solo-a"]
     assert step["ok"] is True and step["output"] == {"count": 3}
     assert side_effects.read_text().splitlines() == ["solo-a", "solo-b", "solo-c"]
     assert Counter(ledger.sizes) == Counter({2: 1, 4: 1, 8: 1, 10: 1})
-    # The uncrashed run without approval, but for the decision recorded on turn 2.
+    # The uncrashed run without approval, but for the decision recorded on turn 2: the
+    # approval, not the messages around it.
     decided = step["turns"][1].pop("decisions")
     assert decided == {"call_solo-b": {"action": "approve", "arguments": None, "reason": ""}}
     expected, _ = uncrashed
@@ -172,3 +151,11 @@ def test_a_run_killed_while_it_waits_for_approval_goes_on_with_decisions_from_el
         {key: value for key, value in turn.items() if key != "decisions"} if i == 1 else turn
         for i, turn in enumerate(expected["turns"])
     ]}  # fmt: skip
+    # The two messages before it were ignored, each with a line saying why; the one after
+    # it was never read (the run did not pause again).
+    ignored = [line for line in ledger.resumed_log.splitlines() if "ignored a decision" in line]
+    assert [line.split("(", 1)[1].split(")")[0] for line in ignored] == [
+        "it does not parse: pause: Field required; digest: Field required; decisions: "
+        "Field required",
+        "it answers pause 2; the run waits on pause 1",
+    ]

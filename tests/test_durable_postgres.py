@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("dbos", reason="the dbos extra is not installed")
 
-from durable_harness import crash_and_resume
+from durable_harness import crash_and_resume, decide_while_dead
 from openai_server import ScriptedServer
 from postgres_server import running_postgres, why_unavailable
 
@@ -47,3 +47,23 @@ def test_a_run_killed_on_postgres_resumes_without_repeating_completed_calls(
     assert [turn["index"] for turn in step["turns"]] == [1, 2, 3, 4]
     assert side_effects.read_text().splitlines() == ["solo-a", "solo-b", "solo-c"]
     assert Counter(ledger.sizes) == Counter({2: 1, 4: 1, 8: 1, 10: 1}) + Counter(repeated)
+    assert ledger.resumed_log == ""  # nothing to warn about (DBOS included)
+
+
+def test_a_run_killed_on_postgres_while_it_waits_takes_only_the_decision_of_its_pause(
+    server: ScriptedServer, postgres: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DURABLE_APPROVAL", "1")
+    side_effects = tmp_path / "ledger.txt"
+    step, ledger, before = decide_while_dead(
+        server, _database(postgres, "ledger_approval"), side_effects
+    )
+    assert before == ["solo-a"]
+    assert step["ok"] is True and step["output"] == {"count": 3}
+    assert step["turns"][1]["decisions"] == {
+        "call_solo-b": {"action": "approve", "arguments": None, "reason": ""}
+    }
+    assert side_effects.read_text().splitlines() == ["solo-a", "solo-b", "solo-c"]
+    assert Counter(ledger.sizes) == Counter({2: 1, 4: 1, 8: 1, 10: 1})
+    ignored = [line for line in ledger.resumed_log.splitlines() if "ignored a decision" in line]
+    assert len(ignored) == 2 and ledger.resumed_log.count("\n") == 2

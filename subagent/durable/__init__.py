@@ -15,7 +15,8 @@ What lives here:
   and its exception recorded with it).
 - ``_agent``: :class:`DurableAgent`, an agent's runs and batches as DBOS workflows.
 - ``_approval``: how a paused durable run waits for approval: the DBOS event saying what
-  waits (:data:`PENDING_EVENT`) and the DBOS message deciding it (:data:`APPROVAL_TOPIC`).
+  waits (:data:`PENDING_EVENT`, a :class:`PendingApproval`) and the DBOS message deciding
+  it (:data:`APPROVAL_TOPIC`), bound to the pause it answers.
 - ``_compare``: :func:`comparable`, a Step without the fields a replay measures anew.
 
 It needs the extra (``pip install 'subagent-runtime[dbos]'``); nothing else in the library
@@ -28,7 +29,13 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("subagent.durable needs DBOS: pip install 'subagent-runtime[dbos]'") from exc
 
 from subagent.durable._agent import DEFAULT_APPROVAL_TIMEOUT, DurableAgent, DurableRunArguments
-from subagent.durable._approval import APPROVAL_TOPIC, PENDING_EVENT, decisions_message
+from subagent.durable._approval import (
+    APPROVAL_TOPIC,
+    PENDING_EVENT,
+    AlreadyDecidedError,
+    PendingApproval,
+    decisions_message,
+)
 from subagent.durable._compare import comparable
 from subagent.durable._llm import DurableLLM
 from subagent.durable._tools import durable_tool
@@ -37,9 +44,11 @@ __all__ = [
     "APPROVAL_TOPIC",
     "DEFAULT_APPROVAL_TIMEOUT",
     "PENDING_EVENT",
+    "AlreadyDecidedError",
     "DurableAgent",
     "DurableLLM",
     "DurableRunArguments",
+    "PendingApproval",
     "comparable",
     "decisions_message",
     "durable_tool",

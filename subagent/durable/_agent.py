@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypedDict, cast
 
-from dbos import DBOS, SetWorkflowID, WorkflowHandleAsync
+from dbos import DBOS, SetWorkflowID, WorkflowHandleAsync, WorkflowStatusString
+from dbos import error as dbos_error
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TracerProvider
@@ -26,14 +28,17 @@ from subagent._state import Decision
 from subagent.durable._approval import (
     APPROVAL_TOPIC,
     PENDING_EVENT,
+    AlreadyDecidedError,
+    DecisionRefused,
+    PendingApproval,
     decisions_message,
-    pending_value,
+    log_refused,
     read_decisions,
     read_pending,
 )
 from subagent.durable._llm import DurableLLM
 from subagent.durable._tools import durable_tool
-from subagent.llm import LLM, Message, RetryPolicy, ToolCall
+from subagent.llm import LLM, Message, RetryPolicy
 from subagent.tools import split_sources
 
 __all__ = ["DEFAULT_APPROVAL_TIMEOUT", "DurableAgent", "DurableRunArguments"]
@@ -183,9 +188,13 @@ class DurableAgent(Generic[OutputT]):
             with _trace_joined(carrier):
                 return await self._batch_body(contexts, options, concurrency)
 
+        async def decide_body(workflow_id: str, message: str) -> None:
+            await DBOS.send_async(workflow_id, message, APPROVAL_TOPIC)
+
         # Plain functions (DBOS keeps its own attributes on a workflow's function).
         self._run_workflow = DBOS.workflow(name=f"subagent.run:{name}")(run_body)
         self._batch_workflow = DBOS.workflow(name=f"subagent.batch:{name}")(batch_body)
+        self._decide_workflow = DBOS.workflow(name=f"subagent.decide:{name}")(decide_body)
 
     # --- the public calls ---
 
@@ -213,10 +222,12 @@ class DurableAgent(Generic[OutputT]):
             TypeError: An option a durable run does not take (the message says why).
         """
         self._check(options)
-        with _workflow_id(workflow_id):
-            handle = await DBOS.start_workflow_async(
-                self._run_workflow, context, dict(options), _trace_carrier()
-            )
+        handle = await self._existing(workflow_id, f"subagent.run:{self.name}")
+        if handle is None:
+            with _workflow_id(workflow_id):
+                handle = await DBOS.start_workflow_async(
+                    self._run_workflow, context, dict(options), _trace_carrier()
+                )
         return self._step(await handle.get_result())
 
     async def run_many(
@@ -248,49 +259,105 @@ class DurableAgent(Generic[OutputT]):
         check_int("concurrency", concurrency, 1)
         self._check(options)
         inputs = list(contexts)
-        with _workflow_id(batch_id):
-            handle = await DBOS.start_workflow_async(
-                self._batch_workflow, inputs, dict(options), concurrency, _trace_carrier()
-            )
+        handle = await self._existing(batch_id, f"subagent.batch:{self.name}")
+        if handle is None:
+            with _workflow_id(batch_id):
+                handle = await DBOS.start_workflow_async(
+                    self._batch_workflow, inputs, dict(options), concurrency, _trace_carrier()
+                )
         return [self._step(text) for text in await handle.get_result()]
 
-    async def pending(self, workflow_id: str, *, timeout: float = 0.0) -> list[ToolCall]:
-        """The calls the run ``workflow_id`` waits on for approval (``[]``: none).
+    async def pending(
+        self, workflow_id: str, *, pause: int | None = None, timeout: float = 0.0
+    ) -> PendingApproval | None:
+        """What the run ``workflow_id`` waits on for approval now (``None``: nothing).
 
         Args:
             workflow_id: The run's workflow id.
-            timeout: Seconds to wait for the run to pause when it has not (yet).
+            pause: Wait for this pause of the run (1 for its first) rather than the first
+                pause seen: after deciding pause 1, ``pause=2`` waits for the next one.
+            timeout: Seconds to wait for the run to pause (for that pause) when it has not
+                (yet).
+
+        Returns:
+            The pause, to decide with :meth:`decide`; ``None`` when the run is not waiting
+            (it never paused within ``timeout``, or the pause was decided).
         """
         check_seconds("timeout", timeout, allow_zero=True)
-        value = await DBOS.get_event_async(workflow_id, PENDING_EVENT, timeout)
-        return read_pending(value)
+        if pause is not None:
+            check_int("pause", pause, 1)
+            # Each pause is also published under a key of its own: waiting for that key is
+            # waiting for the run to reach that pause (DBOS waits on a notification).
+            if await DBOS.get_event_async(workflow_id, _pause_key(pause), timeout) is None:
+                return None
+            timeout = 0.0
+        current = read_pending(await DBOS.get_event_async(workflow_id, PENDING_EVENT, timeout))
+        if current is None or (pause is not None and current.pause != pause):
+            return None
+        return current
 
     async def decide(
-        self,
-        workflow_id: str,
-        decisions: Mapping[str, Decision | bool],
-        *,
-        timeout: float = 0.0,
+        self, pending: PendingApproval, decisions: Mapping[str, Decision | bool]
     ) -> None:
-        """Send the decisions about the calls the paused run ``workflow_id`` waits on.
+        """Send the decisions about the calls a paused run waits on, bound to that pause.
 
-        The run goes on in whichever process runs its workflow; any process with the
-        system database can send them (``DBOSClient.send`` with :data:`APPROVAL_TOPIC`
-        and the message of :func:`decisions_message`, where this agent is not built).
+        ``pending`` is what :meth:`pending` returned: the decisions answer that pause and
+        no other. Of two ``decide()`` calls for one pause, from any processes, one sends its
+        decisions and the other raises :class:`AlreadyDecidedError` (a claim recorded in
+        DBOS's system database, atomically). The run goes on in whichever process runs its
+        workflow. Where this agent is not built, a process can send the message of
+        :func:`decisions_message` itself (``DBOSClient.send`` on :data:`APPROVAL_TOPIC`);
+        the run takes the first message that answers the pause it is in and ignores any
+        other, saying so in the log.
 
         Args:
-            workflow_id: The run's workflow id.
+            pending: The pause the decisions answer (from :meth:`pending`).
             decisions: One per waiting call, by call id: ``Decision.approve()`` (or
                 ``True``), ``Decision.deny(reason)`` (or ``False``), ``Decision.edit(...)``.
-            timeout: Seconds to wait for the run to pause when it has not (yet).
 
         Raises:
-            ConfigurationError: The run waits on nothing, or the decisions do not match
-                the waiting calls one for one (the message names the ids).
+            AlreadyDecidedError: That pause was decided already (by another ``decide()``,
+                or the run went on past it); nothing was sent.
+            ConfigurationError: The decisions do not match the waiting calls one for one
+                (the message names the ids), or the run is not waiting for approval (it
+                never paused, or it ended: past its ``approval_timeout`` it ends paused).
         """
-        waiting = await self.pending(workflow_id, timeout=timeout)
-        message = decisions_message(waiting, decisions)
-        await DBOS.send_async(workflow_id, message, APPROVAL_TOPIC)
+        message = decisions_message(pending, decisions)
+        workflow_id = pending.workflow_id
+        status = await DBOS.get_workflow_status_async(workflow_id)
+        if status is None or status.status not in _UNDER_WAY:
+            ended = "no such run" if status is None else f"it ended ({status.status})"
+            raise ConfigurationError(
+                "decisions", f"the run {workflow_id!r} is not waiting for approval: {ended}"
+            )
+        value = await DBOS.get_event_async(workflow_id, PENDING_EVENT, 0.0)
+        if value is None:
+            raise ConfigurationError(
+                "decisions", f"the run {workflow_id!r} is not waiting for approval"
+            )
+        current = read_pending(value)
+        if current is not None and current.pause < pending.pause:
+            raise ConfigurationError(
+                "pending", f"the run {workflow_id!r} has not reached pause {pending.pause} "
+                f"(it waits on pause {current.pause})",
+            )  # fmt: skip
+        if current is None or current.pause != pending.pause:
+            now = "it went on" if current is None else f"it now waits on pause {current.pause}"
+            raise AlreadyDecidedError(workflow_id, pending.pause, now)
+        if current.digest != pending.digest:
+            raise ConfigurationError(
+                "pending", f"pause {pending.pause} of the run {workflow_id!r} waits on other "
+                "calls than these: read it again with pending()",
+            )  # fmt: skip
+        try:
+            with SetWorkflowID(_claim_id(workflow_id, pending.pause),
+                               workflow_id_reuse_policy="reject"):  # fmt: skip
+                handle = await DBOS.start_workflow_async(
+                    self._decide_workflow, workflow_id, message
+                )
+        except dbos_error.DBOSWorkflowIDInUseError:
+            raise AlreadyDecidedError(workflow_id, pending.pause, "by another decide()") from None
+        await handle.get_result()
 
     async def result(self, workflow_id: str) -> Step[OutputT]:
         """The Step of the run ``workflow_id`` (started by any process), once it ends."""
@@ -304,24 +371,73 @@ class DurableAgent(Generic[OutputT]):
             context, llm=self.llm, tracer_provider=self._tracer_provider, deps=self._deps,
             **options,
         )  # fmt: skip
+        workflow_id = cast(str, DBOS.workflow_id)
         pauses = 0
-        while step.paused and step.state is not None:
-            # Waiting in the body, not in a step: no thread is held, and a process killed
-            # here waits again on restart (a message sent meanwhile is kept for it).
+        while step.paused and step.state is not None and step.pending is not None:
             pauses += 1
-            await DBOS.set_event_async(PENDING_EVENT, pending_value(step, pauses))
-            message = await DBOS.recv_async(APPROVAL_TOPIC, self.approval_timeout)
-            if message is None:
+            pending = PendingApproval(
+                workflow_id=workflow_id, pause=pauses, waiting=step.pending.waiting
+            )
+            published = pending.model_dump_json()
+            await DBOS.set_event_async(PENDING_EVENT, published)
+            await DBOS.set_event_async(_pause_key(pauses), published)
+            decisions = await self._decisions_for(pending)
+            if decisions is None:
                 break  # timed out: the run ends paused, its state in its Step
-            await DBOS.set_event_async(PENDING_EVENT, pending_value(None, pauses))
+            await DBOS.set_event_async(PENDING_EVENT, pending.decided().model_dump_json())
             step = await self.agent.resume(
-                step.state, read_decisions(message), llm=self.llm,
+                step.state, decisions, llm=self.llm,
                 tracer_provider=self._tracer_provider, deps=self._deps,
                 **{key: options[key] for key in _RESUME_OPTIONS if key in options},
             )  # fmt: skip
         # Recorded as JSON, read back against the output type: no pickled classes in the
         # database, so an output model need not be importable by name to be stored.
         return step.model_dump_json()
+
+    async def _decisions_for(self, pending: PendingApproval) -> dict[str, Decision] | None:
+        """The decisions that answer ``pending``, or ``None`` once ``approval_timeout`` passed.
+
+        Waiting in the body, not in a step: no thread is held, and a process killed here
+        waits again on restart (a message sent meanwhile is kept for it). A message that
+        does not answer this pause (one for another pause, a second decision, one that does
+        not parse) is logged and ignored, and the wait goes on to the same deadline. Every
+        message read is recorded, so a replay takes and ignores the same ones.
+        """
+        # When the wait opened, recorded: the deadline is the same on every replay.
+        opened: float = await DBOS.run_step_async({"name": "subagent.approval"}, time.time)
+        while True:
+            left = max(opened + self.approval_timeout - time.time(), 0.0)
+            message = await DBOS.recv_async(APPROVAL_TOPIC, left)
+            if message is None:
+                return None
+            try:
+                return read_decisions(message, pending)
+            except DecisionRefused as refused:
+                log_refused(pending, refused)
+
+    async def _existing(
+        self, workflow_id: str | None, name: str
+    ) -> WorkflowHandleAsync[Any] | None:
+        """The workflow ``workflow_id`` when it exists already (``None``: start it).
+
+        Waiting for an existing workflow rather than starting it again keeps DBOS quiet: a
+        workflow DBOS recovered after a crash sits in its internal queue, and a second start
+        (whose queue is none) logs a warning that the queue is not updated.
+
+        Raises:
+            ConfigurationError: The id belongs to another workflow (another agent's, or a
+                run's where a batch's is asked for).
+        """
+        if workflow_id is None:
+            return None
+        status = await DBOS.get_workflow_status_async(workflow_id)
+        if status is None:
+            return None
+        if status.name != name:
+            raise ConfigurationError(
+                "workflow_id", f"{workflow_id!r} is the id of another workflow ({status.name})"
+            )
+        return await DBOS.retrieve_workflow_async(workflow_id)
 
     def _step(self, text: str) -> Step[OutputT]:
         return cast("Step[OutputT]", self._step_type.model_validate_json(text))
@@ -384,6 +500,20 @@ class DurableAgent(Generic[OutputT]):
 
 
 DurableAgent.__module__ = "subagent.durable"
+
+
+# A workflow's statuses before it ends.
+_UNDER_WAY = frozenset({WorkflowStatusString.PENDING.value, WorkflowStatusString.ENQUEUED.value})
+
+
+def _pause_key(pause: int) -> str:
+    """The DBOS event a run publishes its pause ``pause`` under (as well as the latest)."""
+    return f"{PENDING_EVENT}.{pause}"
+
+
+def _claim_id(workflow_id: str, pause: int) -> str:
+    """The id of the workflow that sends the decisions of a pause: at most one per pause."""
+    return f"{workflow_id}/decision/{pause}"
 
 
 def _errored_step(agent: SubAgent[Any], options: Mapping[str, Any], exc: Exception) -> Step[Any]:
