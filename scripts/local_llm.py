@@ -26,13 +26,17 @@ Everything lives under ``$SUBAGENT_CACHE`` (default ``~/.cache/subagent-runtime`
     Their provenance is weak (anyone can upload to PyPI), so each GGUF file is checked
     against a SHA-256 pinned here, and refused on mismatch.
 
-Set-up is idempotent: each step is skipped when its result is already there.
+Set-up is idempotent: each step is skipped when its result is already there. It holds a
+file lock (``$SUBAGENT_CACHE/setup.lock``) while it builds or downloads: a second process
+setting up the same cache (two ``make`` targets on a fresh machine) waits for the first,
+then finds its work done, instead of building llama-cpp-python into the same folders at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -214,6 +218,24 @@ def _run(command: Sequence[str | os.PathLike[str]], *, env: dict[str, str] | Non
         raise SetupError(f"command failed with exit status {result.returncode}: {printable}")
 
 
+@contextlib.contextmanager
+def cache_lock(name: str = "setup") -> Iterator[None]:
+    """Hold ``$SUBAGENT_CACHE/<name>.lock`` for a set-up step, against other processes.
+
+    A process that finds it held says so and waits until the holder is done (the lock goes
+    with its holder, also when it dies).
+    """
+    path = cache_dir() / f"{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another process setting up {cache_dir()} (lock: {path})")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 # -- the server's environment -------------------------------------------------------------
 
 
@@ -221,16 +243,29 @@ def _installed_stamp() -> Path:
     return venv_dir() / ".subagent-installed"
 
 
+def _server_installed() -> bool:
+    stamp = _installed_stamp()
+    installed = stamp.exists() and stamp.read_text().strip() == LLAMA_CPP_REQUIREMENT
+    return installed and venv_python().exists()
+
+
 def ensure_server(*, build_jobs: int | None = None) -> Path:
     """Create the server's venv with llama-cpp-python, building the wheel when needed.
+
+    Under :func:`cache_lock`: a second process waits for the first one's build.
 
     Returns:
         The venv's python.
     """
-    stamp = _installed_stamp()
-    installed = stamp.exists() and stamp.read_text().strip() == LLAMA_CPP_REQUIREMENT
-    if installed and venv_python().exists():
+    if _server_installed():
         return venv_python()
+    with cache_lock():
+        if not _server_installed():  # else another process built it while we waited
+            _install_server(build_jobs)
+    return venv_python()
+
+
+def _install_server(build_jobs: int | None) -> None:
     started = time.perf_counter()
     if not venv_python().exists():
         say(f"creating the server's virtual environment in {venv_dir()}")
@@ -274,9 +309,8 @@ def ensure_server(*, build_jobs: int | None = None) -> Path:
         ]
     )
     _run([venv_python(), "-c", "import llama_cpp.server.app"])
-    stamp.write_text(LLAMA_CPP_REQUIREMENT + "\n")
+    _installed_stamp().write_text(LLAMA_CPP_REQUIREMENT + "\n")
     say(f"server environment ready in {time.perf_counter() - started:.1f} s")
-    return venv_python()
 
 
 # -- models -------------------------------------------------------------------------------
@@ -339,6 +373,13 @@ def ensure_model(name: str) -> Path:
     path = model_path(name)
     if _is_verified(model, path):
         return path
+    with cache_lock():
+        if not _is_verified(model, path):  # else another process made it while we waited
+            _assemble_model(model, path)
+    return path
+
+
+def _assemble_model(model: Model, path: Path) -> None:
     downloads = cache_dir() / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -390,7 +431,6 @@ def ensure_model(name: str) -> Path:
         f"{model.sha256} {path.stat().st_size} {path.stat().st_mtime_ns}\n"
     )
     say(f"{model.filename} verified ({model.size / 1e6:.0f} MB)")
-    return path
 
 
 def setup(models: Sequence[str] = (DEFAULT_MODEL,)) -> None:

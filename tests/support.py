@@ -6,8 +6,10 @@ Fixtures built on these live in ``conftest.py``; test modules import the helpers
 
 from __future__ import annotations
 
+import queue
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +164,50 @@ def set_capture(monkeypatch: pytest.MonkeyPatch, on: bool) -> None:
         monkeypatch.setenv(CAPTURE_CONTENT_ENV, "true")
     else:
         monkeypatch.delenv(CAPTURE_CONTENT_ENV, raising=False)
+
+
+class ProcessLines:
+    """A child process's standard output (text), read line by line on a thread of its own.
+
+    ``next_line()`` waits for the next line at most ``timeout`` seconds: a bound on a hung
+    process, never a synchronisation (the line is what the test waits for).
+    """
+
+    def __init__(self, process: subprocess.Popen[str], timeout: float = 60.0):
+        assert process.stdout is not None, "start the process with stdout=subprocess.PIPE"
+        self.process = process
+        self.timeout = timeout
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def next_line(self) -> str:
+        """The next line; ``AssertionError`` when the output ends first."""
+        line = self._lines.get(timeout=self.timeout)
+        assert line is not None, f"the process ended (status {self.process.wait()})"
+        return line
+
+    def rest(self) -> list[str]:
+        """Every line left, once the process has exited."""
+        self.process.wait(self.timeout)
+        self._reader.join(self.timeout)
+        lines = []
+        while (line := self._lines.get(timeout=self.timeout)) is not None:  # to the end mark
+            lines.append(line)
+        return lines
+
+    def close(self) -> None:
+        """Kill the process if it still runs, and close its pipes."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self._reader.join(self.timeout)
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
