@@ -14,6 +14,7 @@ Command line::
 
     python scripts/phoenix_server.py install          # create the cached venv
     python scripts/phoenix_server.py serve            # run one, print its URLs, until Ctrl-C
+                                                      # or SIGTERM (Phoenix is stopped too)
     python scripts/phoenix_server.py screenshot       # docs/images/phoenix-trace.png
 """
 
@@ -21,10 +22,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,7 +47,7 @@ Log = Callable[[str], None]
 # The project's cache (SUBAGENT_CACHE) and port helpers live with the local model's set-up,
 # beside this file (on sys.path when run as a script, and for the tests through pytest's
 # pythonpath).
-from local_llm import cache_dir, free_port  # noqa: E402
+from local_llm import cache_dir, cache_lock, free_port  # noqa: E402
 
 
 def _print(message: str) -> None:
@@ -75,9 +76,7 @@ def ensure_installed(log: Log = _print) -> Path:
     stamp = venv / f".installed-arize-phoenix-{PHOENIX_VERSION}"
     if stamp.exists() and python.exists():
         return python
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / "phoenix-venv.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with cache_lock("phoenix-venv"):
         if stamp.exists() and python.exists():
             return python
         started = time.monotonic()
@@ -161,23 +160,28 @@ class PhoenixServer:
                 [str(self.python), "-m", "phoenix.server.main", "serve"],
                 env=env, cwd=self.workdir, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
-        deadline = started + timeout
+        try:
+            self._wait_until_ready(self.process, started + timeout, timeout)
+        except BaseException:  # not ready, or interrupted (Ctrl-C, SIGTERM): no orphan
+            self.stop()
+            raise
+        self.log(f"Phoenix ready in {time.monotonic() - started:.1f} s")
+
+    def _wait_until_ready(
+        self, process: subprocess.Popen[bytes], deadline: float, timeout: float
+    ) -> None:
         while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"Phoenix exited with {self.process.returncode}:\n{self._tail()}"
-                )
+            if process.poll() is not None:
+                raise RuntimeError(f"Phoenix exited with {process.returncode}:\n{self._tail()}")
             try:
                 with urlopen(f"{self.base_url}/readyz", timeout=2) as response:
                     if response.status == 200:
-                        break
+                        return
             except (URLError, ConnectionError, TimeoutError):
                 pass
             if time.monotonic() > deadline:
-                self.stop()
                 raise RuntimeError(f"Phoenix was not ready after {timeout:.0f} s:\n{self._tail()}")
             time.sleep(0.25)  # polling a separate process for readiness
-        self.log(f"Phoenix ready in {time.monotonic() - started:.1f} s")
 
     def stop(self) -> None:
         """Stop the process (terminate, then kill after 15 s)."""
@@ -316,8 +320,16 @@ def screenshot(out: Path, width: int = 1600, height: int = 1000) -> Path:
     return out
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
-    """``install``, ``serve`` or ``screenshot``."""
+    """``install``, ``serve`` or ``screenshot``.
+
+    Ctrl-C and SIGTERM stop the command and the Phoenix it started (by default SIGTERM
+    would end this process at once, leaving Phoenix running).
+    """
     parser = argparse.ArgumentParser(description="Arize Phoenix for subagent's e2e tests")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("install", help="create the cached Phoenix venv")
@@ -327,13 +339,19 @@ def main(argv: list[str] | None = None) -> None:
     shot.add_argument("--width", type=int, default=1600)
     shot.add_argument("--height", type=int, default=1000)
     args = parser.parse_args(argv)
+    # Also when started in the background, where a non-interactive shell ignores SIGINT.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     if args.command == "install":
         print(ensure_installed())
     elif args.command == "serve":
-        with running_phoenix() as server:
-            print(f"UI and OTLP/HTTP: {server.base_url}   OTLP/gRPC: {server.grpc_endpoint}")
-            with contextlib.suppress(KeyboardInterrupt):
-                server.process.wait() if server.process else None
+        with contextlib.suppress(KeyboardInterrupt), running_phoenix() as server:
+            print(f"UI and OTLP/HTTP: {server.base_url}   OTLP/gRPC: {server.grpc_endpoint}",
+                  flush=True)  # fmt: skip
+            print(f"point an application at it: OTEL_EXPORTER_OTLP_ENDPOINT={server.base_url} "
+                  f"OTEL_METRICS_EXPORTER=none (Phoenix takes no metrics)", flush=True)  # fmt: skip
+            if server.process is not None:
+                server.process.wait()
     else:
         screenshot(args.out, args.width, args.height)
 
