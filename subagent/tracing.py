@@ -25,12 +25,16 @@ Metrics go to the same receiver (``OTEL_EXPORTER_OTLP_METRICS_*`` override it) t
 ``PeriodicExportingMetricReader`` (every ``OTEL_METRIC_EXPORT_INTERVAL`` ms, 60 s by
 default, on its own thread); the shutdown collects and exports them a last time within the
 same ``shutdown_timeout``. ``OTEL_METRICS_EXPORTER=none`` (or ``configure(metrics=False)``)
-leaves metrics off; ``console`` prints them on ``stream`` instead.
+leaves metrics off; ``console`` prints them on ``stream`` instead. A receiver that takes
+traces only (Phoenix, Jaeger) refuses metrics over OTLP/HTTP (404, 405 or 501): the first
+refusal stops the metrics export, with one warning that says how to turn metrics off or
+where to send them, instead of an error line at every export.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import sys
@@ -38,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Final, TextIO
+from typing import Any, Final, TextIO
 
 import opentelemetry.metrics._internal as _metrics_state
 from opentelemetry import trace
@@ -51,7 +55,9 @@ try:
     from opentelemetry.sdk.metrics.export import (
         ConsoleMetricExporter,
         MetricExporter,
+        MetricExportResult,
         MetricReader,
+        MetricsData,
         PeriodicExportingMetricReader,
     )
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -276,7 +282,7 @@ def _otlp_exporter(protocol: str, endpoint: str | None) -> SpanExporter:
         raise ImportError(_MISSING_EXPORTER.format(protocol=protocol, error=exc)) from exc
 
 
-def _otlp_metric_exporter(protocol: str, endpoint: str | None) -> MetricExporter:
+def _otlp_metric_exporter(protocol: str, endpoint: str | None, url: str) -> MetricExporter:
     try:
         if protocol == "grpc":
             from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
@@ -288,9 +294,94 @@ def _otlp_metric_exporter(protocol: str, endpoint: str | None) -> MetricExporter
             OTLPMetricExporter as HttpExporter,
         )
 
-        return HttpExporter(endpoint=endpoint)
+        if any(os.environ.get(name, "").strip() for name in _CREDENTIAL_PROVIDER_VARIABLES):
+            return HttpExporter(endpoint=endpoint)  # its session comes from the provider
+        return _refusal_aware_exporter()(endpoint, url)
     except ImportError as exc:
         raise ImportError(_MISSING_EXPORTER.format(protocol=protocol, error=exc)) from exc
+
+
+# --- a receiver that takes no metrics ---
+
+_REFUSALS: Final = frozenset({404, 405, 501})
+"""HTTP statuses by which an OTLP receiver says it has no ``/v1/metrics`` at all (Phoenix
+answers 405, an OpenTelemetry Collector or Jaeger without a metrics pipeline 404)."""
+
+_CREDENTIAL_PROVIDER_VARIABLES: Final = (
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_METRICS_CREDENTIAL_PROVIDER",
+)
+_REFUSED_WARNING: Final = (
+    "subagent.tracing: the OTLP receiver at %s refused metrics (HTTP %s): it takes no "
+    "metrics (Phoenix and Jaeger take traces only), so no more are sent to it. Turn "
+    "metrics off with OTEL_METRICS_EXPORTER=none (or configure(metrics=False)), or send "
+    "them to a receiver that takes them with OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
+)
+
+
+class _RefusalWatch(logging.Filter):
+    """Sees the receiver refuse metrics, and drops the exporter's own line about it.
+
+    The exporter's HTTP session reports every response here (a ``requests`` response
+    hook, on the exporting thread); while a refusal is being exported, the exporter's
+    error line on that thread is dropped: the guard warns once, in its own words.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._local = threading.local()
+
+    def on_response(self, response: Any, *args: Any, **kwargs: Any) -> Any:
+        if response.status_code in _REFUSALS:
+            self._local.refused = response.status_code
+        return response
+
+    def take(self) -> int | None:
+        """The refusal seen on this thread's export, if any (and forget it)."""
+        refused: int | None = getattr(self._local, "refused", None)
+        self._local.refused = None
+        return refused
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return getattr(self._local, "refused", None) is None or record.levelno < logging.ERROR
+
+
+@functools.cache
+def _refusal_aware_exporter() -> Callable[[str | None, str], MetricExporter]:
+    """The OTLP/HTTP metric exporter class that stops at the receiver's first refusal."""
+    import requests
+    from opentelemetry.exporter.otlp.proto.http import metric_exporter
+
+    exporter_logger = logging.getLogger(metric_exporter.__name__)
+
+    class RefusalAwareExporter(metric_exporter.OTLPMetricExporter):
+        def __init__(self, endpoint: str | None, url: str) -> None:
+            self._watch = _RefusalWatch()
+            session = requests.Session()
+            session.hooks["response"].append(self._watch.on_response)
+            super().__init__(endpoint=endpoint, session=session)
+            self._url = url
+            self.refused: int | None = None
+            exporter_logger.addFilter(self._watch)
+
+        def export(
+            self, metrics_data: MetricsData, timeout_millis: float | None = 10_000, **kwargs: Any
+        ) -> MetricExportResult:
+            if self.refused is not None:
+                return MetricExportResult.FAILURE  # dropped: the receiver takes none
+            try:
+                return super().export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+            finally:
+                refused = self._watch.take()
+                if refused is not None:
+                    self.refused = refused
+                    _logger.warning(_REFUSED_WARNING, self._url, refused)
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            exporter_logger.removeFilter(self._watch)
+            super().shutdown(timeout_millis=timeout_millis, **kwargs)
+
+    return RefusalAwareExporter
 
 
 def _metrics_exporters(enabled: bool) -> tuple[str, ...]:
@@ -568,7 +659,9 @@ def configure(
     ``OTEL_METRIC_EXPORT_TIMEOUT``, in milliseconds). ``OTEL_METRICS_EXPORTER`` picks the
     exporters: ``otlp`` (the default; only when an endpoint is configured), ``console``
     (printed on ``stream``), ``none``. With no exporter no meter provider is built, and
-    runs record no metrics at all.
+    runs record no metrics at all. A receiver of traces only (Phoenix, Jaeger) refuses
+    metrics over OTLP/HTTP: the first refusal stops their export, with one warning on this
+    module's logger that says how to turn them off or where to send them.
 
     Args:
         service_name: ``service.name`` of the resource; overrides ``OTEL_SERVICE_NAME``.
@@ -642,7 +735,9 @@ def configure(
         readers: list[MetricReader] = []
         for name in metric_exporters:
             if name == "otlp":
-                metric_exporter = _otlp_metric_exporter(metrics_protocol, metrics_exporter_endpoint)
+                metric_exporter = _otlp_metric_exporter(
+                    metrics_protocol, metrics_exporter_endpoint, str(metrics_url)
+                )
                 readers.append(PeriodicExportingMetricReader(metric_exporter))
             else:
                 console_exporter = ConsoleMetricExporter(out=stream or sys.stderr)

@@ -39,6 +39,7 @@ class Receiver:
     metric_requests: list[metrics_service_pb2.ExportMetricsServiceRequest] = field(
         default_factory=list
     )
+    refused_metrics: list[str] = field(default_factory=list)
 
     def spans(self) -> list[tuple[dict[str, Any], Any, WireSpan]]:
         """``(resource attributes, scope, span)`` of every received span."""
@@ -88,10 +89,17 @@ def wire_attributes(span: Any) -> dict[str, Any]:
 
 
 @contextmanager
-def http_receiver() -> Iterator[Receiver]:
-    """An OTLP/HTTP receiver (``/v1/traces``, ``/v1/metrics``) for the block's duration."""
+def http_receiver(*, metrics_status: int | None = None) -> Iterator[Receiver]:
+    """An OTLP/HTTP receiver (``/v1/traces``, ``/v1/metrics``) for the block's duration.
+
+    Args:
+        metrics_status: Answer every ``/v1/metrics`` request with this status instead of
+            taking it, as a receiver of traces only does (Phoenix: 405). The refused
+            requests are still counted in ``refused_metrics``.
+    """
     received: list[trace_service_pb2.ExportTraceServiceRequest] = []
     received_metrics: list[metrics_service_pb2.ExportMetricsServiceRequest] = []
+    refused: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -100,6 +108,12 @@ def http_receiver() -> Iterator[Receiver]:
                 body = gzip.decompress(body)
             ok = True
             reply: bytes
+            if self.path == "/v1/metrics" and metrics_status is not None:
+                refused.append(self.path)
+                self.send_response(metrics_status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             if self.path == "/v1/traces":
                 request = trace_service_pb2.ExportTraceServiceRequest()
                 request.ParseFromString(body)
@@ -125,7 +139,9 @@ def http_receiver() -> Iterator[Receiver]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield Receiver(f"http://127.0.0.1:{server.server_address[1]}", received, received_metrics)
+        yield Receiver(
+            f"http://127.0.0.1:{server.server_address[1]}", received, received_metrics, refused
+        )
     finally:
         server.shutdown()
         server.server_close()

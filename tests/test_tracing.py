@@ -11,6 +11,7 @@ import ast
 import importlib
 import inspect
 import io
+import logging
 import os
 import re
 import socket
@@ -332,6 +333,46 @@ async def test_metrics_reach_an_otlp_receiver_with_names_units_and_attributes(
     assert [(a, p.as_int) for a, p in points("subagent.runs")] == [
         ({"gen_ai.agent.name": "calc", "subagent.outcome": "done"}, 1)
     ]
+
+
+def test_a_receiver_that_refuses_metrics_is_asked_once_and_warned_about_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Phoenix answers 405 on /v1/metrics: before, every export (each interval, and at
+    # exit) logged "Failed to export metrics batch code: 405".
+    with http_receiver(metrics_status=405) as receiver:
+        handle = configure("trace-only", endpoint=receiver.endpoint, set_global=False,
+                           console=False)  # fmt: skip
+        assert handle.meter_provider is not None
+        counter = handle.meter_provider.get_meter("test").create_counter("calls")
+        with caplog.at_level(logging.INFO):
+            for _ in range(3):
+                counter.add(1)
+                handle.force_flush()
+            with handle.provider.get_tracer("test").start_as_current_span("still traced"):
+                pass
+            assert handle.shutdown() is True
+    assert receiver.refused_metrics == ["/v1/metrics"]  # asked once, never again
+    assert receiver.named("still traced")  # spans go on
+    logged = [(r.name, r.levelno, r.getMessage()) for r in caplog.records
+              if r.levelno >= logging.WARNING]  # fmt: skip
+    assert [(name, level) for name, level, _ in logged] == [("subagent.tracing", logging.WARNING)]
+    message = logged[0][2]
+    assert f"{receiver.endpoint}/v1/metrics refused metrics (HTTP 405)" in message
+    assert "OTEL_METRICS_EXPORTER=none" in message
+    assert "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT" in message
+
+
+def test_a_receiver_that_takes_metrics_keeps_getting_them() -> None:
+    with http_receiver() as receiver:
+        handle = configure(endpoint=receiver.endpoint, set_global=False, console=False)
+        assert handle.meter_provider is not None
+        counter = handle.meter_provider.get_meter("test").create_counter("calls")
+        for _ in range(2):
+            counter.add(1)
+            handle.force_flush()
+        handle.shutdown()
+    assert len(receiver.metric_requests) == 3  # two flushes and the last export at shutdown
 
 
 def test_configure_builds_the_metric_exporter_from_the_standard_variables(
@@ -723,7 +764,7 @@ def test_tracing_module_is_public() -> None:
     assert "configure" in tracing.__all__
 
 
-# --- tracing/: the Jaeger setup ---
+# --- tracing/: the Jaeger and Phoenix set-ups ---
 
 
 def _env_file(path: Path) -> dict[str, str]:
@@ -736,12 +777,26 @@ def _env_file(path: Path) -> dict[str, str]:
     return values
 
 
+@pytest.mark.parametrize("env_file", sorted((ROOT / "tracing").glob("*.env")), ids=lambda p: p.name)
+def test_the_env_files_point_at_a_trace_only_receiver_with_metrics_off(
+    env_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    values = _env_file(env_file)
+    assert values.get("OTEL_METRICS_EXPORTER") == "none"
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    with configure(set_global=False, console=False) as handle:
+        assert handle.endpoint is not None  # spans are exported...
+        assert handle.meter_provider is None and handle.metric_exporter is None  # metrics not
+
+
 def test_jaeger_env_points_configure_at_the_compose_receiver(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     values = _env_file(ROOT / "tracing" / "jaeger.env")
     assert set(values) == {
-        "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_SERVICE_NAME"
+        "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_SERVICE_NAME",
+        "OTEL_METRICS_EXPORTER",
     }  # fmt: skip
     for key, value in values.items():
         monkeypatch.setenv(key, value)
