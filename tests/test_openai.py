@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from support import set_capture
 
-from subagent import RetryPolicy, SubAgent
+from subagent import RetryPolicy, ScriptedLLM, SubAgent
 from subagent._errors import ConfigurationError, ErrorKind, LLMError
 from subagent.llm import (
     DEFAULT_RETRYABLE,
@@ -1158,13 +1158,34 @@ def test_a_bad_spec_string_is_a_configuration_error_naming_llm_and_the_value(spe
         SubAgent(name="s", prompt="hi").run_sync(llm=spec)
 
 
-def test_a_spec_string_for_openai_without_a_key_fails_when_the_agent_is_built(
+@pytest.mark.parametrize("key", [None, ""])
+def test_a_spec_string_for_openai_without_a_key_is_built_and_fails_at_its_first_call(
+    monkeypatch: pytest.MonkeyPatch, key: str | None
+) -> None:
+    # A module of agents imports without a key, so its tests can run them on test models.
+    if key is None:
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    else:
+        monkeypatch.setenv("OPENAI_API_KEY", key)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("SUBAGENT_LLM", raising=False)
+    agent = SubAgent(name="s", prompt="hi", max_turns=1, llm="openai:gpt-4o-mini")
+    assert isinstance(agent.llm, LLMSpec) and agent.llm.model_name == "gpt-4o-mini"
+    assert agent.run_sync(llm=ScriptedLLM(["scripted"])).output == "scripted"
+    for run in (agent.run_sync, lambda: agent.run_sync(on_text=lambda _: None)):  # streamed too
+        with pytest.raises(ConfigurationError) as caught:
+            run()
+        assert caught.value.field == "api_key"
+        assert "set OPENAI_API_KEY" in caught.value.message
+
+
+def test_a_spec_string_still_checks_everything_but_the_key_when_built(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    with pytest.raises(ConfigurationError, match="api_key"):
-        SubAgent(name="s", prompt="hi", llm="openai:gpt-4o-mini")
+    monkeypatch.delenv("OPENAI_MODEL", raising=False)
+    with pytest.raises(ConfigurationError, match=r"^model: OpenAI's API needs a model"):
+        SubAgent(name="s", prompt="hi", llm="openai:@https://api.openai.com/v1")
 
 
 # -- sizes and deadlines ----------------------------------------------------------------------

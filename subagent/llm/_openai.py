@@ -538,7 +538,10 @@ class LLMSpec:
 
     Raises:
         ConfigurationError: The string is not a spec (naming ``field`` and the value), or
-            the model it names cannot be configured (OpenAI's own API without a key, say).
+            the model it names cannot be configured (OpenAI's own API without a model). A
+            missing key is not checked here but at the first call, with the same error
+            naming ``OPENAI_API_KEY``: a module that defines agents imports without a key
+            (its tests give the runs a test model).
     """
 
     def __init__(
@@ -549,7 +552,7 @@ class LLMSpec:
         self._model = model
         self._base_url = base_url
         self._environ = environ
-        probe = self._adapter()  # every value checked now, not at the first call
+        probe = self._adapter(check_key=False)  # every value but the key checked now
         self.model_name: str = probe.model_name
         self.provider_name: str = probe.provider_name
         self.server_address: str = probe.server_address
@@ -558,9 +561,11 @@ class LLMSpec:
     def __repr__(self) -> str:
         return f"LLMSpec({redact_url_credentials(self.spec)!r})"
 
-    def _adapter(self) -> OpenAIChat:
+    def _adapter(self, *, check_key: bool = True) -> OpenAIChat:
         environ = os.environ if self._environ is None else self._environ
         own = {name: value for name, value in environ.items() if name != _ENV_SPEC}
+        if not check_key and not own.get("OPENAI_API_KEY"):
+            own["OPENAI_API_KEY"] = "unchecked"  # the probe never sends it
         return OpenAIChat(model=self._model, base_url=self._base_url, _environ=own)
 
     async def complete(self, request: LLMRequest) -> LLMResponse:

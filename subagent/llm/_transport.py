@@ -14,7 +14,13 @@ from typing import cast
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
-from subagent._errors import ErrorKind, LLMError, ScriptExhaustedError, callback_error
+from subagent._errors import (
+    ConfigurationError,
+    ErrorKind,
+    LLMError,
+    ScriptExhaustedError,
+    callback_error,
+)
 from subagent.llm._protocol import LLM, LLMRequest, LLMResponse, StreamDelta, StreamingLLM, Usage
 from subagent.llm._retry_policy import RetryPolicy
 
@@ -83,6 +89,8 @@ async def call_with_retries(
     Raises:
         LLMError: The last classified error, once the policy gives up.
         ScriptExhaustedError: A scripted model ran out (a bug in the test, never retried).
+        ConfigurationError: The model found its configuration incomplete at its first
+            call (a spec string without its key); raised as it is, never retried.
     """
     stream = on_delta is not None and isinstance(llm, StreamingLLM)
     attempt = 0
@@ -110,8 +118,8 @@ async def call_with_retries(
         except TimeoutError as exc:  # raised by the adapter itself (its own wait_for, say)
             detail = f": {exc}" if str(exc) else ""
             error = LLMError(ErrorKind.TIMEOUT, f"the model call raised TimeoutError{detail}")
-        except ScriptExhaustedError:
-            raise
+        except (ScriptExhaustedError, ConfigurationError):
+            raise  # a bug in the test or the set-up, not a failed call
         except Exception as exc:  # an adapter bug or an unclassified failure: never retried
             if callback_error(exc) is exc:  # the user's on_text: raised as it is
                 raise
