@@ -45,6 +45,7 @@ from subagent.llm import (
     LLMRequest,
     LLMResponse,
     Message,
+    ModelRequestsBlockedError,
     OpenAIChat,
     RetryPolicy,
     StopReason,
@@ -86,7 +87,7 @@ from subagent.patterns import (
     retry_loop,
     think_with_retry,
 )
-from subagent.testing import ScriptedLLM
+from subagent.testing import FunctionLLM, ScriptedLLM, TestLLM
 from subagent.tools import (
     FromExtras,
     Tool,
@@ -111,6 +112,7 @@ __all__ = [
     "FailReason",
     "Failure",
     "FromExtras",
+    "FunctionLLM",
     "JSONParser",
     "LLMContractError",
     "LLMError",
@@ -118,6 +120,7 @@ __all__ = [
     "LLMResponse",
     "Message",
     "MissingVariableError",
+    "ModelRequestsBlockedError",
     "OpenAIChat",
     "OutputParser",
     "ParseResult",
@@ -148,6 +151,7 @@ __all__ = [
     "SubAgent",
     "SubAgentError",
     "TemplateError",
+    "TestLLM",
     "TextDelta",
     "ThinkError",
     "Tool",

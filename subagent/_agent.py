@@ -7,6 +7,7 @@ resolves the run's options once (``_options``) and hands them to the turn loop
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ from subagent._as_tool import PASS_DOWN, agent_tool
 from subagent._build import build, check_llm, check_state
 from subagent._definition import AgentDefinition
 from subagent._handle import AgentRun
+from subagent._override import override_llm
 from subagent._options import (
     ResumeArguments,
     RunArguments,
@@ -35,6 +37,7 @@ from subagent._options import (
 from subagent._records import Step
 from subagent._run import execute_run
 from subagent._state import Decision, RunState
+from subagent.llm import LLM
 from subagent.tools import Tool
 
 __all__ = ["RunArguments", "SubAgent"]
@@ -338,6 +341,23 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
                 f"use `await agent.run(...)` instead"
             )
         return anyio.run(functools.partial(self.run, context, **options), backend=backend)
+
+    def override(self, *, llm: LLM | str) -> contextlib.AbstractContextManager[None]:
+        """Run this agent on ``llm`` inside a ``with`` block, whatever its runs ask for.
+
+        For tests of code that runs its own agents: every run of this agent started in the
+        block (in the tasks it starts, and as a tool of another agent's run) uses ``llm``,
+        instead of the agent's model or a ``llm=`` given to ``run()``. Runs outside the
+        block, concurrent tests included, are not affected.
+
+        Args:
+            llm: The model: a test model (``TestLLM``, ``ScriptedLLM``...), any LLM, or a
+                spec string.
+
+        Raises:
+            ConfigurationError: ``llm`` is not a model.
+        """
+        return override_llm(self, check_llm(llm))
 
     def as_tool(
         self,

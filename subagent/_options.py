@@ -30,6 +30,7 @@ from subagent._hooks import NO_HOOKS, Hooks, RunHook
 from subagent._limits import UsageLimits, limits_hook
 from subagent._nesting import current_depth, current_run_model
 from subagent._on_state import StateHook
+from subagent._override import overridden_llm
 from subagent._parts import AgentParts, RunOptions, Systems
 from subagent._records import user_message
 from subagent._state import RunState
@@ -181,7 +182,10 @@ def resolve(agent: AgentDefinition[Any, Any], given: Mapping[str, Any]) -> RunOp
     """
     parent_llm, parent_provider = current_run_model()
     # The agent's own model was checked when it was built (a spec string is an LLMSpec).
-    model = check_llm(given.get("llm")) or cast(LLM | None, agent.llm) or parent_llm
+    model = (
+        overridden_llm(agent) or check_llm(given.get("llm")) or cast(LLM | None, agent.llm)
+        or parent_llm
+    )  # fmt: skip
     if model is None:
         raise ConfigurationError(
             "llm", f"agent {agent.name!r} has no model: pass llm= to SubAgent or to run()"

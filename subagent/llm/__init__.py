@@ -11,6 +11,8 @@ What lives here:
   back.
 - ``_retry_policy`` and ``_transport``: :class:`RetryPolicy` and :func:`call_with_retries`,
   the transient failures of one call repeated inside the same turn.
+- ``_allow``: whether adapters may send real requests (the switch of
+  ``subagent.testing.block_model_requests()``), :class:`ModelRequestsBlockedError`.
 - ``_reasoning``: :func:`split_reasoning` and :class:`ReasoningSplitter`, ``<think>`` blocks
   kept apart from the answer, in whole replies and in streams.
 
@@ -19,6 +21,7 @@ What it may import: the base modules only (``subagent._errors``, ``subagent._che
 It knows nothing of agents, turns or phases; the run loop calls into it.
 """
 
+from subagent.llm._allow import ModelRequestsBlockedError
 from subagent.llm._openai import DEFAULT_BASE_URL, LLMSpec, OpenAIChat, parse_subagent_llm
 from subagent.llm._protocol import (
     LLM,
@@ -48,6 +51,7 @@ __all__ = [
     "LLMResponse",
     "LLMSpec",
     "Message",
+    "ModelRequestsBlockedError",
     "OpenAIChat",
     "ReasoningSplitter",
     "RetryPolicy",

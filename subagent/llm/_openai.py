@@ -37,6 +37,7 @@ import httpx
 
 from subagent._checks import check_int, check_seconds
 from subagent._errors import ConfigurationError, ErrorKind, LLMError
+from subagent.llm._allow import check_model_request
 from subagent.llm._decode import ACCEPT_ENCODING
 from subagent.llm._protocol import LLMRequest, LLMResponse, StopReason, StreamDelta
 from subagent.llm._redact import Redactor, redact_url_credentials
@@ -368,7 +369,9 @@ class OpenAIChat:
 
         Raises:
             LLMError: The call failed; ``kind`` says how (see the docs' table).
+            ModelRequestsBlockedError: Tests blocked real requests (``subagent.testing``).
         """
+        check_model_request(self)
         body = self.build_body(request)
         text = ""
         status = 0
@@ -436,7 +439,9 @@ class OpenAIChat:
 
         Raises:
             LLMError: The call failed, before or during the stream.
+            ModelRequestsBlockedError: Tests blocked real requests (``subagent.testing``).
         """
+        check_model_request(self)
         headers = {**self._headers, "Accept": "text/event-stream"}
         redactor = self._redactor
         deadline = self._deadline()
@@ -570,11 +575,13 @@ class LLMSpec:
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """Answer ``request`` through an adapter opened for this call."""
+        check_model_request(self)
         async with self._adapter() as llm:
             return await llm.complete(request)
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[StreamDelta]:
         """Stream the reply to ``request`` through an adapter opened for this call."""
+        check_model_request(self)
         async with self._adapter() as llm, aclosing(llm.stream(request)) as deltas:  # type: ignore[type-var]
             async for delta in deltas:
                 yield delta

@@ -21,6 +21,7 @@ from subagent._errors import (
     ScriptExhaustedError,
     callback_error,
 )
+from subagent.llm._allow import ModelRequestsBlockedError
 from subagent.llm._protocol import LLM, LLMRequest, LLMResponse, StreamDelta, StreamingLLM, Usage
 from subagent.llm._retry_policy import RetryPolicy
 
@@ -91,6 +92,7 @@ async def call_with_retries(
         ScriptExhaustedError: A scripted model ran out (a bug in the test, never retried).
         ConfigurationError: The model found its configuration incomplete at its first
             call (a spec string without its key); raised as it is, never retried.
+        ModelRequestsBlockedError: Tests blocked real model requests.
     """
     stream = on_delta is not None and isinstance(llm, StreamingLLM)
     attempt = 0
@@ -118,7 +120,7 @@ async def call_with_retries(
         except TimeoutError as exc:  # raised by the adapter itself (its own wait_for, say)
             detail = f": {exc}" if str(exc) else ""
             error = LLMError(ErrorKind.TIMEOUT, f"the model call raised TimeoutError{detail}")
-        except (ScriptExhaustedError, ConfigurationError):
+        except (ScriptExhaustedError, ConfigurationError, ModelRequestsBlockedError):
             raise  # a bug in the test or the set-up, not a failed call
         except Exception as exc:  # an adapter bug or an unclassified failure: never retried
             if callback_error(exc) is exc:  # the user's on_text: raised as it is
