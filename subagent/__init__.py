@@ -42,6 +42,7 @@ from subagent._state import Decision, PendingCalls, RunState
 from subagent.batch import Batch, BatchItem, BatchSummary, run_many, stream_many, summarize
 from subagent.llm import (
     LLM,
+    FallbackLLM,
     LLMRequest,
     LLMResponse,
     Message,
@@ -111,6 +112,7 @@ __all__ = [
     "EventHandler",
     "FailReason",
     "Failure",
+    "FallbackLLM",
     "FromExtras",
     "FunctionLLM",
     "JSONParser",

@@ -11,6 +11,7 @@ What lives here:
   back.
 - ``_retry_policy`` and ``_transport``: :class:`RetryPolicy` and :func:`call_with_retries`,
   the transient failures of one call repeated inside the same turn.
+- ``_fallback``: :class:`FallbackLLM`, the next model when one's call fails for good.
 - ``_allow``: whether adapters may send real requests (the switch of
   ``subagent.testing.block_model_requests()``), :class:`ModelRequestsBlockedError`.
 - ``_reasoning``: :func:`split_reasoning` and :class:`ReasoningSplitter`, ``<think>`` blocks
@@ -22,6 +23,7 @@ It knows nothing of agents, turns or phases; the run loop calls into it.
 """
 
 from subagent.llm._allow import ModelRequestsBlockedError
+from subagent.llm._fallback import DEFAULT_FALLBACK_ON, FallbackLLM
 from subagent.llm._openai import DEFAULT_BASE_URL, LLMSpec, OpenAIChat, parse_subagent_llm
 from subagent.llm._protocol import (
     LLM,
@@ -44,9 +46,11 @@ from subagent.llm._wire import parse_retry_after, tool_calls_in_text
 
 __all__ = [
     "DEFAULT_BASE_URL",
+    "DEFAULT_FALLBACK_ON",
     "DEFAULT_RETRYABLE",
     "LLM",
     "DeltaHandler",
+    "FallbackLLM",
     "LLMRequest",
     "LLMResponse",
     "LLMSpec",

@@ -27,14 +27,21 @@ from subagent.llm._retry_policy import RetryPolicy
 
 
 class TransportRetry(BaseModel):
-    """A failed LLM call that was repeated inside the same turn.
+    """A failed LLM call that was followed by another attempt inside the same turn.
+
+    The next attempt is the same model again after ``delay_s``, or, for a
+    :class:`~subagent.FallbackLLM`, the next of its models (``fallback_to``).
 
     Attributes:
-        attempt: The 1-based number of the attempt that failed.
+        attempt: The 1-based number of the attempt that failed (counted per model).
         kind: Its classified error.
         message: The error's message.
-        delay_s: Seconds waited before the next attempt.
+        delay_s: Seconds waited before the next attempt (0 before a fallback).
         usage: Tokens the failed attempt used, when the server reported any.
+        model: The model that failed, when a :class:`~subagent.FallbackLLM` made the call
+            (``None`` otherwise: the run's model). Left out of the JSON form when ``None``.
+        fallback_to: The model the call moved on to after this failure; ``None`` when the
+            same model was called again. Left out of the JSON form when ``None``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -44,13 +51,34 @@ class TransportRetry(BaseModel):
     message: str
     delay_s: float
     usage: Usage = Field(default_factory=Usage)
+    model: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    fallback_to: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
-__all__ = ["DeltaHandler", "TransportRetry", "call_with_retries"]
+__all__ = ["DeltaHandler", "RetriesItsCalls", "TransportRetry", "call_with_retries"]
 
 DeltaHandler = Callable[[StreamDelta], Awaitable[None] | None]
 """Receives each piece of a streamed reply; may return an awaitable to slow the stream down
 (a consumer that is behind)."""
+
+
+class RetriesItsCalls:
+    """An LLM that runs the transport retries of its calls itself (:class:`FallbackLLM`).
+
+    :func:`call_with_retries` hands such a model the whole call: the policy, the timeout
+    of one attempt, and where retries and streamed pieces are reported.
+    """
+
+    async def answer_with_retries(
+        self,
+        request: LLMRequest,
+        policy: RetryPolicy,
+        call_timeout: float | None,
+        on_retry: Callable[[TransportRetry], None],
+        on_delta: DeltaHandler | None,
+    ) -> LLMResponse:
+        """Answer ``request`` as :func:`call_with_retries` would, retries included."""
+        raise NotImplementedError
 
 
 async def _streamed(llm: StreamingLLM, request: LLMRequest, on_delta: DeltaHandler) -> LLMResponse:
@@ -94,6 +122,8 @@ async def call_with_retries(
             call (a spec string without its key); raised as it is, never retried.
         ModelRequestsBlockedError: Tests blocked real model requests.
     """
+    if isinstance(llm, RetriesItsCalls):  # a FallbackLLM: retries each of its models
+        return await llm.answer_with_retries(request, policy, call_timeout, on_retry, on_delta)
     stream = on_delta is not None and isinstance(llm, StreamingLLM)
     attempt = 0
     while True:

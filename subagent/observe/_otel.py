@@ -342,6 +342,10 @@ class _ChatSpan(_SpanScope):
             "subagent.retry.attempt": retry.attempt,
             "subagent.retry.delay_s": retry.delay_s,
         }
+        if retry.model is not None:  # a FallbackLLM's model: which failed, which is next
+            event["subagent.retry.model"] = retry.model
+            if retry.fallback_to is not None:
+                event["subagent.retry.fallback_to"] = retry.fallback_to
         if self._capture:  # a server's message may quote the request
             event["exception.message"] = shorten(retry.message, ERROR_TEXT_LIMIT)
         self._span.add_event("transport_retry", event)
