@@ -146,3 +146,21 @@ def test_mcp_tools_example_calls_a_stdio_mcp_server_beside_a_python_tool() -> No
         "multiply: 20.0",
         "done in 3 turns (normal, normal, normal) -> 20",
     ]
+
+
+def test_testing_agents_example_tests_the_application_without_a_model_or_a_key() -> None:
+    out = run_example("testing_agents.py")
+    assert out.splitlines() == [
+        "TestLLM:     Trip(city='a', days=1, budget_eur=0.5)",
+        "             2 calls; tools offered on the first: ['flight_price']",
+        "FunctionLLM: Trip(city='Lisbon', days=3, budget_eur=390.0)",
+        "blocked:     LLMSpec('openai:gpt-4o-mini') would send a real model request",
+    ]
+
+
+def test_fallback_example_moves_on_from_a_model_that_is_down() -> None:
+    assert run_example("fallback.py").splitlines() == [
+        "output: Answer(value=3)",
+        "  big-model attempt 1: connection",
+        "  big-model attempt 2: connection -> small-model",
+    ]
