@@ -245,7 +245,12 @@ class TestLLM:
             yield delta
 
     def _tool_calls(self, request: LLMRequest) -> list[ToolCall]:
-        if not request.tools or self.call_tools == () or _has_called_tools(request.messages):
+        if (
+            not request.tools
+            or request.tool_choice == "none"  # schemas kept for caching, calls not allowed
+            or self.call_tools == ()
+            or _has_called_tools(request.messages)
+        ):
             return []
         offered = {tool.name: tool for tool in request.tools}
         if self.call_tools == "all":

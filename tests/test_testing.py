@@ -98,6 +98,15 @@ async def test_the_test_llm_answers_at_once_when_no_tool_is_offered() -> None:
     assert llm.requests[0].tools == []
 
 
+async def test_the_test_llm_calls_no_tool_where_the_request_allows_none() -> None:
+    keeps_schemas = SubAgent(name="k", prompt="Plan {{trip}}", output=Plan, tools=[weather],
+                             keep_tool_schemas=True, max_turns=1)  # fmt: skip
+    llm = TestLLM()
+    step = await keeps_schemas.run({"trip": "Faro"}, llm=llm)
+    assert llm.requests[0].tools and llm.requests[0].tool_choice == "none"
+    assert step.ok and not step.turns[0].tool_calls
+
+
 async def test_the_test_llm_calls_only_the_tools_it_is_told_to() -> None:
     step = await PLANNER.run({"trip": "Faro"}, llm=TestLLM(call_tools=["weather"]))
     assert [call.name for call in step.turns[0].tool_calls] == ["weather"]
