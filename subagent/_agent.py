@@ -24,7 +24,6 @@ from subagent._as_tool import PASS_DOWN, agent_tool
 from subagent._build import build, check_llm, check_state
 from subagent._definition import AgentDefinition
 from subagent._handle import AgentRun
-from subagent._override import override_llm
 from subagent._options import (
     ResumeArguments,
     RunArguments,
@@ -34,6 +33,7 @@ from subagent._options import (
     rendered_task,
     resolve,
 )
+from subagent._override import override_llm
 from subagent._records import Step
 from subagent._run import execute_run
 from subagent._state import Decision, RunState
