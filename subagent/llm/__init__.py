@@ -5,10 +5,13 @@ What lives here:
 - ``_protocol``: the :class:`LLM` protocol and its records (:class:`LLMRequest`,
   :class:`LLMResponse`, :class:`Message`, :class:`ToolCall`, :class:`Usage`...).
 - ``_openai``: :class:`OpenAIChat`, the adapter for OpenAI-compatible servers, and
-  :class:`LLMSpec`, a model named by a string (``"openai:gpt-4o-mini"``); ``_wire`` its
-  JSON bodies and error classification, ``_sse`` its streamed replies, ``_decode`` bodies
-  decompressed in bounded pieces, ``_redact`` the secrets it keeps out of what servers send
-  back.
+  :class:`LLMSpec`, a model named by a string (``"openai:gpt-4o-mini"``, ``"vllm:..."``);
+  ``_wire`` its JSON bodies and error classification, ``_structured`` the output modes in
+  each server's dialect, ``_sse`` its streamed replies, ``_decode`` bodies decompressed in
+  bounded pieces, ``_redact`` the secrets it keeps out of what servers send back.
+- ``_profile``: :class:`ModelProfile`, what a server can do (structured-output dialect,
+  forced tool choice, native or text tool calls), the known servers' profiles, and how an
+  unknown server is identified and remembered.
 - ``_retry_policy`` and ``_transport``: :class:`RetryPolicy` and :func:`call_with_retries`,
   the transient failures of one call repeated inside the same turn.
 - ``_fallback``: :class:`FallbackLLM`, the next model when one's call fails for good.
@@ -24,23 +27,47 @@ It knows nothing of agents, turns or phases; the run loop calls into it.
 
 from subagent.llm._allow import ModelRequestsBlockedError
 from subagent.llm._fallback import DEFAULT_FALLBACK_ON, FallbackLLM
-from subagent.llm._openai import DEFAULT_BASE_URL, LLMSpec, OpenAIChat, parse_subagent_llm
+from subagent.llm._openai import (
+    DEFAULT_BASE_URL,
+    PROBE_TIMEOUT,
+    LLMSpec,
+    OpenAIChat,
+    parse_subagent_llm,
+)
+from subagent.llm._profile import (
+    LLAMA_CPP,
+    LLAMA_CPP_PYTHON,
+    LMSTUDIO,
+    OLLAMA,
+    OPENAI,
+    OPENAI_COMPATIBLE,
+    PROFILE_CACHE_SIZE,
+    PROFILES,
+    VLLM,
+    ModelProfile,
+    StructuredOutput,
+    forget_profiles,
+)
 from subagent.llm._protocol import (
     LLM,
     LLMRequest,
     LLMResponse,
     Message,
+    OutputMode,
+    OutputRequest,
     StopReason,
     StreamDelta,
     StreamingLLM,
     ToolCall,
     ToolDefinition,
     TurnInfo,
+    UnsupportedOutputError,
     Usage,
     messages_from,
 )
 from subagent.llm._reasoning import ReasoningSplitter, split_reasoning
 from subagent.llm._retry_policy import DEFAULT_RETRYABLE, RetryPolicy
+from subagent.llm._structured import strict_schema
 from subagent.llm._transport import DeltaHandler, TransportRetry, call_with_retries
 from subagent.llm._wire import parse_retry_after, tool_calls_in_text
 
@@ -48,29 +75,46 @@ __all__ = [
     "DEFAULT_BASE_URL",
     "DEFAULT_FALLBACK_ON",
     "DEFAULT_RETRYABLE",
+    "LLAMA_CPP",
+    "LLAMA_CPP_PYTHON",
     "LLM",
+    "LMSTUDIO",
+    "OLLAMA",
+    "OPENAI",
+    "OPENAI_COMPATIBLE",
+    "PROBE_TIMEOUT",
+    "PROFILES",
+    "PROFILE_CACHE_SIZE",
+    "VLLM",
     "DeltaHandler",
     "FallbackLLM",
     "LLMRequest",
     "LLMResponse",
     "LLMSpec",
     "Message",
+    "ModelProfile",
     "ModelRequestsBlockedError",
     "OpenAIChat",
+    "OutputMode",
+    "OutputRequest",
     "ReasoningSplitter",
     "RetryPolicy",
     "StopReason",
     "StreamDelta",
     "StreamingLLM",
+    "StructuredOutput",
     "ToolCall",
     "ToolDefinition",
     "TransportRetry",
     "TurnInfo",
+    "UnsupportedOutputError",
     "Usage",
     "call_with_retries",
+    "forget_profiles",
     "messages_from",
     "parse_retry_after",
     "parse_subagent_llm",
     "split_reasoning",
+    "strict_schema",
     "tool_calls_in_text",
 ]

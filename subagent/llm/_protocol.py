@@ -1,21 +1,42 @@
 """The LLM protocol: requests, responses, and the adapters that speak it.
 
 An LLM is anything with ``async complete(request) -> response``. The runtime builds one
-:class:`LLMRequest` per turn (messages, the tools offered this turn, settings, turn info) and
-expects one :class:`LLMResponse` back (text, tool calls, a normalised :class:`StopReason`,
-usage). Transport failures are reported by raising :class:`~subagent.LLMError` with a
-classified :class:`~subagent.ErrorKind`; the runtime decides whether to retry.
+:class:`LLMRequest` per turn (messages, the tools offered this turn, settings, turn info, and
+how the answer is asked for) and expects one :class:`LLMResponse` back (text, tool calls, a
+normalised :class:`StopReason`, usage). Transport failures are reported by raising
+:class:`~subagent.LLMError` with a classified :class:`~subagent.ErrorKind`; the runtime
+decides whether to retry.
+
+What an adapter does with :attr:`LLMRequest.output` (an :class:`OutputRequest`, or ``None``):
+
+- ``None``, or mode ``"text"``: nothing. The answer is asked for in the prompt and comes back
+  as the reply's text (what every request did before output modes existed).
+- ``"json_schema"``: ask the provider to constrain the reply's text to
+  :attr:`OutputRequest.json_schema` (its structured output, a grammar on the server's side),
+  in whatever form the provider takes. The answer still comes back as the reply's text.
+- ``"tool"``: offer one more tool, named :attr:`OutputRequest.name`, whose parameters are the
+  schema, and force the model to call it; then return that call's arguments, as JSON, as the
+  reply's text, with no tool call left in the reply. The answer comes back as text here too,
+  so whoever reads it need not know which mode asked for it.
+
+An adapter that cannot serve a mode raises :class:`UnsupportedOutputError` (an
+:class:`~subagent.LLMError` of kind ``bad_request``, never retried) naming the mode and the
+server, before sending anything when it can tell; it never silently falls back to another mode.
+Adapters that know nothing of output modes (written before them) keep working for requests
+without one.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from enum import StrEnum
-from typing import Annotated, Any, Literal, Protocol, runtime_checkable
+from typing import Annotated, Any, Final, Literal, Protocol, runtime_checkable
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from subagent._errors import ErrorKind, LLMError
 from subagent._text import (
     MAX_ARGUMENT_DEPTH,
     first_non_finite,
@@ -29,12 +50,15 @@ __all__ = [
     "LLMRequest",
     "LLMResponse",
     "Message",
+    "OutputMode",
+    "OutputRequest",
     "StopReason",
     "StreamDelta",
     "StreamingLLM",
     "ToolCall",
     "ToolDefinition",
     "TurnInfo",
+    "UnsupportedOutputError",
     "Usage",
 ]
 
@@ -161,6 +185,58 @@ class TurnInfo(BaseModel):
     agent: str = ""
 
 
+OutputMode = Literal["text", "json_schema", "tool"]
+"""How a request asks for its answer: in the prompt (``text``), as the provider's structured
+output (``json_schema``), or as the arguments of a forced tool call (``tool``)."""
+
+# What OpenAI accepts as a response_format or function name; vLLM and llama.cpp take the same.
+_OUTPUT_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+class OutputRequest(BaseModel):
+    """How one request asks for the answer (:attr:`LLMRequest.output`).
+
+    Attributes:
+        mode: ``"text"``: in the prompt only, nothing more is sent (the same as no
+            ``OutputRequest``). ``"json_schema"``: the provider's structured output, the
+            schema sent as a grammar the reply must follow. ``"tool"``: one tool taking the
+            schema as its parameters, offered and forced; its arguments become the reply's
+            text. Each adapter sends these in its provider's form; the module documentation
+            of :mod:`subagent.llm` says what an adapter must do with each.
+        json_schema: The JSON schema of the answer (the output's, or that of a list of
+            calls); required by ``json_schema`` and ``tool``.
+        name: The schema's name (OpenAI's ``json_schema.name``) and the forced tool's name:
+            1 to 64 letters, digits, ``_`` or ``-``.
+        description: What the forced tool is for, told to the model (mode ``tool``).
+        strict: Ask for strict adherence where the provider has such a switch (OpenAI's
+            ``strict: true``), when the schema can be made to meet its rules; otherwise the
+            schema is sent with ``strict: false``.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    mode: OutputMode
+    json_schema: dict[str, Any] | None = None
+    name: str = "final_answer"
+    description: str = ""
+    strict: bool = True
+
+    @field_validator("name")
+    @classmethod
+    def _name_the_provider_takes(cls, value: str) -> str:
+        if not _OUTPUT_NAME.fullmatch(value):
+            raise ValueError(
+                f"must be 1 to 64 letters, digits, '_' or '-' (a provider's rule), got {value!r}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _schema_where_needed(self) -> OutputRequest:
+        if self.mode != "text" and not self.json_schema:
+            raise ValueError(f"mode {self.mode!r} needs a json_schema")
+        return self
+
+
 class LLMRequest(BaseModel):
     """Everything an adapter needs for one call.
 
@@ -171,6 +247,8 @@ class LLMRequest(BaseModel):
             must not call them; ``None`` leaves the provider's default.
         settings: Provider settings (``temperature``, ``max_tokens``, ``response_format``...).
         turn: Which turn of which run this request belongs to.
+        output: How the answer is asked for (:class:`OutputRequest`); ``None``, the default,
+            asks for it in the prompt only and sends nothing more, as mode ``"text"`` does.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -180,6 +258,7 @@ class LLMRequest(BaseModel):
     tool_choice: Literal["auto", "none", "required"] | None = None
     settings: dict[str, Any] = Field(default_factory=dict)
     turn: TurnInfo | None = None
+    output: OutputRequest | None = None
 
 
 class LLMResponse(BaseModel):
@@ -230,12 +309,46 @@ class StreamDelta(BaseModel):
     response: LLMResponse | None = None
 
 
+class UnsupportedOutputError(LLMError):
+    """A request asked for an output mode its model or server cannot serve.
+
+    An :class:`~subagent.LLMError` of kind ``bad_request`` (never retried: the same request
+    gets the same answer). The message names the mode and the server (its profile, base URL
+    and model; never a key).
+
+    Attributes:
+        mode: The output mode asked for.
+        server: The server, as the message names it.
+    """
+
+    def __init__(self, mode: str, server: str, reason: str) -> None:
+        super().__init__(
+            ErrorKind.BAD_REQUEST, f"output mode {mode!r} is not served by {server}: {reason}"
+        )
+        self.mode = mode
+        self.server = server
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Picklable as itself (a batch shard's errors cross process boundaries).
+        return (_rebuild_unsupported, (self.mode, self.server, self.reason, self.message))
+
+
+def _rebuild_unsupported(
+    mode: str, server: str, reason: str, message: str
+) -> UnsupportedOutputError:
+    error = UnsupportedOutputError(mode, server, reason)
+    error._replace_text(message, None)  # as redacted
+    return error
+
+
 @runtime_checkable
 class LLM(Protocol):
     """Anything that can answer an :class:`LLMRequest`.
 
     Adapters may also define ``model_name``, ``provider_name``, ``server_address`` and
-    ``server_port`` attributes; tracing records them when present.
+    ``server_port`` attributes; tracing records them when present. How an adapter serves
+    :attr:`LLMRequest.output` is in this module's documentation.
     """
 
     async def complete(self, request: LLMRequest) -> LLMResponse:

@@ -11,15 +11,25 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from email.utils import parsedate_to_datetime
 from typing import Any, Final
 
 import httpx
 
-from subagent._errors import ErrorKind, LLMError
+from subagent._errors import ConfigurationError, ErrorKind, LLMError
 from subagent._text import MAX_ARGUMENT_DEPTH, nested_deeper_than, objects_in_a_row
-from subagent.llm._protocol import LLMRequest, LLMResponse, Message, StopReason, ToolCall, Usage
+from subagent.llm._profile import StructuredOutput
+from subagent.llm._protocol import (
+    LLMRequest,
+    LLMResponse,
+    Message,
+    StopReason,
+    ToolCall,
+    ToolDefinition,
+    Usage,
+)
+from subagent.llm._structured import STRUCTURED_FIELDS, answer_tool, output_fields
 
 __all__ = [
     "UNREPORTED",
@@ -39,6 +49,7 @@ __all__ = [
     "status_error",
     "stop_reason",
     "tool_calls_in_text",
+    "tool_json",
     "transport_error",
 ]
 
@@ -107,6 +118,7 @@ def request_body(
     default_settings: Mapping[str, Any],
     stream: bool,
     stream_usage: bool = True,
+    dialect: StructuredOutput = "json_schema",
 ) -> dict[str, Any]:
     """The JSON body of a chat-completions request.
 
@@ -117,35 +129,47 @@ def request_body(
         stream: Whether to ask for server-sent events.
         stream_usage: When streaming, ask for usage in the stream
             (``stream_options: {"include_usage": true}``), unless the settings say otherwise.
+        dialect: How the server takes output mode ``json_schema`` (the caller has checked
+            that it has one).
 
     Returns:
-        A JSON-serialisable dict.
+        A JSON-serialisable dict. The request's output mode wins over the settings: mode
+        ``json_schema`` replaces their structured-output fields, mode ``tool`` their
+        ``tool_choice``.
     """
     body: dict[str, Any] = {}
     if model:
         body["model"] = model
     body["messages"] = [message_json(message) for message in request.messages]
-    if request.tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": tool.parameters,
-                },
-            }
-            for tool in request.tools
-        ]
-        if request.tool_choice is not None:
-            body["tool_choice"] = request.tool_choice
+    # Requests the run loop built before output modes existed have no output field at all.
+    output = getattr(request, "output", None)
+    tools = [tool_json(tool) for tool in request.tools]
+    choice: object = request.tool_choice
+    if output is not None and output.mode == "tool":
+        if any(tool.name == output.name for tool in request.tools):
+            raise ConfigurationError(
+                "output.name", f"{output.name!r} is also the name of a tool offered this turn"
+            )
+        answer, choice = answer_tool(output)
+        tools.append(answer)
+    if tools:
+        body["tools"] = tools
+        if choice is not None:
+            body["tool_choice"] = choice
     body.update(default_settings)
     body.update(request.settings)  # may name a tool: {"tool_choice": {"type": ...}}
-    if not request.tools:
+    if not tools:
         # OpenAI rejects tool_choice without tools: it only travels with them, also when
         # it comes from the settings (a turn that offers no tools keeps its settings).
         for key in _TOOL_ONLY_SETTINGS:
             body.pop(key, None)
+    if output is not None:
+        if output.mode == "json_schema":
+            for key in STRUCTURED_FIELDS:
+                body.pop(key, None)
+            body.update(output_fields(output, dialect))
+        elif output.mode == "tool":
+            body["tool_choice"] = choice
     if stream:
         body["stream"] = True
         if stream_usage:
@@ -154,6 +178,18 @@ def request_body(
         body.pop("stream", None)
         body.pop("stream_options", None)
     return body
+
+
+def tool_json(tool: ToolDefinition) -> dict[str, Any]:
+    """A tool as the wire format offers it."""
+    return {
+        "type": "function",
+        "function": {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+        },
+    }
 
 
 def message_json(message: Message) -> dict[str, Any]:
@@ -336,7 +372,7 @@ def reasoning_text(message: Mapping[str, Any]) -> str:
     return ""
 
 
-def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
+def tool_calls_in_text(text: str, tool_names: Collection[str]) -> list[ToolCall]:
     """Tool calls written as text by a model whose server did not parse them.
 
     Recognises, when they make up the whole reply: one JSON object
@@ -397,7 +433,7 @@ def tool_calls_in_text(text: str, tool_names: set[str]) -> list[ToolCall]:
     return calls
 
 
-def _prefixed_calls(text: str, tool_names: set[str]) -> list[tuple[str, object]] | None:
+def _prefixed_calls(text: str, tool_names: Collection[str]) -> list[tuple[str, object]] | None:
     """The ``functions.NAME:`` calls making up ``text``: each name and its decoded arguments.
 
     ``None`` when anything else is in the text, or a name is not one of ``tool_names`` (read
