@@ -2,7 +2,13 @@
 
 It listens on 127.0.0.1 on an ephemeral port, in a background thread, and answers each
 ``POST .../chat/completions`` with the next :class:`Reply` of its script. It records every
-request it received (headers and JSON body), so tests can assert what went over the wire.
+request it received (headers and JSON body), so tests can assert what went over the wire
+(:class:`RecordedRequest` reads the output-mode fields: ``response_format``, ``tool_choice``,
+the tools offered), and every ``GET`` (the model list a client asks to identify the server).
+
+It can emulate a server's dialect (:class:`Dialect`): what its model list says of it
+(``owned_by``), and which output-mode fields it takes; a request carrying one it does not
+take is refused, as the real server refuses it, without using a scripted reply.
 
 Replies can be JSON, an HTTP error with headers (``Retry-After``), malformed bytes, a slow
 answer, a dropped connection (before or in the middle of the body), or a server-sent-event
@@ -23,6 +29,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 __all__ = [
+    "EVERY_FIELD",
+    "LLAMA_CPP_PYTHON",
+    "Dialect",
     "RecordedRequest",
     "Reply",
     "ScriptedServer",
@@ -45,6 +54,73 @@ class RecordedRequest:
     def json(self) -> dict[str, Any]:
         assert isinstance(self.body, dict), f"request body is not a JSON object: {self.body!r}"
         return self.body
+
+    @property
+    def response_format(self) -> Any:
+        """The body's ``response_format``, or ``None``."""
+        return self.json.get("response_format")
+
+    @property
+    def tool_choice(self) -> Any:
+        """The body's ``tool_choice``, or ``None``."""
+        return self.json.get("tool_choice")
+
+    @property
+    def tool_names(self) -> list[str]:
+        """The names of the tools the body offers, in order."""
+        return [tool["function"]["name"] for tool in self.json.get("tools", [])]
+
+
+# The output-mode fields a server may take or refuse (Dialect.takes).
+EVERY_FIELD = frozenset(
+    {"json_schema", "json_object", "guided_json", "structured_outputs", "named_tool_choice"}
+)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """The server a test server plays, as far as output modes go.
+
+    Attributes:
+        owned_by: What ``GET /models`` says owns the model (``None``: nothing).
+        takes: The output-mode fields it takes, of :data:`EVERY_FIELD`: a
+            ``response_format`` of type ``json_schema`` or ``json_object``, ``guided_json``,
+            ``structured_outputs``, a named ``tool_choice``.
+        refusal_status: The status of a refusal (llama-cpp-python answers a request its
+            model does not validate with 500 and pydantic's message).
+    """
+
+    owned_by: str | None = None
+    takes: frozenset[str] = EVERY_FIELD
+    refusal_status: int = 400
+
+    def refusal(self, body: Any) -> Reply | None:
+        """The refusal of a request carrying a field this server does not take, if any."""
+        if not isinstance(body, dict):
+            return None
+        carried: list[tuple[str, str]] = []
+        response_format = body.get("response_format")
+        if isinstance(response_format, dict) and response_format.get("type") != "text":
+            kind = str(response_format.get("type"))
+            carried.append((kind, f"response_format.type: {kind!r} is not one of the types"))
+        for field_name in ("guided_json", "structured_outputs"):
+            if field_name in body:
+                carried.append((field_name, f"{field_name}: extra inputs are not permitted"))
+        if isinstance(body.get("tool_choice"), dict):
+            carried.append(("named_tool_choice", "tool_choice: a named tool is not supported"))
+        for field_name, message in carried:
+            if field_name not in self.takes:
+                if self.refusal_status == 500:
+                    message = f"1 validation error for CreateChatCompletionRequest\n{message}"
+                return Reply.error(self.refusal_status, message)
+        return None
+
+
+LLAMA_CPP_PYTHON = Dialect(
+    owned_by="me", takes=frozenset({"json_object", "named_tool_choice"}), refusal_status=500
+)
+"""llama-cpp-python 0.3.36's server: ``response_format`` of type ``json_object`` (with a
+schema) only, named tool choices; its model list says ``owned_by: "me"``."""
 
 
 @dataclass
@@ -179,6 +255,8 @@ class ScriptedServer:
         self.stopping = threading.Event()
         self.client_hung_up = threading.Event()
         self.errors: list[BaseException] = []
+        self.gets: list[str] = []
+        self.dialect = Dialect()
         self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
         self._httpd.scripted = self
         self.port: int = self._httpd.server_address[1]
@@ -201,8 +279,11 @@ class ScriptedServer:
             return len(self._script)
 
     def _next(self, recorded: RecordedRequest) -> Reply:
+        refused = self.dialect.refusal(recorded.body)
         with self._lock:
             self.requests.append(recorded)
+            if refused is not None:  # refused as the emulated server would: script kept
+                return refused
             source = self._script.pop(0) if self._script else None
         if source is None:
             return Reply.error(599, "the test server has no scripted reply left")
@@ -214,9 +295,11 @@ class ScriptedServer:
         with self._lock:
             self._script.clear()
             self.requests.clear()
+            self.gets.clear()
         self.stopping = threading.Event()
         self.client_hung_up = threading.Event()
         self.errors.clear()
+        self.dialect = Dialect()
 
     def start(self) -> None:
         self._thread.start()
@@ -256,8 +339,14 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # keep test output clean
 
     def do_GET(self) -> None:
+        scripted = self.server.scripted
+        with scripted._lock:
+            scripted.gets.append(self.path)
         if self.path.rstrip("/").endswith("/models"):
-            self._send(200, {"object": "list", "data": [{"id": "served-model"}]})
+            entry: dict[str, Any] = {"id": "served-model", "object": "model"}
+            if scripted.dialect.owned_by is not None:
+                entry["owned_by"] = scripted.dialect.owned_by
+            self._send(200, {"object": "list", "data": [entry]})
         else:
             self._send(404, {"error": {"message": f"no route {self.path}"}})
 

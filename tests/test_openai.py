@@ -275,7 +275,7 @@ async def test_text_tool_calls_are_recognised_when_enabled(server: ScriptedServe
     async with make_llm(server, text_tool_calls=True) as llm:
         with_tools = await llm.complete(ask(tools=[WEATHER]))
         without_tools = await llm.complete(ask())  # a must_return turn: text stays text
-    async with make_llm(server) as llm:
+    async with make_llm(server, text_tool_calls=False) as llm:
         disabled = await llm.complete(ask(tools=[WEATHER]))
     async with make_llm(server, text_tool_calls=True) as llm:
         streamed = [d async for d in llm.stream(ask(tools=[WEATHER]))][-1].response

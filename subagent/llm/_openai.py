@@ -9,12 +9,17 @@ never retries by itself: the runtime owns retries (see :class:`~subagent.RetryPo
 Configuration comes from the arguments, then from the environment:
 
 ``SUBAGENT_LLM``
-    ``openai:MODEL``, ``openai:MODEL@BASE_URL`` or ``openai:@BASE_URL`` (the server's
-    default model). The base URL starts with ``http://`` or ``https://``; the model may
-    contain ``:`` and ``/`` (``openai:qwen2.5:0.5b@http://127.0.0.1:11434/v1``).
+    ``PROVIDER:MODEL``, ``PROVIDER:MODEL@BASE_URL`` or ``PROVIDER:@BASE_URL`` (the server's
+    default model), where the provider is ``openai`` or a local server: ``ollama``
+    (``http://127.0.0.1:11434/v1`` unless a URL is given), ``vllm`` (``:8000``),
+    ``llamacpp`` (llama.cpp's ``llama-server``, ``:8080``) or ``lmstudio`` (``:1234``), each
+    with its :class:`~subagent.llm.ModelProfile` and no API key. The base URL starts with
+    ``http://`` or ``https://``; the model may contain ``:`` and ``/``
+    (``ollama:qwen2.5:0.5b``).
 ``OPENAI_MODEL``, ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``
     The usual variables; ``SUBAGENT_LLM`` wins over the first two. The key is never taken
-    from ``SUBAGENT_LLM`` so that it stays out of logs that print the model spec.
+    from ``SUBAGENT_LLM`` so that it stays out of logs that print the model spec, and is
+    sent only to ``openai:`` servers.
 
 The JSON sent and read, and the classification of errors, live in
 :mod:`subagent.llm._wire`; streamed replies are read by :mod:`subagent.llm._sse`.
@@ -39,9 +44,21 @@ from subagent._checks import check_int, check_seconds
 from subagent._errors import ConfigurationError, ErrorKind, LLMError
 from subagent.llm._allow import check_model_request
 from subagent.llm._decode import ACCEPT_ENCODING
+from subagent.llm._profile import (
+    OPENAI,
+    OPENAI_COMPATIBLE,
+    SPEC_PROVIDERS,
+    ModelProfile,
+    check_output,
+    identify,
+    profile_named,
+    remember,
+    remembered,
+)
 from subagent.llm._protocol import LLMRequest, LLMResponse, StopReason, StreamDelta
 from subagent.llm._redact import Redactor, redact_url_credentials
 from subagent.llm._sse import SSEEvents, StreamAccumulator, read_body
+from subagent.llm._structured import answer_from_tool
 from subagent.llm._wire import (
     MALFORMED,
     malformed_reply,
@@ -59,6 +76,7 @@ __all__ = [
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_MAX_STREAM_BYTES",
     "DEFAULT_TOTAL_TIMEOUT",
+    "PROBE_TIMEOUT",
     "LLMSpec",
     "OpenAIChat",
     "parse_retry_after",
@@ -82,38 +100,47 @@ comes in its own ~250-byte event, so a legitimate 128k-token stream is ~35 MB.""
 DEFAULT_TOTAL_TIMEOUT: Final = 600.0
 """Seconds one call may take in all by default, streaming included (10 minutes)."""
 
+PROBE_TIMEOUT: Final = 5.0
+"""Seconds the one ``GET /models`` that identifies an unknown server may take in all; past
+it, or on any failure, the server is taken to follow OpenAI's API."""
+
 _MAX_ERROR_READ: Final = 64 * 1024  # an error body is kept to its first 4,000 characters
+_MAX_MODELS_READ: Final = 64 * 1024  # a model list is read to here (its first entries tell)
 
 _ENV_SPEC: Final = "SUBAGENT_LLM"
-_SPEC_PROVIDERS: Final = frozenset({"openai"})
+_SPEC_FORMS: Final = (
+    "expected 'openai:MODEL', 'openai:MODEL@BASE_URL', 'openai:@BASE_URL' or the same "
+    "with ollama, vllm, llamacpp or lmstudio for 'openai'"
+)
 
 
 def parse_subagent_llm(spec: str, *, field: str = _ENV_SPEC) -> tuple[str, str | None, str | None]:
     """Split a ``SUBAGENT_LLM`` value into ``(provider, model, base_url)``.
 
     Args:
-        spec: ``openai:MODEL``, ``openai:MODEL@BASE_URL`` or ``openai:@BASE_URL``.
+        spec: ``PROVIDER:MODEL``, ``PROVIDER:MODEL@BASE_URL`` or ``PROVIDER:@BASE_URL``,
+            where the provider is ``openai``, ``ollama``, ``vllm``, ``llamacpp`` or
+            ``lmstudio``.
         field: The name a configuration error gives (``SUBAGENT_LLM``, or ``llm`` for a
             string passed where a model is expected).
 
     Returns:
-        The provider (``"openai"``), the model (``None`` when empty) and the base URL
-        (``None`` when absent).
+        The provider (lower case), the model (``None`` when empty) and the base URL
+        (``None`` when absent: the provider's default, or the environment's for
+        ``openai``).
 
     Raises:
-        ConfigurationError: The value does not have that form (naming ``field`` and the
-            value, with any URL credentials in it redacted).
+        ConfigurationError: The value does not have that form, or names no model for a
+            provider that needs one (``ollama``); the message names ``field`` and the
+            value, with any URL credentials in it redacted.
     """
     if not isinstance(spec, str):
         raise ConfigurationError(field, f"must be a string, got {type(spec).__name__}")
     text = spec.strip()
     provider, colon, rest = text.partition(":")
-    if not colon or provider.lower() not in _SPEC_PROVIDERS:
-        raise ConfigurationError(
-            field,
-            f"expected 'openai:MODEL', 'openai:MODEL@BASE_URL' or 'openai:@BASE_URL', "
-            f"got {redact_url_credentials(spec)!r}",
-        )
+    known = SPEC_PROVIDERS.get(provider.lower())
+    if not colon or known is None:
+        raise ConfigurationError(field, f"{_SPEC_FORMS}, got {redact_url_credentials(spec)!r}")
     at = max(rest.rfind("@http://"), rest.rfind("@https://"))
     if at >= 0:
         model, base_url = rest[:at], rest[at + 1 :]
@@ -125,7 +152,13 @@ def parse_subagent_llm(spec: str, *, field: str = _ENV_SPEC) -> tuple[str, str |
                 f"got {redact_url_credentials(spec)!r}",
             )
         model, base_url = rest, ""
-    return provider.lower(), model.strip() or None, base_url.strip() or None
+    if known.needs_model and not model.strip():
+        raise ConfigurationError(
+            field,
+            f"{known.name} needs a model ('{known.name}:MODEL'), "
+            f"got {redact_url_credentials(spec)!r}",
+        )
+    return known.name, model.strip() or None, base_url.strip() or None
 
 
 class OpenAIChat:
@@ -179,7 +212,16 @@ class OpenAIChat:
             were offered, no native call came back, and the whole reply is a JSON object
             ``{"name": <an offered tool>, "arguments": {...}}`` (or a list of them, or
             Hermes/Qwen ``<tool_call>...</tool_call>`` blocks), it becomes tool calls.
-            Anything else stays text. Off by default.
+            Anything else stays text. ``None`` (the default) takes the profile's: on for
+            every server but OpenAI's own API.
+        profile: What the server can do (:class:`~subagent.llm.ModelProfile`, or the name
+            of a known one: ``"llama-cpp-python"``, ``"vllm"``...). ``None`` (the default)
+            takes the model string's provider's (``SUBAGENT_LLM=vllm:...``), OpenAI's for
+            ``api.openai.com``, and for any other server finds it out when a request first
+            asks for an output mode other than ``text``: one ``GET {base_url}/models``
+            (its ``owned_by`` names llama-cpp-python, llama.cpp, vLLM, Ollama or LM
+            Studio), remembered for the process per base URL and model. Until then, and
+            when the answer names none of them, the server is taken to follow OpenAI's API.
 
     Raises:
         ConfigurationError: A value is invalid; the message names the field.
@@ -200,20 +242,26 @@ class OpenAIChat:
         default_settings: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
         provider_name: str = "openai",
-        text_tool_calls: bool = False,
+        text_tool_calls: bool | None = None,
+        profile: ModelProfile | str | None = None,
         _environ: Mapping[str, str] | None = None,
     ) -> None:
         environ = os.environ if _environ is None else _environ
         spec_model: str | None = None
         spec_url: str | None = None
+        provider = SPEC_PROVIDERS["openai"]
         spec = environ.get(_ENV_SPEC, "").strip()
         if spec:
-            _, spec_model, spec_url = parse_subagent_llm(spec)
+            named, spec_model, spec_url = parse_subagent_llm(spec)
+            if not base_url:  # the spec's provider says which server, unless base_url does
+                provider = SPEC_PROVIDERS[named]
+                spec_url = spec_url or provider.base_url
         resolved_url = (
             base_url or spec_url or environ.get("OPENAI_BASE_URL", "").strip() or DEFAULT_BASE_URL
         )
         resolved_model = model or spec_model or environ.get("OPENAI_MODEL", "").strip() or None
-        resolved_key = api_key if api_key is not None else environ.get("OPENAI_API_KEY") or None
+        env_key = environ.get("OPENAI_API_KEY") if provider.reads_openai_key else None
+        resolved_key = api_key if api_key is not None else env_key or None
 
         shown_url = redact_url_credentials(resolved_url)
         try:
@@ -273,7 +321,19 @@ class OpenAIChat:
         if basic is not None:  # URL credentials win over a key, as httpx's own auth did
             self._headers["Authorization"] = basic
         self._headers.update(headers or {})
-        self.text_tool_calls = text_tool_calls
+        given = provider.profile if profile is None else profile_named(profile)
+        if given is None and is_openai:
+            given = OPENAI
+        # None: found out when a request first needs it (see find_profile).
+        self._given_profile: ModelProfile | None = given
+        self._probe_lock: anyio.Lock | None = None
+        if text_tool_calls is not None and not isinstance(text_tool_calls, bool):
+            raise ConfigurationError("text_tool_calls", "must be True, False or None")
+        self.text_tool_calls: bool = (
+            (given or OPENAI_COMPATIBLE).text_tool_calls
+            if text_tool_calls is None
+            else text_tool_calls
+        )
         # Streams ask for their usage until a server refuses stream_options (see stream()).
         self._stream_usage = True
         self._owns_client = http_client is None
@@ -338,6 +398,70 @@ class OpenAIChat:
         if self._owns_client:
             await self._client.aclose()
 
+    # -- what the server can do -------------------------------------------------------------
+
+    @property
+    def profile(self) -> ModelProfile:
+        """The server's profile as known now: given, found out, or OpenAI's API assumed.
+
+        For a server whose profile was neither given nor found out yet, this is
+        ``OPENAI_COMPATIBLE`` until :meth:`find_profile` (or a request asking for an output
+        mode) asks the server.
+        """
+        if self._given_profile is not None:
+            return self._given_profile
+        return remembered(self.base_url, self.model) or OPENAI_COMPATIBLE
+
+    async def find_profile(self) -> ModelProfile:
+        """The server's profile, asking the server once if it is not known.
+
+        The one question is ``GET {base_url}/models`` (with this adapter's headers, at most
+        :data:`PROBE_TIMEOUT` seconds, its first 64 KiB read): the ``owned_by`` of the
+        model's entry names the server. The answer is remembered for the process, per base
+        URL and model; a server that does not answer, or names none the adapter knows, is
+        taken to follow OpenAI's API (``OPENAI_COMPATIBLE``), remembered the same way.
+        """
+        if self._given_profile is not None:
+            return self._given_profile
+        found = remembered(self.base_url, self.model)
+        if found is not None:
+            return found
+        if self._probe_lock is None:
+            self._probe_lock = anyio.Lock()
+        async with self._probe_lock:  # concurrent runs of one adapter ask once
+            found = remembered(self.base_url, self.model)
+            if found is None:
+                found = await self._ask_server()
+                remember(self.base_url, self.model, found)
+        return found
+
+    async def _ask_server(self) -> ModelProfile:
+        text = ""
+        with anyio.move_on_after(PROBE_TIMEOUT):
+            try:
+                async with self._client.stream(
+                    "GET", f"{self.base_url}/models", headers=self._headers,
+                    timeout=self._timeout,
+                ) as response:  # fmt: skip
+                    if response.status_code == 200:
+                        text = await read_body(response, _MAX_MODELS_READ, truncate=True)
+            except (httpx.HTTPError, LLMError):
+                text = ""  # no answer: nothing identified
+        return identify(text, self.model)
+
+    def describe_server(self) -> str:
+        """The server as errors name it: its profile, base URL and model (never a key)."""
+        return f"{self.profile.name} at {self.base_url} (model {self.model_name!r})"
+
+    async def _check_output(self, request: LLMRequest) -> ModelProfile:
+        """The profile to serve ``request`` with; refuses an output mode it cannot serve."""
+        output = getattr(request, "output", None)  # absent from requests built before it
+        if output is None or output.mode == "text":
+            return self.profile
+        profile = await self.find_profile()
+        check_output(output, profile, self.describe_server())
+        return profile
+
     # -- requests ---------------------------------------------------------------------------
 
     def build_body(self, request: LLMRequest, *, stream: bool = False) -> dict[str, Any]:
@@ -345,6 +469,8 @@ class OpenAIChat:
 
         A streamed request asks for usage in the stream
         (``stream_options: {"include_usage": true}``) until the server refuses the field.
+        An output mode is written in the dialect of :attr:`profile` as known now (a request
+        sent through :meth:`complete` or :meth:`stream` finds the profile out first).
 
         Args:
             request: The request to serialise.
@@ -356,6 +482,7 @@ class OpenAIChat:
         return request_body(
             request, model=self.model, default_settings=self.default_settings, stream=stream,
             stream_usage=self._stream_usage,
+            dialect=self.profile.structured_output or "json_schema",
         )  # fmt: skip
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
@@ -370,8 +497,11 @@ class OpenAIChat:
         Raises:
             LLMError: The call failed; ``kind`` says how (see the docs' table).
             ModelRequestsBlockedError: Tests blocked real requests (``subagent.testing``).
+            UnsupportedOutputError: The request asks for an output mode the server cannot
+                serve; nothing was sent.
         """
         check_model_request(self)
+        await self._check_output(request)
         body = self.build_body(request)
         text = ""
         status = 0
@@ -392,7 +522,7 @@ class OpenAIChat:
                 raise transport_error(error) from error
             try:
                 reply = parse_completion(text, self.model, status)
-                return self._redactor.response(self._with_text_tool_calls(request, reply))
+                return self._redactor.response(self._read_reply(request, reply))
             except MALFORMED as error:
                 raise malformed_reply(error, text, status) from None
         except LLMError as error:
@@ -412,15 +542,26 @@ class OpenAIChat:
                 f"no complete reply within total_timeout={self.total_timeout:g} s",
             )
 
-    def _with_text_tool_calls(self, request: LLMRequest, reply: LLMResponse) -> LLMResponse:
-        if not (self.text_tool_calls and request.tools) or reply.tool_calls:
-            return reply
-        calls = tool_calls_in_text(reply.text, {tool.name for tool in request.tools})
-        if not calls:
-            return reply
-        return reply.model_copy(
-            update={"text": "", "tool_calls": calls, "stop_reason": StopReason.TOOL_CALLS}
-        )
+    def _read_reply(self, request: LLMRequest, reply: LLMResponse) -> LLMResponse:
+        """The reply as the request asked for it.
+
+        Calls written as text become calls (when enabled), then a forced answer tool's call
+        becomes the reply's text.
+        """
+        output = getattr(request, "output", None)  # absent from requests built before it
+        answer_tool = output.name if output is not None and output.mode == "tool" else None
+        if self.text_tool_calls and not reply.tool_calls and (request.tools or answer_tool):
+            names = {tool.name for tool in request.tools}
+            if answer_tool is not None:
+                names.add(answer_tool)
+            calls = tool_calls_in_text(reply.text, names)
+            if calls:
+                reply = reply.model_copy(
+                    update={"text": "", "tool_calls": calls, "stop_reason": StopReason.TOOL_CALLS}
+                )
+        if output is not None and answer_tool is not None:
+            return answer_from_tool(reply, output)
+        return reply
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[StreamDelta]:
         """Stream one reply as server-sent events.
@@ -440,8 +581,11 @@ class OpenAIChat:
         Raises:
             LLMError: The call failed, before or during the stream.
             ModelRequestsBlockedError: Tests blocked real requests (``subagent.testing``).
+            UnsupportedOutputError: The request asks for an output mode the server cannot
+                serve; nothing was sent.
         """
         check_model_request(self)
+        await self._check_output(request)
         headers = {**self._headers, "Accept": "text/event-stream"}
         redactor = self._redactor
         deadline = self._deadline()
@@ -477,7 +621,7 @@ class OpenAIChat:
                     if not streamed:
                         try:
                             whole = parse_completion(text, self.model, status)
-                            whole = redactor.response(self._with_text_tool_calls(request, whole))
+                            whole = redactor.response(self._read_reply(request, whole))
                         except MALFORMED as error:
                             raise malformed_reply(error, text, status) from None
                         if whole.text:
@@ -511,7 +655,7 @@ class OpenAIChat:
                             yield StreamDelta(text=text, reasoning=accumulator.reasoning_added)
                     try:
                         final = accumulator.build()
-                        final = redactor.response(self._with_text_tool_calls(request, final))
+                        final = redactor.response(self._read_reply(request, final))
                     except MALFORMED as error:
                         raise malformed_reply(error, "", status) from None
             except httpx.HTTPError as error:
@@ -527,9 +671,11 @@ class LLMSpec:
 
     What ``SubAgent(llm="openai:gpt-4o-mini")`` (and ``llm=`` of ``run()`` and the batch
     functions) makes of a string. The forms are those of ``SUBAGENT_LLM``:
-    ``openai:MODEL``, ``openai:MODEL@BASE_URL`` and ``openai:@BASE_URL``; the API key comes
-    from ``OPENAI_API_KEY`` and a missing base URL from ``OPENAI_BASE_URL`` (else OpenAI's),
-    never from ``SUBAGENT_LLM``: the string says which model.
+    ``PROVIDER:MODEL``, ``PROVIDER:MODEL@BASE_URL`` and ``PROVIDER:@BASE_URL``. For
+    ``openai`` the API key comes from ``OPENAI_API_KEY`` and a missing base URL from
+    ``OPENAI_BASE_URL`` (else OpenAI's); a local provider (``ollama``, ``vllm``,
+    ``llamacpp``, ``lmstudio``) has its own default URL and profile, and gets no key. The
+    ``SUBAGENT_LLM`` variable itself is never read: the string says which model.
 
     Each call opens an :class:`OpenAIChat` of its own and closes it when the call ends, so a
     spec works in any event loop, any number of times, and pickles. Connections are not
@@ -552,10 +698,8 @@ class LLMSpec:
     def __init__(
         self, spec: str, *, field: str = "llm", environ: Mapping[str, str] | None = None
     ) -> None:
-        _, model, base_url = parse_subagent_llm(spec, field=field)
+        parse_subagent_llm(spec, field=field)  # the spec's own errors name the field
         self.spec: str = spec.strip()
-        self._model = model
-        self._base_url = base_url
         self._environ = environ
         probe = self._adapter(check_key=False)  # every value but the key checked now
         self.model_name: str = probe.model_name
@@ -571,7 +715,8 @@ class LLMSpec:
         own = {name: value for name, value in environ.items() if name != _ENV_SPEC}
         if not check_key and not own.get("OPENAI_API_KEY"):
             own["OPENAI_API_KEY"] = "unchecked"  # the probe never sends it
-        return OpenAIChat(model=self._model, base_url=self._base_url, _environ=own)
+        # The adapter reads this spec as its SUBAGENT_LLM: its model, URL and provider.
+        return OpenAIChat(_environ={**own, _ENV_SPEC: self.spec})
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """Answer ``request`` through an adapter opened for this call."""
