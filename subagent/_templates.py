@@ -75,6 +75,7 @@ TEMPLATE_VARIABLES: dict[str, frozenset[str]] = {
     "sections_none_found": frozenset({"headers"}),
     "system": _SYSTEM,
     "tool_arguments_invalid": frozenset({"name", "errors", "call_again"}),
+    "tool_call_as_text": frozenset({"tool_names", "offered"}),
     "tool_calls_over_limit": frozenset({"count", "limit", "name"}),
     "tool_error": frozenset({"name", "error", "fence"}),
     "tool_denied": frozenset({"name", "reason", "fence"}),

@@ -4,7 +4,8 @@ What lives here:
 
 - ``_protocol``: the :class:`ReplyProtocol` interface and :class:`Reading` (what a reply
   asks for: tool calls, an answer attempt, or a problem to feed back).
-- ``_native``: the model's own tool calling.
+- ``_native``: the model's own tool calling, and :func:`call_written_as_text`: a reply
+  that is a call of the agent's tool written as text, named in feedback for the model.
 - ``_react``: the ReAct protocol: tools described in the prompt, one ``Action:`` or
   ``Final Answer:`` per reply, tool results sent back as an ``Observation:``.
 - ``_action``: the ReAct reply reader, :func:`read_react_reply` (one action with its tool
@@ -25,7 +26,7 @@ from subagent.protocols._action import (
     format_action,
     read_react_reply,
 )
-from subagent.protocols._native import NATIVE, NativeProtocol
+from subagent.protocols._native import NATIVE, NativeProtocol, call_written_as_text
 from subagent.protocols._protocol import ProtocolName, Reading, ReplyProtocol
 from subagent.protocols._react import REACT, ReactProtocol
 
@@ -40,6 +41,7 @@ __all__ = [
     "ReactReply",
     "Reading",
     "ReplyProtocol",
+    "call_written_as_text",
     "format_action",
     "read_react_reply",
 ]
