@@ -98,22 +98,29 @@ class Dialect:
         """The refusal of a request carrying a field this server does not take, if any."""
         if not isinstance(body, dict):
             return None
-        carried: list[tuple[str, str]] = []
+        carried: list[tuple[str, tuple[str, ...]]] = []
         response_format = body.get("response_format")
         if isinstance(response_format, dict) and response_format.get("type") != "text":
             kind = str(response_format.get("type"))
-            carried.append((kind, f"response_format.type: {kind!r} is not one of the types"))
+            carried.append((kind, ("response_format", "type")))
         for field_name in ("guided_json", "structured_outputs"):
             if field_name in body:
-                carried.append((field_name, f"{field_name}: extra inputs are not permitted"))
+                carried.append((field_name, (field_name,)))
         if isinstance(body.get("tool_choice"), dict):
-            carried.append(("named_tool_choice", "tool_choice: a named tool is not supported"))
-        for field_name, message in carried:
+            carried.append(("named_tool_choice", ("tool_choice",)))
+        for field_name, location in carried:
             if field_name not in self.takes:
-                if self.refusal_status == 500:
-                    message = f"1 validation error for CreateChatCompletionRequest\n{message}"
-                return Reply.error(self.refusal_status, message)
+                return Reply.error(self.refusal_status, self._message(location, field_name))
         return None
+
+    def _message(self, location: tuple[str, ...], field_name: str) -> str:
+        if self.refusal_status == 500:  # llama-cpp-python 0.3.36's words, as it sends them
+            return (
+                f"1 validation error:\n  {{'type': 'literal_error', 'loc': "
+                f"{('body', *location)!r}, 'msg': \"Input should be 'text' or "
+                f"'json_object'\", 'input': {field_name!r}}}"
+            )
+        return f"Unrecognized request argument supplied: {'.'.join(location)}"
 
 
 LLAMA_CPP_PYTHON = Dialect(

@@ -109,8 +109,8 @@ _MAX_MODELS_READ: Final = 64 * 1024  # a model list is read to here (its first e
 
 _ENV_SPEC: Final = "SUBAGENT_LLM"
 _SPEC_FORMS: Final = (
-    "expected 'openai:MODEL', 'openai:MODEL@BASE_URL', 'openai:@BASE_URL' or the same "
-    "with ollama, vllm, llamacpp or lmstudio for 'openai'"
+    "expected 'PROVIDER:MODEL', 'PROVIDER:MODEL@BASE_URL' or 'PROVIDER:@BASE_URL', where "
+    "PROVIDER is openai, ollama, vllm, llamacpp or lmstudio"
 )
 
 
@@ -366,8 +366,9 @@ class OpenAIChat:
         if not (cls.env_configured(env) or overrides.get("base_url") or overrides.get("model")):
             raise ConfigurationError(
                 _ENV_SPEC,
-                "no LLM configured: set SUBAGENT_LLM (e.g. 'openai:gpt-4o-mini' or "
-                "'openai:local@http://127.0.0.1:8080/v1') or OPENAI_BASE_URL/OPENAI_MODEL",
+                "no LLM configured: set SUBAGENT_LLM (e.g. 'openai:gpt-4o-mini', "
+                "'ollama:qwen2.5:0.5b' or 'openai:local@http://127.0.0.1:8080/v1') or "
+                "OPENAI_BASE_URL/OPENAI_MODEL",
             )
         return cls(_environ=env, **overrides)
 
