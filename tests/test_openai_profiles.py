@@ -225,6 +225,20 @@ async def test_a_server_is_asked_once_per_base_url_and_model(server: ScriptedSer
     assert len(server.gets) == 2
 
 
+async def test_an_adapter_keeps_what_it_found_out_when_the_process_forgets(
+    server: ScriptedServer,
+) -> None:
+    server.dialect = Dialect(owned_by="me")
+    server.script(Reply.json(completion('{"value": 3}')))
+    async with make_llm(server) as llm:
+        await llm.find_profile()
+        forget_profiles()  # as when more than PROFILE_CACHE_SIZE servers were asked since
+        assert llm.profile is LLAMA_CPP_PYTHON_PROFILE
+        await llm.complete(ask(AS_JSON))
+    assert server.gets == ["/v1/models"]
+    assert server.requests[0].response_format == {"type": "json_object", "schema": ANSWER}
+
+
 async def test_concurrent_requests_of_one_adapter_ask_the_server_once(
     server: ScriptedServer,
 ) -> None:

@@ -326,6 +326,7 @@ class OpenAIChat:
             given = OPENAI
         # None: found out when a request first needs it (see find_profile).
         self._given_profile: ModelProfile | None = given
+        self._found_profile: ModelProfile | None = None
         self._probe_lock: anyio.Lock | None = None
         if text_tool_calls is not None and not isinstance(text_tool_calls, bool):
             raise ConfigurationError("text_tool_calls", "must be True, False or None")
@@ -409,9 +410,8 @@ class OpenAIChat:
         ``OPENAI_COMPATIBLE`` until :meth:`find_profile` (or a request asking for an output
         mode) asks the server.
         """
-        if self._given_profile is not None:
-            return self._given_profile
-        return remembered(self.base_url, self.model) or OPENAI_COMPATIBLE
+        known = self._given_profile or self._found_profile
+        return known or remembered(self.base_url, self.model) or OPENAI_COMPATIBLE
 
     async def find_profile(self) -> ModelProfile:
         """The server's profile, asking the server once if it is not known.
@@ -422,18 +422,17 @@ class OpenAIChat:
         URL and model; a server that does not answer, or names none the adapter knows, is
         taken to follow OpenAI's API (``OPENAI_COMPATIBLE``), remembered the same way.
         """
-        if self._given_profile is not None:
-            return self._given_profile
-        found = remembered(self.base_url, self.model)
-        if found is not None:
-            return found
+        known = self._given_profile or self._found_profile
+        if known is not None:
+            return known
         if self._probe_lock is None:
             self._probe_lock = anyio.Lock()
         async with self._probe_lock:  # concurrent runs of one adapter ask once
-            found = remembered(self.base_url, self.model)
+            found = self._found_profile or remembered(self.base_url, self.model)
             if found is None:
                 found = await self._ask_server()
                 remember(self.base_url, self.model, found)
+            self._found_profile = found  # kept here too, whatever the process forgets
         return found
 
     async def _ask_server(self) -> ModelProfile:
@@ -454,7 +453,7 @@ class OpenAIChat:
         """The server as errors name it: its profile, base URL and model (never a key)."""
         return f"{self.profile.name} at {self.base_url} (model {self.model_name!r})"
 
-    async def _check_output(self, request: LLMRequest) -> ModelProfile:
+    async def _profile_for(self, request: LLMRequest) -> ModelProfile:
         """The profile to serve ``request`` with; refuses an output mode it cannot serve."""
         output = getattr(request, "output", None)  # absent from requests built before it
         if output is None or output.mode == "text":
@@ -480,10 +479,13 @@ class OpenAIChat:
         Returns:
             A JSON-serialisable dict.
         """
+        return self._body(request, stream, self.profile)
+
+    def _body(self, request: LLMRequest, stream: bool, profile: ModelProfile) -> dict[str, Any]:
         return request_body(
             request, model=self.model, default_settings=self.default_settings, stream=stream,
             stream_usage=self._stream_usage,
-            dialect=self.profile.structured_output or "json_schema",
+            dialect=profile.structured_output or "json_schema",
         )  # fmt: skip
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
@@ -502,8 +504,8 @@ class OpenAIChat:
                 serve; nothing was sent.
         """
         check_model_request(self)
-        await self._check_output(request)
-        body = self.build_body(request)
+        profile = await self._profile_for(request)
+        body = self._body(request, False, profile)
         text = ""
         status = 0
         try:
@@ -586,7 +588,7 @@ class OpenAIChat:
                 serve; nothing was sent.
         """
         check_model_request(self)
-        await self._check_output(request)
+        profile = await self._profile_for(request)
         headers = {**self._headers, "Accept": "text/event-stream"}
         redactor = self._redactor
         deadline = self._deadline()
@@ -601,7 +603,7 @@ class OpenAIChat:
                             response = await stack.enter_async_context(
                                 self._client.stream(
                                     "POST", self._endpoint, headers=headers,
-                                    json=self.build_body(request, stream=True),
+                                    json=self._body(request, True, profile),
                                     timeout=self._timeout,
                                 )
                             )  # fmt: skip
