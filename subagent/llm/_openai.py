@@ -109,8 +109,8 @@ _MAX_MODELS_READ: Final = 64 * 1024  # a model list is read to here (its first e
 
 _ENV_SPEC: Final = "SUBAGENT_LLM"
 _SPEC_FORMS: Final = (
-    "expected 'PROVIDER:MODEL', 'PROVIDER:MODEL@BASE_URL' or 'PROVIDER:@BASE_URL', where "
-    "PROVIDER is openai, ollama, vllm, llamacpp or lmstudio"
+    "expected 'openai:MODEL', 'openai:MODEL@BASE_URL' or 'openai:@BASE_URL', or a local "
+    "server's 'ollama:', 'vllm:', 'llamacpp:' or 'lmstudio:' in place of 'openai:'"
 )
 
 
