@@ -47,6 +47,7 @@ def prepared(live: LiveRun, parts: AgentParts, options: RunOptions) -> tuple[LLM
         "messages": messages, "tools": tools,
         "tool_choice": "none" if tools and not offer else None,
         "settings": options.settings, "turn": parts.turn_info(index, turn_type),
+        "output": None,
     })  # fmt: skip
     retry = phase is Phase.RETRY
     start = TurnStart(index, turn_type, budget.work_remaining, budget.retries_remaining,
