@@ -1,4 +1,4 @@
-"""The command line: ``subagent run``, ``subagent batch``, ``subagent chart``.
+"""The command line: ``subagent run``, ``subagent batch``, ``subagent chart``, ``subagent eval``.
 
 ``python -m subagent`` is the same program. It may import every room of the library: it is
 an application of it, at the top of the layers (see ``docs/architecture.md``).
@@ -36,6 +36,7 @@ from subagent._errors import ConfigurationError, TemplateError
 from subagent._phases import mermaid_chart
 from subagent._records import FailReason, Step
 from subagent.batch import stream_many, summarize
+from subagent.evals import _cli as evals_cli
 from subagent.llm import LLM, LLMRequest, LLMResponse, OpenAIChat
 
 __all__ = [
@@ -198,6 +199,7 @@ def _parser() -> _Parser:
 
     chart = commands.add_parser("chart", help="print the state chart (mermaid)")
     chart.set_defaults(command=_chart_command, name="chart", parser=chart)
+    evals_cli.register(commands)  # `subagent eval run / report / compare`
     return parser
 
 

@@ -1,0 +1,84 @@
+"""Evaluations: what a budget, a correction setting or a model buys on your own cases.
+
+``from subagent.evals import Case, Dataset``: a dataset of cases and judges runs an agent
+under several variants (named mappings of run options), records every run as one JSON
+line (resumable), and reports per variant success with its 95% interval, correction
+salvage, repeated corrections, calls, tokens, cost and wall time; compares an evaluation
+with a baseline by paired tests; and recommends the cheapest variant within a margin of
+the best. See ``docs/evals.md``.
+
+What lives here:
+
+- ``_cases``: :class:`Case`; ``_dataset``: :class:`Dataset` (files, ``evaluate``).
+- ``_judges``: :class:`Verdict`, :class:`Judge` and the built-in judges.
+- ``_variants``: :class:`Variant`, :func:`grid`, and a variant made ready to run.
+- ``_runner``: the evaluation's runs, through the batch room's ``stream_many``.
+- ``_records``: the records file (one JSON line per run), read and appended.
+- ``_outcomes``: what one record counts for; ``_report``: :class:`Report`;
+  ``_compare``: comparisons with a baseline and the recommendation; ``_plot``: the plot
+  (matplotlib, the ``evals`` extra, imported only when asked for).
+- ``_tracing``: each case run as a trace, its verdicts as ``gen_ai.evaluation.result``
+  events.
+- ``_cli``: ``subagent eval run / report / compare``.
+
+What it may import: batches and everything below them. Nothing in the library imports
+this room but the command line.
+"""
+
+from types import FunctionType
+
+from subagent.evals._cases import Case
+from subagent.evals._compare import Change, Comparison, Recommendation
+from subagent.evals._dataset import Dataset
+from subagent.evals._judges import (
+    AgentJudge,
+    AgentVerdict,
+    EqualsExpected,
+    FieldsMatch,
+    FunctionJudge,
+    Judge,
+    JudgeContext,
+    Verdict,
+    VerdictRecord,
+    judge,
+)
+from subagent.evals._outcomes import Outcome
+from subagent.evals._report import CaseResult, Report, VariantResult
+from subagent.evals._variants import Variant, grid
+
+__all__ = [
+    "AgentJudge",
+    "AgentVerdict",
+    "Case",
+    "CaseResult",
+    "Change",
+    "Comparison",
+    "Dataset",
+    "EqualsExpected",
+    "FieldsMatch",
+    "FunctionJudge",
+    "Judge",
+    "JudgeContext",
+    "Outcome",
+    "Recommendation",
+    "Report",
+    "Variant",
+    "VariantResult",
+    "Verdict",
+    "VerdictRecord",
+    "grid",
+    "judge",
+]
+
+
+def _present_as_public() -> None:
+    # As the top-level namespace does: the objects live in private modules and show, in
+    # docs, reprs and pickles, as subagent.evals.X.
+    namespace = globals()
+    for name in __all__:
+        obj = namespace[name]
+        if isinstance(obj, type | FunctionType) and obj.__module__.startswith(__name__ + "."):
+            obj.__module__ = __name__
+
+
+_present_as_public()

@@ -1,0 +1,398 @@
+"""Judges: whether a run's output is correct, with a reason.
+
+A judge looks at one finished run (its case, its output, its Step) and returns a
+:class:`Verdict`. Built in: :class:`EqualsExpected` (the output equals the case's expected
+output), :class:`FieldsMatch` (field by field, for pydantic models and mappings), any
+function (:func:`judge`, sync or async), and :class:`AgentJudge` (another agent, an LLM
+judge, whose typed output is the verdict). A judge that raises is recorded as an error of
+the judge, never of the case: the run and its Step stand.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Generic
+
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+from typing_extensions import TypeVar
+
+from subagent._agent import SubAgent
+from subagent._errors import ConfigurationError
+from subagent._records import Step
+from subagent._text import shorten
+from subagent.evals._cases import Case
+
+__all__ = [
+    "BUILT_IN_JUDGES",
+    "REASON_LIMIT",
+    "AgentJudge",
+    "AgentVerdict",
+    "EqualsExpected",
+    "FieldsMatch",
+    "FunctionJudge",
+    "Judge",
+    "JudgeContext",
+    "Verdict",
+    "VerdictRecord",
+    "as_judge",
+    "judge",
+    "run_judges",
+]
+
+OutputT = TypeVar("OutputT", default=Any)
+
+REASON_LIMIT: Final = 2_000
+"""Characters kept of a verdict's reason or a judge's error in a record."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What a judge decided about one run.
+
+    Attributes:
+        passed: Whether the output is correct.
+        reason: Why, in a sentence (kept in the records; shown in traces only when message
+            content is captured, as it may quote the output).
+        score: A grade between 0 and 1, when the judge gives one (``FieldsMatch``: the
+            share of fields that match).
+    """
+
+    passed: bool
+    reason: str | None = None
+    score: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeContext(Generic[OutputT]):
+    """What a judge sees of one run.
+
+    Attributes:
+        case: The case.
+        output: The run's output (the run succeeded: judges see only runs that did).
+        step: The run's whole Step (turns, usage, timing).
+        variant: The name of the variant it ran under.
+    """
+
+    case: Case[Any]
+    output: OutputT
+    step: Step[OutputT]
+    variant: str
+
+    @property
+    def expected(self) -> Any:
+        """The case's expected output (``None`` when it has none)."""
+        return self.case.expected
+
+
+class Judge:
+    """The base of judges: a name, and :meth:`judge` deciding about one run.
+
+    Subclass it and implement :meth:`judge` (async), or pass any function to a dataset
+    (see :func:`judge`).
+    """
+
+    name: str = "judge"
+    """What records, reports and traces call the judge's verdicts."""
+
+    def spec(self) -> str | dict[str, Any] | None:
+        """How a dataset file names the judge.
+
+        Built-in judges only: ``None`` for a judge that stays in code (a dataset written to a
+        file leaves it out).
+        """
+        return None
+
+    async def judge(self, ctx: JudgeContext[Any]) -> Verdict:
+        """Decide whether the run in ``ctx`` is correct."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+def _json_form(value: object) -> Any:
+    return to_jsonable_python(value, fallback=repr)
+
+
+def _shown(value: object) -> str:
+    return shorten(json.dumps(_json_form(value), ensure_ascii=False), 200)
+
+
+def _needs_expected(ctx: JudgeContext[Any]) -> Any:
+    if ctx.case.expected is None:
+        raise ValueError(f"case {ctx.case.name!r} has no expected output to compare with")
+    return ctx.case.expected
+
+
+class EqualsExpected(Judge):
+    """Correct when the output equals the case's expected output, compared as JSON.
+
+    An output model and the expected value read from a file as a JSON object compare
+    equal when their JSON forms do. A case without an expected output is a judge error.
+    """
+
+    name = "equals_expected"
+
+    def spec(self) -> str:
+        """``equals_expected``."""
+        return "equals_expected"
+
+    async def judge(self, ctx: JudgeContext[Any]) -> Verdict:
+        """Compare the output's JSON form with the expected output's."""
+        expected = _needs_expected(ctx)
+        if _json_form(ctx.output) == _json_form(expected):
+            return Verdict(True)
+        return Verdict(False, f"expected {_shown(expected)}, got {_shown(ctx.output)}")
+
+
+class FieldsMatch(Judge):
+    """Correct when every field of the expected output has the same value in the output.
+
+    For outputs that are pydantic models (or mappings): the expected output lists the
+    fields judged (fields it leaves out are free), or ``fields`` names them. The score is
+    the share of judged fields that match; the reason names those that do not.
+
+    Args:
+        fields: The fields to compare; default: every field of the expected output.
+    """
+
+    def __init__(self, fields: Sequence[str] | None = None):
+        if isinstance(fields, str):
+            raise ConfigurationError("fields", f"must be a list of field names, got {fields!r}")
+        self.fields = None if fields is None else tuple(fields)
+        self.name = "fields_match"
+
+    def spec(self) -> str | dict[str, Any]:
+        """``fields_match``, with its ``fields`` when it names them."""
+        if self.fields is None:
+            return "fields_match"
+        return {"fields_match": {"fields": list(self.fields)}}
+
+    async def judge(self, ctx: JudgeContext[Any]) -> Verdict:
+        """Compare the judged fields one by one."""
+        expected = _json_form(_needs_expected(ctx))
+        output = _json_form(ctx.output)
+        if not isinstance(expected, dict) or not isinstance(output, dict):
+            raise TypeError(
+                "fields_match compares objects (pydantic models or mappings), got "
+                f"{type(ctx.output).__name__} and {type(ctx.case.expected).__name__}"
+            )
+        fields = self.fields if self.fields is not None else tuple(expected)
+        if not fields:
+            raise ValueError(f"case {ctx.case.name!r}: no fields to compare")
+        wrong = [name for name in fields if output.get(name) != expected.get(name)]
+        score = 1 - len(wrong) / len(fields)
+        if not wrong:
+            return Verdict(True, score=score)
+        details = ", ".join(
+            f"{name} (expected {_shown(expected.get(name))}, got {_shown(output.get(name))})"
+            for name in wrong
+        )
+        return Verdict(False, f"{len(wrong)} of {len(fields)} fields differ: {details}", score)
+
+
+JudgeFunction = Callable[[JudgeContext[Any]], "Verdict | bool | tuple[bool, str] | Awaitable[Any]"]
+
+
+class FunctionJudge(Judge):
+    """Any function of a :class:`JudgeContext`, sync or async, as a judge.
+
+    The function returns a :class:`Verdict`, a bool, or ``(passed, reason)``. A sync
+    function runs on the event loop: keep it quick (for slow work, make it async).
+
+    Args:
+        function: The function.
+        name: The judge's name (default: the function's).
+    """
+
+    def __init__(self, function: JudgeFunction, name: str | None = None):
+        if not callable(function):
+            raise ConfigurationError("judges", f"a judge must be callable, got {function!r}")
+        self.function = function
+        given = name or getattr(function, "__name__", None)
+        self.name: str = given if isinstance(given, str) else type(function).__name__
+
+    async def judge(self, ctx: JudgeContext[Any]) -> Verdict:
+        """Call the function and read its answer as a verdict."""
+        answer = self.function(ctx)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        return _verdict_from(answer, self.name)
+
+
+def judge(function: JudgeFunction | None = None, *, name: str | None = None) -> Any:
+    """Make a function a judge: ``@judge`` or ``@judge(name="...")`` above it.
+
+    A dataset accepts plain functions too; the decorator only names them.
+    """
+    if function is None:
+        return lambda given: FunctionJudge(given, name)
+    return FunctionJudge(function, name)
+
+
+def _verdict_from(answer: object, name: str) -> Verdict:
+    if isinstance(answer, Verdict):
+        return answer
+    if isinstance(answer, bool):
+        return Verdict(answer)
+    if (
+        isinstance(answer, tuple)
+        and len(answer) == 2
+        and isinstance(answer[0], bool)
+        and isinstance(answer[1], str | None)
+    ):
+        return Verdict(answer[0], answer[1])
+    raise TypeError(
+        f"judge {name!r} returned {answer!r:.80}; a judge returns a Verdict, a bool or "
+        f"(passed, reason)"
+    )
+
+
+class AgentVerdict(BaseModel):
+    """The output an LLM judge (an :class:`AgentJudge`'s agent) gives.
+
+    Attributes:
+        passed: Whether the output is correct.
+        reason: Why, in a sentence.
+    """
+
+    passed: bool
+    reason: str
+
+
+class AgentJudge(Judge):
+    """Another agent as the judge: an LLM judge is a SubAgent with a typed verdict.
+
+    The judging agent's prompt gets the variables ``case`` (the case's name), ``input``
+    (its context as JSON), ``output`` (the output as JSON) and ``expected`` (the expected
+    output as JSON, or empty). Its output is an :class:`AgentVerdict` (or any model with a
+    ``passed`` bool and optionally ``reason`` and ``score``). A run of the judge that fails
+    is an error of the judge.
+
+    Args:
+        agent: The judging agent.
+        name: The judge's name (default: the agent's).
+        **options: Run options for the judging agent (``llm=``, ``return_retries=``...).
+    """
+
+    def __init__(self, agent: SubAgent[Any], *, name: str | None = None, **options: Any):
+        if not isinstance(agent, SubAgent):
+            raise ConfigurationError("agent", f"must be a SubAgent, got {agent!r:.80}")
+        agent.check_options(**options)
+        self.agent = agent
+        self.options = options
+        self.name = name or agent.name
+
+    async def judge(self, ctx: JudgeContext[Any]) -> Verdict:
+        """Run the judging agent on the case and the output; read its verdict."""
+        context = {
+            "case": ctx.case.name,
+            "input": json.dumps(_json_form(ctx.case.context), ensure_ascii=False),
+            "output": json.dumps(_json_form(ctx.output), ensure_ascii=False),
+            "expected": ""
+            if ctx.case.expected is None
+            else json.dumps(_json_form(ctx.case.expected), ensure_ascii=False),
+        }
+        step = await self.agent.run(context, **self.options)
+        if step.failure is not None:
+            raise RuntimeError(
+                f"the judging agent's run failed ({step.failure.reason.value}: "
+                f"{step.failure.message})"
+            )
+        verdict = step.output
+        passed = getattr(verdict, "passed", None)
+        if not isinstance(passed, bool):
+            raise TypeError(
+                f"the judging agent's output has no bool 'passed' field: {verdict!r:.80}"
+            )
+        score = getattr(verdict, "score", None)
+        return Verdict(passed, getattr(verdict, "reason", None),
+                       float(score) if isinstance(score, int | float) else None)  # fmt: skip
+
+
+BUILT_IN_JUDGES: Mapping[str, Callable[..., Judge]] = {
+    "equals_expected": EqualsExpected,
+    "fields_match": FieldsMatch,
+}
+"""The judges a dataset file can name (judges defined in code stay in code)."""
+
+
+def as_judge(value: object) -> Judge:
+    """A judge from what a dataset was given: a Judge, a function, or a built-in's name.
+
+    Raises:
+        ConfigurationError: Naming the value.
+    """
+    if isinstance(value, Judge):
+        return value
+    if isinstance(value, SubAgent):
+        return AgentJudge(value)
+    if isinstance(value, str):
+        return _built_in(value, {})
+    if isinstance(value, Mapping) and len(value) == 1:
+        ((name, arguments),) = value.items()
+        if isinstance(name, str) and isinstance(arguments, Mapping):
+            return _built_in(name, arguments)
+    if callable(value):
+        return FunctionJudge(value)
+    raise ConfigurationError(
+        "judges", f"a judge is a Judge, a function, an agent or a built-in's name: {value!r:.80}"
+    )
+
+
+def _built_in(name: str, arguments: Mapping[str, Any]) -> Judge:
+    made = BUILT_IN_JUDGES.get(name)
+    if made is None:
+        raise ConfigurationError(
+            "judges", f"no built-in judge {name!r} (there are: {', '.join(BUILT_IN_JUDGES)})"
+        )
+    try:
+        return made(**arguments)
+    except TypeError as exc:
+        raise ConfigurationError("judges", f"{name}: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class VerdictRecord:
+    """One judge's verdict on one run, as recorded.
+
+    Attributes:
+        judge: The judge's name.
+        passed: Whether it judged the output correct (``False`` when it raised).
+        reason: Its reason.
+        score: Its score.
+        error: What it raised (``Type: message``), when it did: an error of the judge.
+    """
+
+    judge: str
+    passed: bool
+    reason: str | None = None
+    score: float | None = None
+    error: str | None = None
+
+    def to_data(self) -> dict[str, Any]:
+        """The record's JSON form."""
+        return {"judge": self.judge, "passed": self.passed, "reason": self.reason,
+                "score": self.score, "error": self.error}  # fmt: skip
+
+
+async def run_judges(judges: Sequence[Judge], ctx: JudgeContext[Any]) -> list[VerdictRecord]:
+    """Every judge's verdict on one run, in order; a judge that raises is an error of its own.
+
+    Cancellation is never swallowed.
+    """
+    records: list[VerdictRecord] = []
+    for one in judges:
+        try:
+            verdict = _verdict_from(await one.judge(ctx), one.name)
+        except Exception as exc:
+            error = shorten(" ".join(f"{type(exc).__name__}: {exc}".split()), REASON_LIMIT)
+            records.append(VerdictRecord(one.name, False, error=error))
+            continue
+        reason = None if verdict.reason is None else shorten(verdict.reason, REASON_LIMIT)
+        records.append(VerdictRecord(one.name, verdict.passed, reason, verdict.score))
+    return records

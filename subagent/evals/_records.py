@@ -1,0 +1,140 @@
+"""An evaluation's records: one JSON line per finished run, appended as it finishes.
+
+A record names its case (and the digest of the case's inputs and expected output), its
+repetition, its variant (and the digest of its options, agent and model), the model, the
+cost of its tokens, the judges' verdicts, and the run's whole Step. Everything a report
+shows is computed from these lines, and a record is what makes a run count as done when
+an evaluation resumes: a killed evaluation loses only the runs in flight.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any, Final
+
+from subagent._errors import ConfigurationError
+from subagent._records import Step
+
+__all__ = ["MAX_LINE_BYTES", "RecordWriter", "read_records", "record_line", "slot_key"]
+
+MAX_LINE_BYTES: Final = 64 * 1024 * 1024
+"""The longest line of a records file (or a dataset file) read, in bytes (64 MiB)."""
+
+
+def record_line(head: dict[str, Any], step: Step[Any]) -> str:
+    """One record as a JSON line (no newline): ``head``'s fields, then ``"step"``.
+
+    The Step's own JSON is embedded as it is: it reads back with
+    ``Step.model_validate(record["step"])``.
+    """
+    return json.dumps(head, ensure_ascii=False)[:-1] + ', "step": ' + step.model_dump_json() + "}"
+
+
+def slot_key(record: dict[str, Any]) -> tuple[str, str, str, str, int]:
+    """What makes a record the result of a planned run.
+
+    Its case and variant, their digests, and the repetition.
+    """
+    return (record["case"], record["case_digest"], record["variant"], record["variant_digest"],
+            record.get("repeat", 0))  # fmt: skip
+
+
+def read_records(path: Path) -> Iterator[dict[str, Any]]:
+    """The records of ``path`` as JSON objects, in file order; a missing file has none.
+
+    Read one line at a time (memory stays flat however long the file). A last line cut
+    short by a killed evaluation (no newline at its end) is left out: that run runs again.
+
+    Raises:
+        ConfigurationError: A complete line is not a record, or is longer than
+            :data:`MAX_LINE_BYTES` (naming the file and line).
+    """
+    if not path.exists():
+        return
+    with path.open("rb") as file:
+        number = 0
+        while True:
+            raw = file.readline(MAX_LINE_BYTES + 1)
+            if not raw:
+                return
+            number += 1
+            if len(raw) > MAX_LINE_BYTES:
+                raise ConfigurationError(
+                    "records", f"{path}:{number}: a line longer than {MAX_LINE_BYTES} bytes"
+                )
+            if not raw.endswith(b"\n"):
+                return  # cut short by a kill: not finished
+            if not raw.strip():
+                continue
+            try:
+                record = _record(json.loads(raw))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ConfigurationError(
+                    "records", f"{path}:{number}: not an evaluation record: {exc!r:.200}"
+                ) from None
+            yield record
+
+
+def _record(data: Any) -> dict[str, Any]:
+    """``data`` if it has a record's shape: its keys and a Step's JSON form with usage."""
+    if not isinstance(data, dict):
+        raise TypeError(f"a JSON {type(data).__name__}, not an object")
+    slot_key(data)
+    if not isinstance(data["step"]["usage"]["total"], dict):
+        raise TypeError("its step has no usage")
+    return data
+
+
+_CHUNK = 64 * 1024
+
+
+def _drop_cut_line(file: IO[bytes]) -> None:
+    """Truncate a file after its last newline, reading back from its end 64 KiB at a time."""
+    end = file.seek(0, 2)
+    position = end
+    while position > 0:
+        start = max(0, position - _CHUNK)
+        file.seek(start)
+        chunk = file.read(position - start)
+        if position == end and chunk.endswith(b"\n"):
+            return  # the last line is whole
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            file.truncate(start + newline + 1)
+            return
+        position = start
+    file.truncate(0)
+
+
+class RecordWriter:
+    """Appends records to a file, one flushed line each.
+
+    A last line left cut short by a killed evaluation is removed before the first append,
+    so every record starts a line. Use as a context manager.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._file: IO[str] | None = None
+
+    def __enter__(self) -> RecordWriter:
+        path = self.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() and path.stat().st_size:
+            with path.open("rb+") as file:
+                _drop_cut_line(file)
+        self._file = path.open("a", encoding="utf-8")
+        return self
+
+    def write(self, line: str) -> None:
+        """Append one record line, flushed: a kill after this loses nothing of it."""
+        assert self._file is not None
+        self._file.write(line + "\n")
+        self._file.flush()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
