@@ -3,7 +3,9 @@
 :func:`summarize` reads any Steps (of a batch, a file of stored Steps, an evaluation) and
 returns a :class:`BatchSummary`: data for code (a pydantic model, JSON-ready) and a table
 for people (``print(summary)``), with hints where the stop reasons suggest a setting to
-change.
+change. When the runs had different budgets (``max_turns`` / ``return_retries``), it
+summarises each budget apart and recommends the cheapest whose success is within a margin
+of the best's (Fisher's exact test: runs of different budgets are not paired).
 """
 
 from __future__ import annotations
@@ -16,9 +18,41 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from subagent._records import FailReason, Step
+from subagent._stats import Option, fisher_exact, recommend, wilson
 from subagent.llm import StopReason, Usage
 
-__all__ = ["BatchSummary", "summarize"]
+__all__ = ["RECOMMENDATION_MARGIN", "BatchSummary", "BudgetSummary", "summarize"]
+
+RECOMMENDATION_MARGIN = 0.05
+"""The loss of success rate a cheaper budget may have and still be recommended (5 points);
+the test against the best is Fisher's exact, at 0.05."""
+
+
+class BudgetSummary(BaseModel):
+    """The runs of one budget, when a set of runs had several.
+
+    Attributes:
+        max_turns: The work budget.
+        return_retries: The correction budget.
+        runs: Its runs.
+        done: Those that produced a valid output.
+        success_interval: The Wilson 95% interval of ``done / runs``.
+        calls_per_run: LLM calls (turns) per run.
+        tokens_per_run: Tokens (prompt and completion, nested agents included) per run.
+    """
+
+    max_turns: int
+    return_retries: int
+    runs: int = 0
+    done: int = 0
+    success_interval: tuple[float, float] = (0.0, 1.0)
+    calls_per_run: float = 0.0
+    tokens_per_run: float = 0.0
+
+    @property
+    def success_rate(self) -> float:
+        """Done runs over all runs (0.0 for none)."""
+        return self.done / self.runs if self.runs else 0.0
 
 
 class BatchSummary(BaseModel):
@@ -45,6 +79,10 @@ class BatchSummary(BaseModel):
         duration_p50_s: The median run's wall time.
         duration_p95_s: The 95th percentile run's wall time.
         hints: What the figures suggest changing, if anything.
+        budgets: One summary per budget, when the runs had several (else empty).
+        recommendation: With several budgets: the cheapest (by tokens per run, else calls)
+            whose success is within :data:`RECOMMENDATION_MARGIN` of the best and not
+            significantly below it, and why, in one line.
     """
 
     runs: int = 0
@@ -66,6 +104,8 @@ class BatchSummary(BaseModel):
     duration_p50_s: float = 0.0
     duration_p95_s: float = 0.0
     hints: list[str] = Field(default_factory=list)
+    budgets: list[BudgetSummary] = Field(default_factory=list)
+    recommendation: str | None = None
 
     @property
     def success_rate(self) -> float:
@@ -102,8 +142,17 @@ class BatchSummary(BaseModel):
             ("transport retries", f"{self.transport_retries}"),
             ("run time p50 / p95", f"{self.duration_p50_s:.1f} s / {self.duration_p95_s:.1f} s"),
         ]
+        for budget in self.budgets:
+            low, high = budget.success_interval
+            rows.append((
+                f"  max_turns={budget.max_turns}, return_retries={budget.return_retries}",
+                f"{budget.done}/{budget.runs} done ({budget.success_rate:.0%} "
+                f"[{100 * low:.0f}-{100 * high:.0f}]), {budget.calls_per_run:.2f} calls/run",
+            ))  # fmt: skip
         width = max(len(label) for label, _ in rows)
         lines = [f"{label:<{width}}  {value}" for label, value in rows]
+        if self.recommendation is not None:
+            lines.append(f"recommended: {self.recommendation}")
         lines += [f"hint: {hint}" for hint in self.hints]
         return "\n".join(lines)
 
@@ -122,8 +171,15 @@ def summarize(steps: Iterable[Step[Any]]) -> BatchSummary:
     correction = [0, 0, 0]
     nested = [0, 0, 0]
     durations: list[float] = []
+    # (max_turns, return_retries): [runs, done, calls, tokens]
+    budgets: dict[tuple[int, int], list[int]] = {}
     for step in steps:
         summary.runs += 1
+        counts = budgets.setdefault((step.max_turns, step.return_retries), [0, 0, 0, 0])
+        counts[0] += 1
+        counts[1] += step.ok
+        counts[2] += len(step.turns)
+        counts[3] += step.usage.total.total_tokens
         durations.append(step.duration_s)
         failure = step.failure
         if step.state is not None:
@@ -162,7 +218,44 @@ def summarize(steps: Iterable[Step[Any]]) -> BatchSummary:
         summary.duration_p50_s = statistics.median(durations)
         summary.duration_p95_s = _percentile(durations, 0.95)
     summary.hints = _hints(summary)
+    if len(budgets) > 1:
+        summary.budgets = [
+            BudgetSummary(max_turns=max_turns, return_retries=retries, runs=runs, done=done,
+                          success_interval=wilson(done, runs), calls_per_run=calls / runs,
+                          tokens_per_run=tokens / runs)
+            for (max_turns, retries), (runs, done, calls, tokens) in sorted(budgets.items())
+        ]  # fmt: skip
+        summary.recommendation = _recommendation(summary.budgets)
     return summary
+
+
+def _recommendation(budgets: list[BudgetSummary]) -> str | None:
+    """The cheapest budget whose success is within the margin of the best, and why."""
+    by_tokens = any(budget.tokens_per_run for budget in budgets)
+    turns = {budget.max_turns for budget in budgets}
+    retries = {budget.return_retries for budget in budgets}
+
+    def label(budget: BudgetSummary) -> str:
+        parts = []
+        if len(turns) > 1:
+            parts.append(f"max_turns={budget.max_turns}")
+        if len(retries) > 1:
+            parts.append(f"return_retries={budget.return_retries}")
+        return ", ".join(parts)
+
+    options = [
+        Option(label(budget), budget.done, budget.runs,
+               budget.tokens_per_run if by_tokens else budget.calls_per_run)
+        for budget in budgets
+    ]  # fmt: skip
+
+    def p_value(best: Option, other: Option) -> float:
+        return fisher_exact(best.successes, best.runs, other.successes, other.runs)
+
+    choice = recommend(options, p_value,
+                       margin=RECOMMENDATION_MARGIN, alpha=0.05,
+                       unit="tokens/run" if by_tokens else "calls/run")  # fmt: skip
+    return None if choice is None else choice.reason
 
 
 def _add(sums: list[int], usage: Usage) -> None:

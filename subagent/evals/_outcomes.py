@@ -38,6 +38,8 @@ class Outcome:
         output_tokens: Completion tokens, nested agents included.
         cost: What the tokens cost, when the model was priced.
         duration_s: The run's wall time.
+        order: Where its variant and its case stood in the evaluation that made it: what
+            orders a report's variants and cases, however the runs finished.
     """
 
     case: str
@@ -56,6 +58,7 @@ class Outcome:
     output_tokens: int
     cost: float | None
     duration_s: float
+    order: tuple[int, int] = (0, 0)
 
     @property
     def salvaged(self) -> bool:
@@ -112,6 +115,7 @@ def _outcome(
         output_tokens=output_tokens,
         cost=head.get("cost"),
         duration_s=duration_s,
+        order=(head.get("variant_index", 0), head.get("case_index", 0)),
     )
 
 

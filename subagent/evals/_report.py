@@ -385,11 +385,20 @@ def _mark(correct: bool | None) -> str:
 
 
 def _in_order(outcomes: Iterable[Outcome]) -> list[Outcome]:
-    """Outcomes by variant, then case, then repetition, each in the order first seen."""
+    """Outcomes by variant, then case, then repetition, as their evaluations ordered them.
+
+    Variants and cases stand where the evaluation that made them put them (a variant or
+    case planned in several places: its first), then in the order first seen.
+    """
     listed = list(outcomes)
-    variants: dict[str, int] = {}
-    cases: dict[str, int] = {}
+    variants: dict[str, tuple[int, int]] = {}
+    cases: dict[str, tuple[int, int]] = {}
     for outcome in listed:
-        variants.setdefault(outcome.variant, len(variants))
-        cases.setdefault(outcome.case, len(cases))
+        variant, case = outcome.order
+        seen = variants.get(outcome.variant)
+        variants[outcome.variant] = (variant, len(variants)) if seen is None else min(
+            seen, (variant, seen[1])
+        )  # fmt: skip
+        seen = cases.get(outcome.case)
+        cases[outcome.case] = (case, len(cases)) if seen is None else min(seen, (case, seen[1]))
     return sorted(listed, key=lambda o: (variants[o.variant], cases[o.case], o.repeat))

@@ -42,6 +42,7 @@ class _Work:
     case_digest: str
     repeat: int
     plan: Plan
+    order: tuple[int, int]  # the variant's and the case's positions in the evaluation
     verdicts: list[VerdictRecord] = field(default_factory=list)
 
 
@@ -60,7 +61,8 @@ class _Planned:
 
     def __iter__(self) -> Iterator[_Work]:
         for case, repeat, plan in self._works:
-            yield _Work(self._cases[case], self._digests[case], repeat, self._plans[plan])
+            yield _Work(self._cases[case], self._digests[case], repeat, self._plans[plan],
+                        (plan, case))  # fmt: skip
 
 
 class _CaseRunner:
@@ -138,6 +140,8 @@ def _head(dataset: str, work: _Work, step: Step[Any], price: Price | None) -> di
     """A record's fields besides its Step."""
     return {
         "dataset": dataset,
+        "variant_index": work.order[0],
+        "case_index": work.order[1],
         "case": work.case.name,
         "case_digest": work.case_digest,
         "tags": list(work.case.tags),

@@ -1,0 +1,500 @@
+"""subagent.evals: cases, datasets and their files, judges, variants, the resumable runner,
+the report and its reproduction from the records, traces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from evals_models import Answer, CoinModel, adder
+from support import Traced, run_example, set_capture
+
+from subagent import (
+    ConfigurationError,
+    LLMRequest,
+    LLMResponse,
+    Price,
+    ScriptedLLM,
+    SubAgent,
+    UsageLimits,
+)
+from subagent.evals import (
+    AgentJudge,
+    AgentVerdict,
+    Case,
+    Dataset,
+    EqualsExpected,
+    FieldsMatch,
+    JudgeContext,
+    Report,
+    Variant,
+    Verdict,
+    grid,
+    judge,
+)
+from subagent.evals._outcomes import outcome_from_data
+
+pytestmark = pytest.mark.anyio
+
+BUDGETS = {"r0": {"return_retries": 0}, "r1": {"return_retries": 1}}
+
+
+def sums(count: int, start: int = 0) -> Dataset[Answer]:
+    cases = [
+        Case(name=f"sum-{n}", context={"a": n, "b": 2 * n}, expected=Answer(value=3 * n))
+        for n in range(start, start + count)
+    ]
+    return Dataset(cases, [EqualsExpected()], name="sums")
+
+
+def timeless(report: Report) -> dict[str, Any]:
+    """A report's data without its wall times (two runs of the same cases differ in those)."""
+    data = report.to_data()
+    for variant in data["variants"]:
+        for key in [key for key in variant if key.startswith("wall_")]:
+            del variant[key]
+    return data
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# --- the runs and the report ---
+
+
+async def test_each_variant_runs_every_case_and_is_reported_apart() -> None:
+    model = CoinModel(first=0.5, fix=1.0)
+    report = await sums(40).evaluate(adder, BUDGETS, llm=model)
+    r0, r1 = report.variant("r0"), report.variant("r1")
+    assert (r0.runs, r1.runs) == (40, 40)
+    # The same first answers under both budgets: r1's corrections all land.
+    assert r1.correct == r0.correct + r1.corrected
+    assert r1.salvaged == r1.corrected == 40 - r0.correct > 0
+    assert r1.salvage_rate == 1.0 and r0.salvage_rate is None
+    assert r1.calls == 40 + r1.corrected and r0.calls == 40
+    assert r0.failed == {"budget_exhausted": 40 - r0.correct}
+    assert model.calls == r0.calls + r1.calls
+    low, high = r1.success_interval
+    assert low < r1.success_rate == 1.0 == high
+
+
+async def test_valid_but_wrong_runs_are_valid_and_not_correct() -> None:
+    report = await sums(30).evaluate(adder, llm=CoinModel(first=1.0, wrong=0.5))
+    result = report.variant("default")
+    assert result.valid == 30
+    assert 0 < result.valid_but_wrong == 30 - result.correct
+
+
+async def test_without_judges_a_valid_run_is_correct() -> None:
+    dataset = Dataset([Case(name=f"c{n}", context={"a": n, "b": 1}) for n in range(10)])
+    report = await dataset.evaluate(adder, llm=CoinModel(first=0.5, wrong=1.0))
+    result = report.variant("default")
+    assert result.correct == result.valid > 0
+
+
+async def test_corrections_that_repeat_the_failed_reply_are_counted_whitespace_aside() -> None:
+    budget = {"r2": {"return_retries": 2}}
+    never = await sums(10).evaluate(adder, budget, llm=CoinModel(first=0.0, fix=0.0, respace=True))
+    result = never.variant("r2")
+    assert result.correction_turns == 20
+    assert result.repeated_corrections == 20 and result.repeat_rate == 1.0
+    fixed = await sums(10).evaluate(adder, budget, llm=CoinModel(first=0.0, fix=1.0))
+    assert fixed.variant("r2").repeated_corrections == 0
+
+
+def test_a_turns_own_repeated_flag_is_read_when_it_has_one() -> None:
+    def record(repeated: bool | None) -> dict[str, Any]:
+        turns = [{"type": "must_return", "reply": "a"}, {"type": "retry", "reply": "a"}]
+        if repeated is not None:
+            turns[1]["repeated"] = repeated
+        step = {"turns": turns, "failure": None, "usage": {"total": {"input_tokens": 1,
+                "output_tokens": 1}}, "duration_s": 0.1}  # fmt: skip
+        return {"case": "c", "case_digest": "d", "variant": "v", "correct": True, "step": step}
+
+    assert outcome_from_data(record(None)).repeated_corrections == 1  # computed
+    assert outcome_from_data(record(False)).repeated_corrections == 0  # the loop's flag
+    assert outcome_from_data(record(True)).repeated_corrections == 1
+
+
+async def test_cost_comes_from_the_price_of_the_variants_model() -> None:
+    cheap, dear = CoinModel(model_name="cheap"), CoinModel(model_name="dear")
+    prices = {"cheap": Price(1.0, 2.0), "dear": Price(10.0, 20.0)}
+    variants = {"cheap": {"llm": cheap}, "dear": {"llm": dear}}
+    report = await sums(5).evaluate(adder, variants, prices=prices)
+    one_call = (100 * 1.0 + 5 * 2.0) / 1e6
+    assert report.variant("cheap").cost == pytest.approx(one_call * report.variant("cheap").calls)
+    assert report.variant("dear").cost == pytest.approx(10 * report.variant("cheap").cost)
+    assert report.measure == "cost"
+    assert report.variant("cheap").model == "cheap"
+
+
+async def test_an_unpriced_model_leaves_the_cost_unknown_and_tokens_measure_it() -> None:
+    report = await sums(5).evaluate(adder, prices={"other": Price(1.0, 1.0)}, llm=CoinModel())
+    assert report.variant("default").cost is None
+    assert report.measure == "tokens"
+
+
+async def test_cases_may_give_messages_instead_of_a_context() -> None:
+    agent = SubAgent(name="chat", output=Answer, max_turns=1)
+    dataset = Dataset(
+        [Case(name="m", messages=[{"role": "user", "content": "What is 2 + 3?"}],
+              expected={"value": 5})],  # fmt: skip
+        [EqualsExpected()],
+    )
+    report = await dataset.evaluate(agent, llm=CoinModel(first=1.0))
+    assert report.variant("default").correct == 1
+
+
+async def test_repeat_runs_each_case_several_times() -> None:
+    report = await sums(4).evaluate(adder, repeat=3, llm=CoinModel(first=1.0))
+    assert report.variant("default").runs == 12
+    assert sorted({(c.case, c.repeat) for c in report.cases()}) == [
+        (f"sum-{n}", r) for n in range(4) for r in range(3)
+    ]
+
+
+async def test_a_variant_may_change_the_agents_definition() -> None:
+    variants = {"asked": {}, "told": {"prompt": "Add {{a}} and {{b}}; answer as JSON."}}
+    model = ScriptedLLM([lambda r: LLMResponse(text='{"value": 0}')] * 2)
+    dataset = Dataset([Case(name="only", context={"a": 1, "b": 2})])
+    await dataset.evaluate(adder, variants, llm=model, concurrency=1)
+    tasks = [str(request.messages[1].content) for request in model.requests]
+    assert any("What is 1 + 2?" in task for task in tasks)
+    assert any("Add 1 and 2; answer as JSON." in task for task in tasks)
+
+
+async def test_a_run_that_raises_is_a_failed_run_with_the_variants_budgets() -> None:
+    model = ScriptedLLM([])  # no reply: the run raises ScriptExhaustedError
+    report = await sums(1).evaluate(adder, {"r2": {"return_retries": 2}}, llm=model)
+    assert report.variant("r2").failed == {"error": 1}
+
+
+async def test_the_report_says_which_variants_got_each_case_right() -> None:
+    report = await sums(20).evaluate(adder, BUDGETS, llm=CoinModel(first=0.5, fix=1.0))
+    cases = report.cases()
+    assert len(cases) == 20
+    assert all(c.correct["r1"] for c in cases)
+    split = [c.case for c in cases if not c.correct["r0"]]
+    assert split and all(name in report.to_markdown() for name in split[:20])
+
+
+# --- judges ---
+
+
+def judged(output: object, expected: object) -> JudgeContext[Any]:
+    return JudgeContext(Case(name="c", expected=expected), output, None, "v")  # type: ignore[arg-type]
+
+
+async def test_equals_expected_compares_json_forms() -> None:
+    assert (await EqualsExpected().judge(judged(Answer(value=3), {"value": 3}))).passed
+    verdict = await EqualsExpected().judge(judged(Answer(value=4), {"value": 3}))
+    assert not verdict.passed and verdict.reason == 'expected {"value": 3}, got {"value": 4}'
+
+
+async def test_fields_match_names_the_fields_that_differ_and_scores_the_rest() -> None:
+    class Person(Answer):
+        name: str
+        city: str
+
+    output = Person(value=1, name="Ana", city="Porto")
+    verdict = await FieldsMatch().judge(judged(output, {"name": "Ana", "city": "Lisbon"}))
+    assert not verdict.passed and verdict.score == 0.5
+    assert verdict.reason == '1 of 2 fields differ: city (expected "Lisbon", got "Porto")'
+    only_name = await FieldsMatch(["name"]).judge(judged(output, {"name": "Ana", "city": "x"}))
+    assert only_name.passed and only_name.score == 1.0
+
+
+async def test_functions_sync_or_async_are_judges() -> None:
+    def small(ctx: JudgeContext[Answer]) -> bool:
+        return ctx.output.value < 10
+
+    @judge(name="even")
+    async def even(ctx: JudgeContext[Answer]) -> tuple[bool, str]:
+        return ctx.output.value % 2 == 0, f"{ctx.output.value} is {'' if ctx.output.value % 2 == 0 else 'not '}even"
+
+    dataset = Dataset([Case(name=f"c{n}", context={"a": n, "b": 0}) for n in range(12)],
+                      [small, even])  # fmt: skip
+    report = await dataset.evaluate(adder, llm=CoinModel(first=1.0), out=None)
+    result = report.variant("default")
+    assert result.correct == len([n for n in range(12) if n < 10 and n % 2 == 0])
+    assert result.valid_but_wrong == 12 - result.correct
+
+
+async def test_a_judge_that_raises_is_an_error_of_the_judge_not_of_the_run(tmp_path: Path) -> None:
+    def broken(ctx: JudgeContext[Answer]) -> bool:
+        raise RuntimeError("the judge has a bug")
+
+    def odd_answer(ctx: JudgeContext[Answer]) -> object:
+        return "yes"
+
+    out = tmp_path / "records.jsonl"
+    dataset = Dataset(sums(2).cases, [EqualsExpected(), broken, odd_answer])
+    report = await dataset.evaluate(adder, llm=CoinModel(first=1.0), out=out)
+    result = report.variant("default")
+    assert (result.valid, result.correct, result.judge_errors, result.failed) == (2, 0, 2, {})
+    verdicts = lines(out)[0]["verdicts"]
+    assert [v["judge"] for v in verdicts] == ["equals_expected", "broken", "odd_answer"]
+    assert verdicts[0] == {"judge": "equals_expected", "passed": True, "reason": None,
+                           "score": None, "error": None}  # fmt: skip
+    assert verdicts[1]["error"] == "RuntimeError: the judge has a bug"
+    assert "returned 'yes'" in verdicts[2]["error"]
+    assert "Runs a judge raised on (not counted correct): default 2" in report.to_markdown()
+
+
+async def test_an_agent_is_a_judge_with_a_typed_verdict() -> None:
+    referee = SubAgent(name="referee", output=AgentVerdict, max_turns=1,
+                       prompt="Is {{output}} the sum asked in {{input}}? Expected: {{expected}}")  # fmt: skip
+
+    def referee_reply(request: LLMRequest) -> str:
+        task = str(request.messages[1].content)
+        right = '"value": 5' in task.split("Is ", 1)[1].split(" the sum", 1)[0]
+        return json.dumps({"passed": right, "reason": "checked the sum"})
+
+    judge_model = ScriptedLLM([referee_reply] * 2)
+    dataset = Dataset(
+        [Case(name="right", context={"a": 2, "b": 3}), Case(name="wrong", context={"a": 2, "b": 4})],
+        [AgentJudge(referee, llm=judge_model)],
+    )
+    report = await dataset.evaluate(adder, llm=CoinModel(first=1.0), concurrency=1)
+    assert {c.case: c.correct["default"] for c in report.cases()} == {"right": True, "wrong": False}
+    assert "Expected:\n" in str(judge_model.requests[0].messages[1].content)  # none expected
+
+
+async def test_a_judging_agent_that_fails_is_an_error_of_the_judge() -> None:
+    referee = SubAgent(name="referee", prompt="Judge {{output}}", output=AgentVerdict,
+                       max_turns=1)  # fmt: skip
+    dataset = Dataset(sums(1).cases, [AgentJudge(referee, llm=ScriptedLLM(["not json"]))])
+    report = await dataset.evaluate(adder, llm=CoinModel(first=1.0))
+    assert report.variant("default").judge_errors == 1
+
+
+def test_bad_judges_and_cases_are_refused_naming_them() -> None:
+    with pytest.raises(ConfigurationError, match="no built-in judge 'equal'"):
+        Dataset(sums(1).cases, ["equal"])
+    with pytest.raises(ConfigurationError, match="two judges are named 'equals_expected'"):
+        Dataset(sums(1).cases, [EqualsExpected(), "equals_expected"])
+    with pytest.raises(ConfigurationError, match="two cases are named 'a'"):
+        Dataset([Case(name="a"), Case(name="a")])
+    with pytest.raises(ConfigurationError, match="non-empty name"):
+        Case(name=" ")
+
+
+# --- variants ---
+
+
+def test_grid_spans_every_combination_named_after_its_values() -> None:
+    model = CoinModel(model_name="small")
+    variants = grid(return_retries=[0, 1], llm=[model])
+    assert [v.name for v in variants] == ["return_retries=0, llm=small", "return_retries=1, llm=small"]
+    assert variants[1].options == {"return_retries": 1, "llm": model}
+
+
+def test_variant_options_must_be_run_options_or_agent_fields() -> None:
+    with pytest.raises(ConfigurationError, match="'retries' is not a run option .*'return_retries'"):
+        Variant("x", {"retries": 1})
+    with pytest.raises(ConfigurationError, match="per case"):
+        Variant("x", {"messages": []})
+
+
+async def test_invalid_variants_are_refused_before_any_run() -> None:
+    model = CoinModel()
+    with pytest.raises(ConfigurationError, match="variant 'bad': must be an integer >= 0"):
+        await sums(2).evaluate(adder, {"good": {}, "bad": {"return_retries": -1}}, llm=model)
+    with pytest.raises(ConfigurationError, match="two variants are named 'a'"):
+        await sums(2).evaluate(adder, [Variant("a"), Variant("a")], llm=model)
+    assert model.calls == 0
+
+
+# --- records, resuming, reproducing ---
+
+
+async def test_each_run_is_one_record_line_with_its_step(tmp_path: Path) -> None:
+    out = tmp_path / "records.jsonl"
+    await sums(3).evaluate(adder, BUDGETS, out=out, llm=CoinModel(first=0.0, fix=1.0))
+    records = lines(out)
+    assert len(records) == 6
+    first = records[0]
+    assert set(first) == {"dataset", "variant_index", "case_index", "case", "case_digest",
+                          "tags", "repeat", "variant", "variant_digest", "options", "model",
+                          "cost", "correct", "verdicts", "step"}  # fmt: skip
+    assert first["dataset"] == "sums" and first["model"] == "coin"
+    assert {(r["variant"], r["options"]["return_retries"]) for r in records} == {("r0", 0), ("r1", 1)}
+
+
+async def test_a_killed_evaluation_resumes_with_only_the_missing_runs(tmp_path: Path) -> None:
+    out = tmp_path / "records.jsonl"
+    whole = await sums(10).evaluate(adder, BUDGETS, out=tmp_path / "whole.jsonl",
+                                    llm=CoinModel(first=0.5, fix=1.0))  # fmt: skip
+    text = (tmp_path / "whole.jsonl").read_text()
+    kept = text.splitlines(keepends=True)[:7]
+    out.write_text("".join(kept) + '{"case": "sum-9", "cut sh')  # killed mid-line
+    model = CoinModel(first=0.5, fix=1.0)
+    resumed = await sums(10).evaluate(adder, BUDGETS, out=out, llm=model)
+    assert len(lines(out)) == 20  # the cut line is gone, every run recorded once
+    assert model.calls == sum(len(record["step"]["turns"]) for record in lines(out)[7:])
+    assert timeless(resumed) == timeless(whole)
+    again = CoinModel()
+    await sums(10).evaluate(adder, BUDGETS, out=out, llm=again)
+    assert again.calls == 0  # nothing left to run
+
+
+async def test_an_edited_case_runs_again_and_its_new_record_counts(tmp_path: Path) -> None:
+    out = tmp_path / "records.jsonl"
+    await sums(3).evaluate(adder, out=out, llm=CoinModel(first=1.0))
+    edited = Dataset([*sums(2).cases, Case(name="sum-2", context={"a": 2, "b": 4},
+                                            expected=Answer(value=7))], [EqualsExpected()])  # fmt: skip
+    model = CoinModel(first=1.0)
+    report = await edited.evaluate(adder, out=out, llm=model)
+    assert model.calls == 1
+    assert len(lines(out)) == 4
+    assert {c.case: c.correct["default"] for c in report.cases()} == {
+        "sum-0": True, "sum-1": True, "sum-2": False,
+    }  # fmt: skip
+
+
+async def test_a_variant_with_other_options_or_another_model_runs_again(tmp_path: Path) -> None:
+    out = tmp_path / "records.jsonl"
+    await sums(2).evaluate(adder, {"v": {"return_retries": 0}}, out=out, llm=CoinModel())
+    changed = CoinModel()
+    await sums(2).evaluate(adder, {"v": {"return_retries": 1}}, out=out, llm=changed)
+    assert changed.calls >= 2
+    other_model = CoinModel(model_name="other")
+    await sums(2).evaluate(adder, {"v": {"return_retries": 1}}, out=out, llm=other_model)
+    assert other_model.calls >= 2
+    same = CoinModel(model_name="other")
+    await sums(2).evaluate(adder, {"v": {"return_retries": 1}}, out=out, llm=same)
+    assert same.calls == 0
+
+
+async def test_every_number_of_the_report_comes_back_from_the_records_alone(tmp_path: Path) -> None:
+    out = tmp_path / "records.jsonl"
+    dataset = Dataset(sums(30).cases, [EqualsExpected(), FieldsMatch()], name="sums")
+    variants = grid(return_retries=[0, 1, 2])
+    model = CoinModel(first=0.4, fix=0.5, wrong=0.2, respace=True)
+    live = await dataset.evaluate(adder, variants, prices=Price(1, 2), llm=model, concurrency=3)
+    recorded = await dataset.evaluate(adder, variants, out=out, prices=Price(1, 2),
+                                      llm=CoinModel(first=0.4, fix=0.5, wrong=0.2, respace=True))  # fmt: skip
+    assert Report.read(out).to_data() == recorded.to_data()
+    assert Report.read(out).to_markdown() == recorded.to_markdown()
+    assert timeless(recorded) == timeless(live)  # without a file: counted the same
+    # Counted again here, by hand, from the lines of the file:
+    for result in recorded.variants:
+        mine = [r for r in lines(out) if r["variant"] == result.variant]
+        steps = [r["step"] for r in mine]
+        corrected = [r for r in mine if any(t["type"] == "retry" for t in r["step"]["turns"])]
+        assert result.runs == len(mine)
+        assert result.correct == sum(r["correct"] for r in mine)
+        assert result.valid == sum(s["failure"] is None for s in steps)
+        assert (result.corrected, result.salvaged) == (len(corrected),
+                                                       sum(r["correct"] for r in corrected))  # fmt: skip
+        assert result.calls == sum(len(s["turns"]) for s in steps)
+        assert result.prompt_tokens == sum(s["usage"]["total"]["input_tokens"] for s in steps)
+        assert result.completion_tokens == sum(s["usage"]["total"]["output_tokens"] for s in steps)
+        assert result.cost == pytest.approx(sum(r["cost"] for r in mine))
+        assert result.wall_s == pytest.approx(sum(s["duration_s"] for s in steps))
+
+
+def test_a_records_line_that_is_not_a_record_is_named(tmp_path: Path) -> None:
+    out = tmp_path / "records.jsonl"
+    out.write_text('{"case": "a"}\n')
+    with pytest.raises(ConfigurationError, match=r"records.jsonl:1: not an evaluation record"):
+        Report.read(out)
+
+
+async def test_the_evaluations_usage_limit_leaves_the_rest_for_a_resume(tmp_path: Path) -> None:
+    out = tmp_path / "records.jsonl"
+    limits = UsageLimits(max_total_tokens=105 * 5)  # five calls' worth
+    report = await sums(12).evaluate(adder, out=out, batch_limits=limits, concurrency=1,
+                                     llm=CoinModel(first=1.0))  # fmt: skip
+    assert report.variant("default").runs == 5 and report.pending == 7
+    assert len(lines(out)) == 5
+    resumed = await sums(12).evaluate(adder, out=out, llm=CoinModel(first=1.0))
+    assert resumed.variant("default").runs == 12 and resumed.pending == 0
+
+
+# --- dataset files ---
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".yaml"])
+def test_a_dataset_round_trips_through_its_file(tmp_path: Path, suffix: str) -> None:
+    dataset = Dataset(
+        [Case(name="a", context={"a": 1, "b": 2}, expected=Answer(value=3), tags=("easy",)),
+         Case(name="m", messages=[{"role": "user", "content": "hi"}], metadata={"k": [1]})],
+        [EqualsExpected(), FieldsMatch(["value"]), lambda ctx: True],
+        name="mine",
+    )  # fmt: skip
+    path = dataset.to_file(tmp_path / f"cases{suffix}")
+    back = Dataset.from_file(path)
+    assert back.name == "mine"
+    assert [j.spec() for j in back.judges] == ["equals_expected", {"fields_match": {"fields": ["value"]}}]
+    assert [c.digest for c in back.cases] == [c.digest for c in dataset.cases]
+    assert back.cases[0].tags == ("easy",) and back.cases[1].metadata == {"k": [1]}
+
+
+def test_a_bad_dataset_line_is_named_with_its_field(tmp_path: Path) -> None:
+    path = tmp_path / "cases.jsonl"
+    path.write_text('{"name": "a"}\n{"name": "b", "contxt": {}}\n')
+    with pytest.raises(ConfigurationError, match=r"cases.jsonl:2: not a case: contxt: Extra"):
+        Dataset.from_file(path)
+    path.write_text('{"name": "a"}\n{"name": \n')
+    with pytest.raises(ConfigurationError, match=r"cases.jsonl:2: not JSON"):
+        Dataset.from_file(path)
+    with pytest.raises(ConfigurationError, match=r"\.jsonl or \.yaml, not '\.csv'"):
+        Dataset.from_file(tmp_path / "cases.csv")
+
+
+# --- traces ---
+
+
+async def test_each_case_run_is_a_trace_with_its_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_capture(monkeypatch, False)
+    traced = Traced()
+    dataset = Dataset(sums(2).cases, [EqualsExpected()], name="sums")
+    await dataset.evaluate(adder, BUDGETS, tracer_provider=traced.provider,
+                           llm=CoinModel(first=1.0, wrong=1.0))  # fmt: skip
+    cases = traced.named("eval_case sums")
+    assert len(cases) == 4
+    assert all(span.parent is None for span in cases)  # each its own trace
+    assert len({span.context.trace_id for span in cases}) == 4
+    by_name = {(s.attributes["subagent.eval.case"], s.attributes["subagent.eval.variant"]): s
+               for s in cases}  # fmt: skip
+    span = by_name[("sum-1", "r1")]
+    assert span.attributes["subagent.eval.correct"] is False
+    (event,) = span.events
+    assert event.name == "gen_ai.evaluation.result"
+    assert dict(event.attributes) == {"gen_ai.evaluation.name": "equals_expected",
+                                      "gen_ai.evaluation.score.value": 0.0,
+                                      "gen_ai.evaluation.score.label": "fail"}  # fmt: skip
+    runs = traced.named("invoke_agent adder")
+    assert {run.parent.span_id for run in runs} == {s.context.span_id for s in cases}
+
+
+async def test_a_verdicts_reason_reaches_the_trace_only_when_content_is_captured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    set_capture(monkeypatch, True)
+    traced = Traced()
+    await sums(1, start=1).evaluate(adder, tracer_provider=traced.provider,
+                                    llm=CoinModel(first=1.0, wrong=1.0))  # fmt: skip
+    (event,) = traced.one("eval_case sums").events
+    assert event.attributes["gen_ai.evaluation.explanation"] == (
+        'expected {"value": 3}, got {"value": 4}'
+    )
+
+
+# --- the documentation and the example ---
+
+
+def test_the_first_evaluation_of_the_docs_fits_in_fifteen_lines() -> None:
+    page = (Path(__file__).resolve().parent.parent / "docs" / "evals.md").read_text()
+    block = page.split("## A first evaluation", 1)[1].split("```python\n", 2)[2].split("```", 1)[0]
+    assert len(block.strip().splitlines()) <= 15, block
+
+
+def test_the_example_recommends_a_budget_and_reproduces_its_report() -> None:
+    out = run_example("evals_budgets.py")
+    assert "**Recommended:** return_retries=1" in out
+    assert "the report from the records alone: the same" in out
