@@ -272,3 +272,26 @@ def test_tokens_a_server_did_not_report_are_a_lower_bound_in_the_summary() -> No
 def test_summarize_of_nothing_is_empty() -> None:
     summary = summarize([])
     assert (summary.runs, summary.calls_per_success, summary.success_rate) == (0, None, 0.0)
+
+
+def test_summarize_of_runs_with_several_budgets_recommends_the_cheapest_near_the_best() -> None:
+    def runs(retries: int) -> list[Any]:
+        replies = [["nope", '{"x": 2}'] if n % 2 else ['{"x": 2}'] for n in range(40)]
+        return [AGENT.run_sync({"n": 1}, llm=ScriptedLLM(script), return_retries=retries)
+                for script in replies]  # fmt: skip
+
+    steps = [*runs(0), *runs(1), *runs(2)]
+    summary = summarize(steps)
+    assert [(b.return_retries, b.runs, b.done, b.calls_per_run) for b in summary.budgets] == [
+        (0, 40, 20, 1.0),
+        (1, 40, 40, 1.5),
+        (2, 40, 40, 1.5),
+    ]
+    assert summary.recommendation is not None
+    assert summary.recommendation.startswith("return_retries=1: 100% [91-100], 1.5 calls/run; ")
+    assert "return_retries=0 saves 0.5 calls but loses 50 points (p=" in summary.recommendation
+    table = str(summary)
+    assert "\nby budget:\n  max_turns=1, return_retries=0: 20/40 done (50% [35-65]), 1.00 calls/run\n" in table
+    assert f"recommended: {summary.recommendation}" in table
+    one_budget = summarize(runs(1))
+    assert (one_budget.budgets, one_budget.recommendation) == ([], None)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from evals_models import Answer, CoinModel, adder
+from evals_models import Answer, CoinModel, adder, sums
 from support import Traced, run_example, set_capture
 
 from subagent import (
@@ -30,7 +30,6 @@ from subagent.evals import (
     JudgeContext,
     Report,
     Variant,
-    Verdict,
     grid,
     judge,
 )
@@ -39,14 +38,6 @@ from subagent.evals._outcomes import outcome_from_data
 pytestmark = pytest.mark.anyio
 
 BUDGETS = {"r0": {"return_retries": 0}, "r1": {"return_retries": 1}}
-
-
-def sums(count: int, start: int = 0) -> Dataset[Answer]:
-    cases = [
-        Case(name=f"sum-{n}", context={"a": n, "b": 2 * n}, expected=Answer(value=3 * n))
-        for n in range(start, start + count)
-    ]
-    return Dataset(cases, [EqualsExpected()], name="sums")
 
 
 def timeless(report: Report) -> dict[str, Any]:
@@ -110,8 +101,12 @@ def test_a_turns_own_repeated_flag_is_read_when_it_has_one() -> None:
         turns = [{"type": "must_return", "reply": "a"}, {"type": "retry", "reply": "a"}]
         if repeated is not None:
             turns[1]["repeated"] = repeated
-        step = {"turns": turns, "failure": None, "usage": {"total": {"input_tokens": 1,
-                "output_tokens": 1}}, "duration_s": 0.1}  # fmt: skip
+        step = {
+            "turns": turns,
+            "failure": None,
+            "usage": {"total": {"input_tokens": 1, "output_tokens": 1}},
+            "duration_s": 0.1,
+        }
         return {"case": "c", "case_digest": "d", "variant": "v", "correct": True, "step": step}
 
     assert outcome_from_data(record(None)).repeated_corrections == 1  # computed
@@ -140,8 +135,13 @@ async def test_an_unpriced_model_leaves_the_cost_unknown_and_tokens_measure_it()
 async def test_cases_may_give_messages_instead_of_a_context() -> None:
     agent = SubAgent(name="chat", output=Answer, max_turns=1)
     dataset = Dataset(
-        [Case(name="m", messages=[{"role": "user", "content": "What is 2 + 3?"}],
-              expected={"value": 5})],  # fmt: skip
+        [
+            Case(
+                name="m",
+                messages=[{"role": "user", "content": "What is 2 + 3?"}],
+                expected={"value": 5},
+            )
+        ],
         [EqualsExpected()],
     )
     report = await dataset.evaluate(agent, llm=CoinModel(first=1.0))
@@ -213,10 +213,14 @@ async def test_functions_sync_or_async_are_judges() -> None:
 
     @judge(name="even")
     async def even(ctx: JudgeContext[Answer]) -> tuple[bool, str]:
-        return ctx.output.value % 2 == 0, f"{ctx.output.value} is {'' if ctx.output.value % 2 == 0 else 'not '}even"
+        return (
+            ctx.output.value % 2 == 0,
+            f"{ctx.output.value} is {'' if ctx.output.value % 2 == 0 else 'not '}even",
+        )
 
-    dataset = Dataset([Case(name=f"c{n}", context={"a": n, "b": 0}) for n in range(12)],
-                      [small, even])  # fmt: skip
+    dataset = Dataset(
+        [Case(name=f"c{n}", context={"a": n, "b": 0}) for n in range(12)], [small, even]
+    )
     report = await dataset.evaluate(adder, llm=CoinModel(first=1.0), out=None)
     result = report.variant("default")
     assert result.correct == len([n for n in range(12) if n < 10 and n % 2 == 0])
@@ -237,16 +241,25 @@ async def test_a_judge_that_raises_is_an_error_of_the_judge_not_of_the_run(tmp_p
     assert (result.valid, result.correct, result.judge_errors, result.failed) == (2, 0, 2, {})
     verdicts = lines(out)[0]["verdicts"]
     assert [v["judge"] for v in verdicts] == ["equals_expected", "broken", "odd_answer"]
-    assert verdicts[0] == {"judge": "equals_expected", "passed": True, "reason": None,
-                           "score": None, "error": None}  # fmt: skip
+    assert verdicts[0] == {
+        "judge": "equals_expected",
+        "passed": True,
+        "reason": None,
+        "score": None,
+        "error": None,
+    }
     assert verdicts[1]["error"] == "RuntimeError: the judge has a bug"
     assert "returned 'yes'" in verdicts[2]["error"]
     assert "Runs a judge raised on (not counted correct): default 2" in report.to_markdown()
 
 
 async def test_an_agent_is_a_judge_with_a_typed_verdict() -> None:
-    referee = SubAgent(name="referee", output=AgentVerdict, max_turns=1,
-                       prompt="Is {{output}} the sum asked in {{input}}? Expected: {{expected}}")  # fmt: skip
+    referee = SubAgent(
+        name="referee",
+        output=AgentVerdict,
+        max_turns=1,
+        prompt="Is {{output}} the sum asked in {{input}}? Expected: {{expected}}",
+    )
 
     def referee_reply(request: LLMRequest) -> str:
         task = str(request.messages[1].content)
@@ -255,7 +268,10 @@ async def test_an_agent_is_a_judge_with_a_typed_verdict() -> None:
 
     judge_model = ScriptedLLM([referee_reply] * 2)
     dataset = Dataset(
-        [Case(name="right", context={"a": 2, "b": 3}), Case(name="wrong", context={"a": 2, "b": 4})],
+        [
+            Case(name="right", context={"a": 2, "b": 3}),
+            Case(name="wrong", context={"a": 2, "b": 4}),
+        ],
         [AgentJudge(referee, llm=judge_model)],
     )
     report = await dataset.evaluate(adder, llm=CoinModel(first=1.0), concurrency=1)
@@ -264,8 +280,7 @@ async def test_an_agent_is_a_judge_with_a_typed_verdict() -> None:
 
 
 async def test_a_judging_agent_that_fails_is_an_error_of_the_judge() -> None:
-    referee = SubAgent(name="referee", prompt="Judge {{output}}", output=AgentVerdict,
-                       max_turns=1)  # fmt: skip
+    referee = SubAgent(name="referee", prompt="Judge {{output}}", output=AgentVerdict, max_turns=1)
     dataset = Dataset(sums(1).cases, [AgentJudge(referee, llm=ScriptedLLM(["not json"]))])
     report = await dataset.evaluate(adder, llm=CoinModel(first=1.0))
     assert report.variant("default").judge_errors == 1
@@ -288,12 +303,17 @@ def test_bad_judges_and_cases_are_refused_naming_them() -> None:
 def test_grid_spans_every_combination_named_after_its_values() -> None:
     model = CoinModel(model_name="small")
     variants = grid(return_retries=[0, 1], llm=[model])
-    assert [v.name for v in variants] == ["return_retries=0, llm=small", "return_retries=1, llm=small"]
+    assert [v.name for v in variants] == [
+        "return_retries=0, llm=small",
+        "return_retries=1, llm=small",
+    ]
     assert variants[1].options == {"return_retries": 1, "llm": model}
 
 
 def test_variant_options_must_be_run_options_or_agent_fields() -> None:
-    with pytest.raises(ConfigurationError, match="'retries' is not a run option .*'return_retries'"):
+    with pytest.raises(
+        ConfigurationError, match=r"'retries' is not a run option .*'return_retries'"
+    ):
         Variant("x", {"retries": 1})
     with pytest.raises(ConfigurationError, match="per case"):
         Variant("x", {"messages": []})
@@ -317,17 +337,35 @@ async def test_each_run_is_one_record_line_with_its_step(tmp_path: Path) -> None
     records = lines(out)
     assert len(records) == 6
     first = records[0]
-    assert set(first) == {"dataset", "variant_index", "case_index", "case", "case_digest",
-                          "tags", "repeat", "variant", "variant_digest", "options", "model",
-                          "cost", "correct", "verdicts", "step"}  # fmt: skip
+    assert set(first) == {
+        "dataset",
+        "variant_index",
+        "case_index",
+        "case",
+        "case_digest",
+        "tags",
+        "repeat",
+        "variant",
+        "variant_digest",
+        "options",
+        "model",
+        "cost",
+        "correct",
+        "verdicts",
+        "step",
+    }
     assert first["dataset"] == "sums" and first["model"] == "coin"
-    assert {(r["variant"], r["options"]["return_retries"]) for r in records} == {("r0", 0), ("r1", 1)}
+    assert {(r["variant"], r["options"]["return_retries"]) for r in records} == {
+        ("r0", 0),
+        ("r1", 1),
+    }
 
 
 async def test_a_killed_evaluation_resumes_with_only_the_missing_runs(tmp_path: Path) -> None:
     out = tmp_path / "records.jsonl"
-    whole = await sums(10).evaluate(adder, BUDGETS, out=tmp_path / "whole.jsonl",
-                                    llm=CoinModel(first=0.5, fix=1.0))  # fmt: skip
+    whole = await sums(10).evaluate(
+        adder, BUDGETS, out=tmp_path / "whole.jsonl", llm=CoinModel(first=0.5, fix=1.0)
+    )
     text = (tmp_path / "whole.jsonl").read_text()
     kept = text.splitlines(keepends=True)[:7]
     out.write_text("".join(kept) + '{"case": "sum-9", "cut sh')  # killed mid-line
@@ -344,15 +382,19 @@ async def test_a_killed_evaluation_resumes_with_only_the_missing_runs(tmp_path: 
 async def test_an_edited_case_runs_again_and_its_new_record_counts(tmp_path: Path) -> None:
     out = tmp_path / "records.jsonl"
     await sums(3).evaluate(adder, out=out, llm=CoinModel(first=1.0))
-    edited = Dataset([*sums(2).cases, Case(name="sum-2", context={"a": 2, "b": 4},
-                                            expected=Answer(value=7))], [EqualsExpected()])  # fmt: skip
+    edited = Dataset(
+        [*sums(2).cases, Case(name="sum-2", context={"a": 2, "b": 4}, expected=Answer(value=7))],
+        [EqualsExpected()],
+    )
     model = CoinModel(first=1.0)
     report = await edited.evaluate(adder, out=out, llm=model)
     assert model.calls == 1
     assert len(lines(out)) == 4
     assert {c.case: c.correct["default"] for c in report.cases()} == {
-        "sum-0": True, "sum-1": True, "sum-2": False,
-    }  # fmt: skip
+        "sum-0": True,
+        "sum-1": True,
+        "sum-2": False,
+    }
 
 
 async def test_a_variant_with_other_options_or_another_model_runs_again(tmp_path: Path) -> None:
@@ -375,8 +417,13 @@ async def test_every_number_of_the_report_comes_back_from_the_records_alone(tmp_
     variants = grid(return_retries=[0, 1, 2])
     model = CoinModel(first=0.4, fix=0.5, wrong=0.2, respace=True)
     live = await dataset.evaluate(adder, variants, prices=Price(1, 2), llm=model, concurrency=3)
-    recorded = await dataset.evaluate(adder, variants, out=out, prices=Price(1, 2),
-                                      llm=CoinModel(first=0.4, fix=0.5, wrong=0.2, respace=True))  # fmt: skip
+    recorded = await dataset.evaluate(
+        adder,
+        variants,
+        out=out,
+        prices=Price(1, 2),
+        llm=CoinModel(first=0.4, fix=0.5, wrong=0.2, respace=True),
+    )
     assert Report.read(out).to_data() == recorded.to_data()
     assert Report.read(out).to_markdown() == recorded.to_markdown()
     assert timeless(recorded) == timeless(live)  # without a file: counted the same
@@ -388,8 +435,10 @@ async def test_every_number_of_the_report_comes_back_from_the_records_alone(tmp_
         assert result.runs == len(mine)
         assert result.correct == sum(r["correct"] for r in mine)
         assert result.valid == sum(s["failure"] is None for s in steps)
-        assert (result.corrected, result.salvaged) == (len(corrected),
-                                                       sum(r["correct"] for r in corrected))  # fmt: skip
+        assert (result.corrected, result.salvaged) == (
+            len(corrected),
+            sum(r["correct"] for r in corrected),
+        )
         assert result.calls == sum(len(s["turns"]) for s in steps)
         assert result.prompt_tokens == sum(s["usage"]["total"]["input_tokens"] for s in steps)
         assert result.completion_tokens == sum(s["usage"]["total"]["output_tokens"] for s in steps)
@@ -407,8 +456,9 @@ def test_a_records_line_that_is_not_a_record_is_named(tmp_path: Path) -> None:
 async def test_the_evaluations_usage_limit_leaves_the_rest_for_a_resume(tmp_path: Path) -> None:
     out = tmp_path / "records.jsonl"
     limits = UsageLimits(max_total_tokens=105 * 5)  # five calls' worth
-    report = await sums(12).evaluate(adder, out=out, batch_limits=limits, concurrency=1,
-                                     llm=CoinModel(first=1.0))  # fmt: skip
+    report = await sums(12).evaluate(
+        adder, out=out, batch_limits=limits, concurrency=1, llm=CoinModel(first=1.0)
+    )
     assert report.variant("default").runs == 5 and report.pending == 7
     assert len(lines(out)) == 5
     resumed = await sums(12).evaluate(adder, out=out, llm=CoinModel(first=1.0))
@@ -421,15 +471,20 @@ async def test_the_evaluations_usage_limit_leaves_the_rest_for_a_resume(tmp_path
 @pytest.mark.parametrize("suffix", [".jsonl", ".yaml"])
 def test_a_dataset_round_trips_through_its_file(tmp_path: Path, suffix: str) -> None:
     dataset = Dataset(
-        [Case(name="a", context={"a": 1, "b": 2}, expected=Answer(value=3), tags=("easy",)),
-         Case(name="m", messages=[{"role": "user", "content": "hi"}], metadata={"k": [1]})],
+        [
+            Case(name="a", context={"a": 1, "b": 2}, expected=Answer(value=3), tags=("easy",)),
+            Case(name="m", messages=[{"role": "user", "content": "hi"}], metadata={"k": [1]}),
+        ],
         [EqualsExpected(), FieldsMatch(["value"]), lambda ctx: True],
         name="mine",
-    )  # fmt: skip
+    )
     path = dataset.to_file(tmp_path / f"cases{suffix}")
     back = Dataset.from_file(path)
     assert back.name == "mine"
-    assert [j.spec() for j in back.judges] == ["equals_expected", {"fields_match": {"fields": ["value"]}}]
+    assert [j.spec() for j in back.judges] == [
+        "equals_expected",
+        {"fields_match": {"fields": ["value"]}},
+    ]
     assert [c.digest for c in back.cases] == [c.digest for c in dataset.cases]
     assert back.cases[0].tags == ("easy",) and back.cases[1].metadata == {"k": [1]}
 
@@ -453,21 +508,26 @@ async def test_each_case_run_is_a_trace_with_its_verdicts(monkeypatch: pytest.Mo
     set_capture(monkeypatch, False)
     traced = Traced()
     dataset = Dataset(sums(2).cases, [EqualsExpected()], name="sums")
-    await dataset.evaluate(adder, BUDGETS, tracer_provider=traced.provider,
-                           llm=CoinModel(first=1.0, wrong=1.0))  # fmt: skip
+    await dataset.evaluate(
+        adder, BUDGETS, tracer_provider=traced.provider, llm=CoinModel(first=1.0, wrong=1.0)
+    )
     cases = traced.named("eval_case sums")
     assert len(cases) == 4
     assert all(span.parent is None for span in cases)  # each its own trace
     assert len({span.context.trace_id for span in cases}) == 4
-    by_name = {(s.attributes["subagent.eval.case"], s.attributes["subagent.eval.variant"]): s
-               for s in cases}  # fmt: skip
+    by_name = {
+        (s.attributes["subagent.eval.case"], s.attributes["subagent.eval.variant"]): s
+        for s in cases
+    }
     span = by_name[("sum-1", "r1")]
     assert span.attributes["subagent.eval.correct"] is False
     (event,) = span.events
     assert event.name == "gen_ai.evaluation.result"
-    assert dict(event.attributes) == {"gen_ai.evaluation.name": "equals_expected",
-                                      "gen_ai.evaluation.score.value": 0.0,
-                                      "gen_ai.evaluation.score.label": "fail"}  # fmt: skip
+    assert dict(event.attributes) == {
+        "gen_ai.evaluation.name": "equals_expected",
+        "gen_ai.evaluation.score.value": 0.0,
+        "gen_ai.evaluation.score.label": "fail",
+    }
     runs = traced.named("invoke_agent adder")
     assert {run.parent.span_id for run in runs} == {s.context.span_id for s in cases}
 
@@ -477,8 +537,9 @@ async def test_a_verdicts_reason_reaches_the_trace_only_when_content_is_captured
 ) -> None:
     set_capture(monkeypatch, True)
     traced = Traced()
-    await sums(1, start=1).evaluate(adder, tracer_provider=traced.provider,
-                                    llm=CoinModel(first=1.0, wrong=1.0))  # fmt: skip
+    await sums(1, start=1).evaluate(
+        adder, tracer_provider=traced.provider, llm=CoinModel(first=1.0, wrong=1.0)
+    )
     (event,) = traced.one("eval_case sums").events
     assert event.attributes["gen_ai.evaluation.explanation"] == (
         'expected {"value": 3}, got {"value": 4}'

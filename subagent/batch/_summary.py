@@ -142,15 +142,17 @@ class BatchSummary(BaseModel):
             ("transport retries", f"{self.transport_retries}"),
             ("run time p50 / p95", f"{self.duration_p50_s:.1f} s / {self.duration_p95_s:.1f} s"),
         ]
-        for budget in self.budgets:
-            low, high = budget.success_interval
-            rows.append((
-                f"  max_turns={budget.max_turns}, return_retries={budget.return_retries}",
-                f"{budget.done}/{budget.runs} done ({budget.success_rate:.0%} "
-                f"[{100 * low:.0f}-{100 * high:.0f}]), {budget.calls_per_run:.2f} calls/run",
-            ))  # fmt: skip
         width = max(len(label) for label, _ in rows)
         lines = [f"{label:<{width}}  {value}" for label, value in rows]
+        if self.budgets:
+            lines.append("by budget:")
+        for budget in self.budgets:
+            low, high = budget.success_interval
+            lines.append(
+                f"  max_turns={budget.max_turns}, return_retries={budget.return_retries}: "
+                f"{budget.done}/{budget.runs} done ({budget.success_rate:.0%} "
+                f"[{100 * low:.0f}-{100 * high:.0f}]), {budget.calls_per_run:.2f} calls/run"
+            )
         if self.recommendation is not None:
             lines.append(f"recommended: {self.recommendation}")
         lines += [f"hint: {hint}" for hint in self.hints]

@@ -1,0 +1,189 @@
+"""``subagent eval run / report / compare`` (subagent/evals/_cli.py), in process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from evals_models import sums
+
+from subagent import cli
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    return sums(40).to_file(tmp_path / "sums.jsonl")
+
+
+@pytest.fixture
+def variants(tmp_path: Path) -> Path:
+    path = tmp_path / "variants.json"
+    path.write_text(json.dumps({"r0": {"return_retries": 0}, "r1": {"return_retries": 1}}))
+    return path
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    status = cli.main(argv)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_eval_run_records_every_run_and_prints_the_report(
+    dataset: Path, variants: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "records.jsonl"
+    argv = [
+        "eval",
+        "run",
+        str(dataset),
+        "--agent",
+        "evals_models:half_right",
+        "--variants",
+        str(variants),
+        "--out",
+        str(out),
+    ]
+    status, printed, err = run(argv, capsys)
+    assert status == 0, err
+    assert len(out.read_text().splitlines()) == 80
+    assert "| r1 | 40 | 100.0% [91-100]" in printed
+    assert "**Recommended:** r1: 100%" in printed
+    assert "dataset: sums, 40 cases" in err
+    again, printed_again, _ = run(argv, capsys)  # everything recorded: nothing runs
+    assert again == 0 and printed_again == printed
+    assert len(out.read_text().splitlines()) == 80
+
+
+def test_eval_report_prints_the_same_report_from_the_records_alone(
+    dataset: Path, variants: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "records.jsonl"
+    _, printed, _ = run(
+        [
+            "eval",
+            "run",
+            str(dataset),
+            "--agent",
+            "evals_models:half_right",
+            "--variants",
+            str(variants),
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
+    status, reported, _ = run(["eval", "report", str(out)], capsys)
+    assert status == 0 and reported == printed
+    status, as_json, _ = run(["eval", "report", str(out), "--json", "--margin", "0.5"], capsys)
+    data = json.loads(as_json)
+    assert status == 0 and [v["variant"] for v in data["variants"]] == ["r0", "r1"]
+    # A wide margin is not enough: r0 is significantly worse than r1, so r1 it stays.
+    assert data["recommendation"]["margin"] == 0.5 and data["recommendation"]["variant"] == "r1"
+
+
+def test_eval_compare_exits_1_on_a_significant_regression_and_0_without(
+    dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    for agent, out in (("half_right", good), ("worse", bad)):
+        run(
+            ["eval", "run", str(dataset), "--agent", f"evals_models:{agent}", "--out", str(out)],
+            capsys,
+        )
+    status, printed, _ = run(["eval", "compare", str(bad), "--baseline", str(good)], capsys)
+    assert status == 1
+    assert "Significant regression (alpha 0.05, Holm): default success" in printed
+    status, printed, _ = run(["eval", "compare", str(good), "--baseline", str(good)], capsys)
+    assert status == 0 and "No significant regression" in printed
+    status, as_json, _ = run(
+        ["eval", "compare", str(bad), "--baseline", str(good), "--json"], capsys
+    )
+    assert status == 1 and json.loads(as_json)["changes"][0]["direction"] == "worse"
+
+
+def test_a_grid_in_yaml_a_judge_in_code_and_prices_reach_the_evaluation(
+    dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    grid = tmp_path / "variants.yaml"
+    grid.write_text("grid:\n  return_retries: [0, 1, 2]\n")
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"coin": {"input_per_million": 1, "output_per_million": 2}}))
+    out = tmp_path / "records.jsonl"
+    status, printed, err = run(
+        [
+            "eval",
+            "run",
+            str(dataset),
+            "--agent",
+            "evals_models:half_right",
+            "--variants",
+            str(grid),
+            "--judge",
+            "evals_models:positive",
+            "--prices",
+            str(prices),
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
+    assert status == 0, err
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {r["variant"] for r in records} == {f"return_retries={n}" for n in range(3)}
+    assert [v["judge"] for v in records[0]["verdicts"] if records[0]["correct"]] in (
+        [],
+        ["equals_expected", "positive"],
+    )
+    assert all(r["cost"] > 0 for r in records)
+    assert "cost/case" in printed and "cost/case;" in printed  # priced: the measure is cost
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"dataset": "missing.jsonl"}, "cannot read"),
+        ({"agent": "evals_models:sums"}, "--agent: 'evals_models:sums' is a function"),
+        ({"agent": "no_such_module:x"}, "--agent: cannot import 'no_such_module'"),
+        ({"variants": '{"r": {"retries": 1}}'}, "'retries' is not a run option"),
+        ({"variants": "[1, 2]"}, "--variants: expected"),
+        ({"extra": ["--max-cost", "1"]}, "--max-cost: needs --prices"),
+        ({"extra": ["--concurrency", "0"]}, "--concurrency: must be at least 1"),
+    ],
+)
+def test_bad_usage_exits_2_naming_the_argument(
+    dataset: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    change: dict[str, object],
+    message: str,
+) -> None:
+    variants = tmp_path / "variants.json"
+    variants.write_text(str(change.get("variants", '{"r0": {}}')))
+    source = tmp_path / str(change["dataset"]) if "dataset" in change else dataset
+    argv = [
+        "eval",
+        "run",
+        str(source),
+        "--agent",
+        str(change.get("agent", "evals_models:half_right")),
+        "--variants",
+        str(variants),
+        "--out",
+        str(tmp_path / "out.jsonl"),
+        *change.get("extra", []),
+    ]  # type: ignore[misc]
+    status, _, err = run(argv, capsys)
+    assert status == 2
+    assert message in err
+
+
+def test_report_and_compare_of_a_file_with_no_records_are_bad_usage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    status, _, err = run(["eval", "report", str(empty)], capsys)
+    assert status == 2 and "holds no evaluation records" in err
+    status, _, err = run(["eval", "compare", str(empty), "--baseline", str(tmp_path / "x")], capsys)
+    assert status == 2
