@@ -291,7 +291,7 @@ def test_summarize_of_runs_with_several_budgets_recommends_the_cheapest_near_the
     assert summary.recommendation.startswith("return_retries=1: 100% [91-100], 1.5 calls/run; ")
     assert "return_retries=0 saves 0.5 calls but loses 50 points (p=" in summary.recommendation
     table = str(summary)
-    assert "\nby budget:\n  max_turns=1, return_retries=0: 20/40 done (50% [35-65]), 1.00 calls/run\n" in table
+    assert "\nby budget:\n  max_turns=1, return_retries=0: 20/40 done (50% [35-65]), " in table
     assert f"recommended: {summary.recommendation}" in table
     one_budget = summarize(runs(1))
     assert (one_budget.budgets, one_budget.recommendation) == ([], None)
