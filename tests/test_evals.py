@@ -17,7 +17,10 @@ from subagent import (
     LLMResponse,
     Price,
     ScriptedLLM,
+    Step,
     SubAgent,
+    ToolCall,
+    Usage,
     UsageLimits,
 )
 from subagent.evals import (
@@ -112,6 +115,45 @@ def test_a_turns_own_repeated_flag_is_read_when_it_has_one() -> None:
     assert outcome_from_data(record(None)).repeated_corrections == 1  # computed
     assert outcome_from_data(record(False)).repeated_corrections == 0  # the loop's flag
     assert outcome_from_data(record(True)).repeated_corrections == 1
+
+
+async def test_the_tokens_of_agents_run_as_tools_count_as_steps_usage_does(
+    tmp_path: Path,
+) -> None:
+    def reply(text: str, tokens: int) -> LLMResponse:
+        return LLMResponse(text=text, usage=Usage(input_tokens=tokens, output_tokens=1))
+
+    child = SubAgent(
+        name="child",
+        prompt="Add {{a}} and {{b}}",
+        output=Answer,
+        max_turns=1,
+        llm=ScriptedLLM([reply('{"value": 3}', 7)]),
+    )
+    parent = SubAgent(
+        name="boss",
+        prompt="Solve {{a}} + {{b}}",
+        output=Answer,
+        max_turns=2,
+        tools=[child.as_tool()],
+    )
+    call = ToolCall(name="child", arguments={"a": "1", "b": "2"})
+    llm = ScriptedLLM(
+        [LLMResponse(tool_calls=[call], usage=Usage(input_tokens=100)), reply('{"value": 3}', 200)]
+    )
+    out = tmp_path / "records.jsonl"
+    dataset = Dataset([Case(name="one", context={"a": 1, "b": 2})])
+    report = await dataset.evaluate(parent, out=out, llm=llm)
+    step = Step[Answer].model_validate(lines(out)[0]["step"])
+    assert (
+        (report.variant("default").prompt_tokens, report.variant("default").completion_tokens)
+        == (
+            step.usage.total.input_tokens,
+            step.usage.total.output_tokens,
+        )
+        == (307, 2)
+    )
+    assert Report.read(out).to_data() == report.to_data()
 
 
 async def test_cost_comes_from_the_price_of_the_variants_model() -> None:
@@ -440,8 +482,9 @@ async def test_every_number_of_the_report_comes_back_from_the_records_alone(tmp_
             sum(r["correct"] for r in corrected),
         )
         assert result.calls == sum(len(s["turns"]) for s in steps)
-        assert result.prompt_tokens == sum(s["usage"]["total"]["input_tokens"] for s in steps)
-        assert result.completion_tokens == sum(s["usage"]["total"]["output_tokens"] for s in steps)
+        usages = [Step[Answer].model_validate(s).usage.total for s in steps]  # read back
+        assert result.prompt_tokens == sum(usage.input_tokens for usage in usages)
+        assert result.completion_tokens == sum(usage.output_tokens for usage in usages)
         assert result.cost == pytest.approx(sum(r["cost"] for r in mine))
         assert result.wall_s == pytest.approx(sum(s["duration_s"] for s in steps))
 

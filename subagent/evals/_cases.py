@@ -6,6 +6,7 @@ what it gives the agent and what it expects: an edited case has a new digest and
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,6 @@ from pydantic_core import to_jsonable_python
 from typing_extensions import TypeVar
 
 from subagent._errors import ConfigurationError
-from subagent._state import digest
 from subagent.llm import Message
 
 __all__ = ["Case", "case_from_data", "case_to_data", "check_cases"]
@@ -67,12 +67,14 @@ class Case(Generic[OutputT]):
     @property
     def digest(self) -> str:
         """A digest of what the case gives the agent and expects (not its name or tags)."""
-        return digest(
-            to_jsonable_python(
-                {"context": self.context, "messages": self.messages, "expected": self.expected},
-                fallback=repr,
-            )
-        )
+        given = {"context": self.context, "messages": self.messages, "expected": self.expected}
+        # Plain data straight to JSON; models and other objects by their JSON form.
+        text = json.dumps(given, sort_keys=True, ensure_ascii=False, default=_json_form)
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _json_form(value: object) -> Any:
+    return to_jsonable_python(value, fallback=repr)
 
 
 def check_cases(cases: Sequence[Case[Any]]) -> None:

@@ -144,7 +144,7 @@ class EqualsExpected(Judge):
     async def judge(self, ctx: JudgeContext[Any]) -> Verdict:
         """Compare the output's JSON form with the expected output's."""
         expected = _needs_expected(ctx)
-        if _json_form(ctx.output) == _json_form(expected):
+        if ctx.output == expected or _json_form(ctx.output) == _json_form(expected):
             return Verdict(True)
         return Verdict(False, f"expected {_shown(expected)}, got {_shown(ctx.output)}")
 

@@ -7,13 +7,13 @@ from the live objects of a run (an evaluation without a file): both through the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from subagent._records import Step
+from subagent._records import Step, Turn
 
-__all__ = ["Outcome", "normalised", "outcome_from_data", "outcome_from_run"]
+__all__ = ["Outcome", "normalised", "outcome_from_data", "outcome_from_run", "run_tokens"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +38,9 @@ class Outcome:
         output_tokens: Completion tokens, nested agents included.
         cost: What the tokens cost, when the model was priced.
         duration_s: The run's wall time.
-        order: Where its variant and its case stood in the evaluation that made it: what
-            orders a report's variants and cases, however the runs finished.
+        variant_index: Where its variant stood in the evaluation that made it.
+        case_index: Where its case stood in its dataset. The two order a report's variants
+            and cases, however the runs finished.
     """
 
     case: str
@@ -58,7 +59,8 @@ class Outcome:
     output_tokens: int
     cost: float | None
     duration_s: float
-    order: tuple[int, int] = (0, 0)
+    variant_index: int = 0
+    case_index: int = 0
 
     @property
     def salvaged(self) -> bool:
@@ -82,8 +84,7 @@ def _outcome(
     ok: bool,
     failure: str | None,
     turns: Iterable[tuple[str, str, bool | None]],
-    input_tokens: int,
-    output_tokens: int,
+    tokens: tuple[int, int],
     duration_s: float,
 ) -> Outcome:
     correction_turns = repeated = calls = 0
@@ -111,43 +112,86 @@ def _outcome(
         correction_turns=correction_turns,
         repeated_corrections=repeated,
         calls=calls,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
+        input_tokens=tokens[0],
+        output_tokens=tokens[1],
         cost=head.get("cost"),
         duration_s=duration_s,
-        order=(head.get("variant_index", 0), head.get("case_index", 0)),
+        variant_index=head.get("variant_index", 0),
+        case_index=head.get("case_index", 0),
     )
+
+
+# Whether the loop flags a correction that repeats the failed reply itself (Turn.repeated);
+# asked once: a missing attribute costs a pydantic model several µs per turn to look up.
+_TURNS_FLAG_REPEATS = "repeated" in Turn.model_fields
+
+
+def run_tokens(turns: Sequence[Turn]) -> tuple[int, int]:
+    """Prompt and completion tokens of a run's turns and of the agents they ran as tools.
+
+    What ``Step.usage.total`` counts, summed without building the usage records (an
+    evaluation counts them for every run, and records leave them out: they follow from the
+    turns).
+    """
+    prompt = completion = 0
+    for turn in turns:
+        prompt += turn.usage.input_tokens
+        completion += turn.usage.output_tokens
+        for result in turn.tool_results:
+            if result.step is not None:
+                nested = run_tokens(result.step.turns)
+                prompt += nested[0]
+                completion += nested[1]
+    return prompt, completion
+
+
+def _data_tokens(turns: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
+    """:func:`run_tokens` of turns in their JSON form."""
+    prompt = completion = 0
+    for turn in turns:
+        usage = turn.get("usage") or {}
+        prompt += usage.get("input_tokens", 0)
+        completion += usage.get("output_tokens", 0)
+        for result in turn.get("tool_results") or ():
+            nested = result.get("step")
+            if nested is not None:
+                inner = _data_tokens(nested["turns"])
+                prompt += inner[0]
+                completion += inner[1]
+    return prompt, completion
 
 
 def outcome_from_data(record: Mapping[str, Any]) -> Outcome:
     """The outcome of a record read from JSON (its ``step`` a Step's JSON form)."""
     step = record["step"]
     failure = step.get("failure")
-    total = step["usage"]["total"]
+    turns = step["turns"]
     return _outcome(
         record,
         ok=failure is None and step.get("state") is None,
         failure=None if failure is None else failure["reason"],
-        turns=(
-            (turn["type"], turn.get("reply", ""), turn.get("repeated")) for turn in step["turns"]
-        ),
-        input_tokens=total["input_tokens"],
-        output_tokens=total["output_tokens"],
+        turns=((turn["type"], turn.get("reply", ""), turn.get("repeated")) for turn in turns),
+        tokens=_data_tokens(turns),
         duration_s=step.get("duration_s", 0.0),
     )
 
 
-def outcome_from_run(head: Mapping[str, Any], step: Step[Any]) -> Outcome:
-    """The outcome of a run from its record's head and its Step, as objects."""
-    total = step.usage.total
+def outcome_from_run(
+    head: Mapping[str, Any], step: Step[Any], tokens: tuple[int, int] | None = None
+) -> Outcome:
+    """The outcome of a run from its record's head and its Step, as objects.
+
+    ``tokens``: the run's :func:`run_tokens`, when the caller counted them already.
+    """
+    flagged = _TURNS_FLAG_REPEATS
     return _outcome(
         head,
         ok=step.ok,
         failure=None if step.failure is None else step.failure.reason.value,
         turns=(
-            (turn.type.value, turn.reply, getattr(turn, "repeated", None)) for turn in step.turns
+            (turn.type.value, turn.reply, getattr(turn, "repeated", None) if flagged else None)
+            for turn in step.turns
         ),
-        input_tokens=total.input_tokens,
-        output_tokens=total.output_tokens,
+        tokens=run_tokens(step.turns) if tokens is None else tokens,
         duration_s=step.duration_s,
     )

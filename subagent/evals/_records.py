@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Final
 
+from pydantic_core import from_json
+
 from subagent._errors import ConfigurationError
 from subagent._records import Step
 
@@ -23,13 +25,19 @@ MAX_LINE_BYTES: Final = 64 * 1024 * 1024
 """The longest line of a records file (or a dataset file) read, in bytes (64 MiB)."""
 
 
+# A Step's usage and stop-reason counts follow from its turns: left out of records (counting
+# them is most of what dumping a Step costs), computed again when a Step is read back.
+_DERIVED = {"usage", "stop_reasons"}
+
+
 def record_line(head: dict[str, Any], step: Step[Any]) -> str:
     """One record as a JSON line (no newline): ``head``'s fields, then ``"step"``.
 
-    The Step's own JSON is embedded as it is: it reads back with
-    ``Step.model_validate(record["step"])``.
+    The Step's own JSON is embedded (without the ``usage`` and ``stop_reasons`` its turns
+    give): it reads back with ``Step.model_validate(record["step"])``.
     """
-    return json.dumps(head, ensure_ascii=False)[:-1] + ', "step": ' + step.model_dump_json() + "}"
+    step_json = step.model_dump_json(exclude=_DERIVED)
+    return json.dumps(head, ensure_ascii=False)[:-1] + ', "step": ' + step_json + "}"
 
 
 def slot_key(record: dict[str, Any]) -> tuple[str, str, str, str, int]:
@@ -69,7 +77,7 @@ def read_records(path: Path) -> Iterator[dict[str, Any]]:
             if not raw.strip():
                 continue
             try:
-                record = _record(json.loads(raw))
+                record = _record(from_json(raw))
             except (ValueError, KeyError, TypeError) as exc:
                 raise ConfigurationError(
                     "records", f"{path}:{number}: not an evaluation record: {exc!r:.200}"
@@ -82,8 +90,8 @@ def _record(data: Any) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise TypeError(f"a JSON {type(data).__name__}, not an object")
     slot_key(data)
-    if not isinstance(data["step"]["usage"]["total"], dict):
-        raise TypeError("its step has no usage")
+    if not isinstance(data["step"]["turns"], list):
+        raise TypeError("its step has no turns")
     return data
 
 

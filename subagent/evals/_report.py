@@ -28,7 +28,7 @@ from subagent.evals._compare import (
 from subagent.evals._outcomes import Outcome, outcome_from_data
 from subagent.evals._records import read_records
 
-__all__ = ["DEFAULT_ALPHA", "DEFAULT_MARGIN", "CaseResult", "Report", "VariantResult"]
+__all__ = ["DEFAULT_ALPHA", "DEFAULT_MARGIN", "CaseResult", "Report", "Tally", "VariantResult"]
 
 DEFAULT_MARGIN: Final = 0.05
 """The loss of success rate the recommendation accepts for a cheaper variant (5 points)."""
@@ -236,18 +236,10 @@ class Report:
             ConfigurationError: A line is not a record (naming the file and line).
         """
         path = Path(path)
-        latest: dict[tuple[str, int, str], Outcome] = {}
-        options: dict[str, dict[str, Any]] = {}
-        models: dict[str, str | None] = {}
-        dataset = ""
+        tally = Tally()
         for record in read_records(path):
-            outcome = outcome_from_data(record)
-            key = (outcome.case, outcome.repeat, outcome.variant)
-            latest[key] = outcome  # a later record of the same run wins, in the first's place
-            options[outcome.variant] = record.get("options", {})
-            models[outcome.variant] = record.get("model")
-            dataset = record.get("dataset", dataset)
-        return cls(dataset or path.stem, latest.values(), options, models)
+            tally.add(outcome_from_data(record), record)
+        return tally.report(path.stem)
 
     @property
     def measure(self) -> str:
@@ -380,6 +372,33 @@ class Report:
         return f"Report(dataset={self.dataset!r}, variants={[v.variant for v in self.variants]})"
 
 
+class Tally:
+    """The outcomes a report counts: the last of each case, repetition and variant.
+
+    A later outcome of the same run (an edited case or variant made again) takes the place
+    of the earlier one, where the earlier one stood. Each variant's options and model are
+    those of its last record.
+    """
+
+    def __init__(self) -> None:
+        self._latest: dict[tuple[str, int, str], Outcome] = {}
+        self._options: dict[str, dict[str, Any]] = {}
+        self._models: dict[str, str | None] = {}
+        self._dataset: str | None = None
+
+    def add(self, outcome: Outcome, head: Mapping[str, Any]) -> None:
+        """Count ``outcome``, whose record's fields besides its Step are ``head``."""
+        self._latest[(outcome.case, outcome.repeat, outcome.variant)] = outcome
+        self._options[outcome.variant] = head.get("options") or {}
+        self._models[outcome.variant] = head.get("model")
+        self._dataset = head.get("dataset") or self._dataset
+
+    def report(self, dataset: str) -> Report:
+        """The report of what was counted (``dataset``: the name when no record says one)."""
+        return Report(self._dataset or dataset, self._latest.values(), self._options,
+                      self._models)  # fmt: skip
+
+
 def _mark(correct: bool | None) -> str:
     return "-" if correct is None else ("right" if correct else "wrong")
 
@@ -394,7 +413,7 @@ def _in_order(outcomes: Iterable[Outcome]) -> list[Outcome]:
     variants: dict[str, tuple[int, int]] = {}
     cases: dict[str, tuple[int, int]] = {}
     for outcome in listed:
-        variant, case = outcome.order
+        variant, case = outcome.variant_index, outcome.case_index
         seen = variants.get(outcome.variant)
         variants[outcome.variant] = (variant, len(variants)) if seen is None else min(
             seen, (variant, seen[1])

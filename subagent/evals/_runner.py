@@ -23,11 +23,12 @@ from subagent._records import FailReason, Step
 from subagent.batch import stream_many
 from subagent.evals._cases import Case
 from subagent.evals._judges import Judge, JudgeContext, VerdictRecord, run_judges
-from subagent.evals._outcomes import Outcome, outcome_from_run
+from subagent.evals._outcomes import outcome_from_data, outcome_from_run, run_tokens
 from subagent.evals._records import RecordWriter, read_records, record_line, slot_key
-from subagent.evals._report import Report
+from subagent.evals._report import Report, Tally
 from subagent.evals._tracing import CaseTracer
 from subagent.evals._variants import Plan, Variants, plan_variants
+from subagent.llm import Usage
 
 __all__ = ["run_evaluation"]
 
@@ -42,27 +43,42 @@ class _Work:
     case_digest: str
     repeat: int
     plan: Plan
-    order: tuple[int, int]  # the variant's and the case's positions in the evaluation
+    plan_index: int
+    case_index: int
     verdicts: list[VerdictRecord] = field(default_factory=list)
+    correct: bool = False
 
 
 class _Planned:
-    """The runs still to make, read lazily (never all built at once), and how many."""
+    """The runs still to make: each case, repetition and variant not in ``done``.
 
-    def __init__(self, works: list[tuple[int, int, int]], cases: Sequence[Case[Any]],
-                 digests: Sequence[str], plans: Sequence[Plan]):  # fmt: skip
-        self._works = works
+    Read lazily (never all built at once), and sized (for the progress bar).
+    """
+
+    def __init__(self, cases: Sequence[Case[Any]], digests: Sequence[str], repeat: int,
+                 plans: Sequence[Plan], done: set[tuple[str, str, str, str, int]]):  # fmt: skip
         self._cases = cases
         self._digests = digests
+        self._repeat = repeat
         self._plans = plans
+        self._done = done
+        self._count = sum(1 for _ in self._slots())
+
+    def _slots(self) -> Iterator[tuple[int, int, int]]:
+        done, digests = self._done, self._digests
+        for index, case in enumerate(self._cases):
+            for number in range(self._repeat):
+                for which, plan in enumerate(self._plans):
+                    if (case.name, digests[index], plan.name, plan.digest, number) not in done:
+                        yield index, number, which
 
     def __len__(self) -> int:
-        return len(self._works)
+        return self._count
 
     def __iter__(self) -> Iterator[_Work]:
-        for case, repeat, plan in self._works:
+        for case, repeat, plan in self._slots():
             yield _Work(self._cases[case], self._digests[case], repeat, self._plans[plan],
-                        (plan, case))  # fmt: skip
+                        plan, case)  # fmt: skip
 
 
 class _CaseRunner:
@@ -96,19 +112,18 @@ class _CaseRunner:
             if step.ok and self._judges:
                 judged = JudgeContext(case, step.output, step, plan.name)
                 work.verdicts = await run_judges(self._judges, judged)
+            work.correct = step.ok and all(verdict.passed for verdict in work.verdicts)
             if span is not None:
-                span.judged(_correct(step, work.verdicts), work.verdicts)
+                span.judged(work.correct, work.verdicts)
         return step
 
 
-def _correct(step: Step[Any], verdicts: Sequence[VerdictRecord]) -> bool:
-    return step.ok and all(verdict.passed for verdict in verdicts)
-
-
-def _price(prices: Prices | None, model: str | None) -> Price | None:
-    if prices is None or isinstance(prices, Price):
-        return prices
-    return prices.get(model or "")
+def _cost(prices: Prices | None, model: str | None, tokens: tuple[int, int]) -> float | None:
+    """What ``tokens`` (prompt, completion) cost on ``model``; ``None`` when not priced."""
+    price = prices if prices is None or isinstance(prices, Price) else prices.get(model or "")
+    if price is None:
+        return None
+    return price.of(Usage(input_tokens=tokens[0], output_tokens=tokens[1]))
 
 
 def _budgets(step: Step[Any], plan: Plan) -> Step[Any]:
@@ -136,12 +151,12 @@ def _stopped_by_evaluation(step: Step[Any], limits: UsageLimits | None) -> bool:
     )
 
 
-def _head(dataset: str, work: _Work, step: Step[Any], price: Price | None) -> dict[str, Any]:
+def _head(dataset: str, work: _Work, cost: float | None) -> dict[str, Any]:
     """A record's fields besides its Step."""
     return {
         "dataset": dataset,
-        "variant_index": work.order[0],
-        "case_index": work.order[1],
+        "variant_index": work.plan_index,
+        "case_index": work.case_index,
         "case": work.case.name,
         "case_digest": work.case_digest,
         "tags": list(work.case.tags),
@@ -150,8 +165,8 @@ def _head(dataset: str, work: _Work, step: Step[Any], price: Price | None) -> di
         "variant_digest": work.plan.digest,
         "options": work.plan.described,
         "model": work.plan.model,
-        "cost": None if price is None else price.of(step.usage.total),
-        "correct": _correct(step, work.verdicts),
+        "cost": cost,
+        "correct": work.correct,
         "verdicts": [verdict.to_data() for verdict in work.verdicts],
     }
 
@@ -182,18 +197,14 @@ async def run_evaluation(
         prices = batch_limits.prices
     digests = [case.digest for case in cases]
     path = None if out is None else Path(out)
-    done = set() if path is None else {slot_key(record) for record in read_records(path)}
-    works = [
-        (index, number, which)
-        for index, case in enumerate(cases)
-        for number in range(repeat)
-        for which, plan in enumerate(plans)
-        if (case.name, digests[index], plan.name, plan.digest, number) not in done
-    ]
-    done.clear()
-    planned = _Planned(works, cases, digests, plans)
+    tally = Tally()
+    done: set[tuple[str, str, str, str, int]] = set()
+    if path is not None:  # what the file holds: not made again, and counted in the report
+        for record in read_records(path):
+            done.add(slot_key(record))
+            tally.add(outcome_from_data(record), record)
+    planned = _Planned(cases, digests, repeat, plans, done)
     runner = _CaseRunner(dataset, judges, CaseTracer(options.get("tracer_provider"), dataset))
-    outcomes: list[Outcome] = []
     stopped = 0
     if len(planned):
         batch = stream_many(cast("SubAgent[Any]", runner), cast(Any, planned),
@@ -210,16 +221,11 @@ async def run_evaluation(
                         continue
                     if step.failure is not None and step.failure.reason is FailReason.ERROR:
                         step = _budgets(step, work.plan)
-                    head = _head(dataset, work, step, _price(prices, work.plan.model))
+                    tokens = run_tokens(step.turns)
+                    head = _head(dataset, work, _cost(prices, work.plan.model, tokens))
                     if writer is not None:
                         writer.write(record_line(head, step))
-                    else:
-                        outcomes.append(outcome_from_run(head, step))
-    if path is not None:
-        report = Report.read(path)
-    else:
-        options_of = {plan.name: plan.described for plan in plans}
-        models = {plan.name: plan.model for plan in plans}
-        report = Report(dataset, outcomes, options_of, models)
+                    tally.add(outcome_from_run(head, step, tokens), head)
+    report = tally.report(dataset)
     report.pending = stopped
     return report

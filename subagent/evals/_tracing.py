@@ -59,14 +59,19 @@ class CaseTracer:
         self._dataset = dataset
         self._capture = capture_enabled()
 
-    @contextlib.contextmanager
     def case(
         self, case: str, variant: str, repeat: int, tags: Sequence[str]
-    ) -> Iterator[CaseSpan | None]:
+    ) -> contextlib.AbstractContextManager[CaseSpan | None]:
         """The span of one case run, current while the block runs (a new trace)."""
         if self._tracer is None:
-            yield None
-            return
+            return _NO_SPAN
+        return self._span(case, variant, repeat, tags)
+
+    @contextlib.contextmanager
+    def _span(
+        self, case: str, variant: str, repeat: int, tags: Sequence[str]
+    ) -> Iterator[CaseSpan | None]:
+        assert self._tracer is not None
         attributes: dict[str, Any] = {
             "subagent.eval.dataset": self._dataset,
             "subagent.eval.case": case,
@@ -89,6 +94,9 @@ class CaseTracer:
             except Exception as exc:
                 opened.raised(exc)
                 raise
+
+
+_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 class CaseSpan:
