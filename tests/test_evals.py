@@ -600,5 +600,8 @@ def test_the_first_evaluation_of_the_docs_fits_in_fifteen_lines() -> None:
 
 def test_the_example_recommends_a_budget_and_reproduces_its_report() -> None:
     out = run_example("evals_budgets.py")
-    assert "**Recommended:** return_retries=1" in out
+    assert "**Recommended:** return_retries=1: " in out
+    assert "return_retries=2 adds " in out and "no significant success" in out
+    assert "run again: 0 calls made, the same report: True" in out
     assert "the report from the records alone: the same" in out
+    assert "Significant regression (alpha 0.05, Holm): return_retries=1 success" in out
