@@ -1,5 +1,5 @@
 """`make bench`: the core, tracing, metrics, parser, concurrency, state, deps-and-limits,
-durable and MCP suites.
+durable, MCP and evaluation suites.
 
 Figures are medians over repeated batches after a warm-up. They are for comparison on the
 same machine, not for pass/fail: timing targets live here, never in unit tests.
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 SUITES = (
     "core", "tracing", "metrics", "parsers", "concurrency", "state", "deps_limits", "durable",
-    "mcp_calls",
+    "mcp_calls", "evals",
 )  # fmt: skip
 
 
