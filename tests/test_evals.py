@@ -4,9 +4,12 @@ the report and its reproduction from the records, traces."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from evals_models import Answer, CoinModel, adder, sums
 from support import Traced, run_example, set_capture
@@ -605,3 +608,68 @@ def test_the_example_recommends_a_budget_and_reproduces_its_report() -> None:
     assert "run again: 0 calls made, the same report: True" in out
     assert "the report from the records alone: the same" in out
     assert "Significant regression (alpha 0.05, Holm): return_retries=1 success" in out
+
+
+async def test_a_cancelled_evaluation_keeps_whole_lines_and_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "records.jsonl"
+
+    class Cancelling(CoinModel):  # the same model class both times: the same variant
+        cancel_at: int | None = None
+
+        async def complete(self, request: LLMRequest) -> LLMResponse:
+            if self.calls == self.cancel_at:
+                scope.cancel()  # the caller gives up mid-evaluation
+            return await super().complete(request)
+
+    giving_up = Cancelling(first=1.0)
+    giving_up.cancel_at = 6
+    with anyio.CancelScope() as scope:
+        await sums(20).evaluate(adder, out=out, concurrency=2, llm=giving_up)
+    kept = lines(out)  # every line whole
+    assert 0 < len(kept) < 20
+    model = Cancelling(first=1.0)
+    report = await sums(20).evaluate(adder, out=out, llm=model)
+    assert model.calls == 20 - len(kept)
+    assert report.variant("default").runs == 20
+
+
+async def test_bad_arguments_to_evaluate_are_named() -> None:
+    with pytest.raises(ConfigurationError, match="agent: must be a SubAgent"):
+        await sums(1).evaluate("adder", llm=CoinModel())  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="repeat: must be an integer >= 1"):
+        await sums(1).evaluate(adder, repeat=0, llm=CoinModel())
+    with pytest.raises(ConfigurationError, match="messages belong to cases"):
+        await sums(1).evaluate(adder, llm=CoinModel(), messages="hi")
+
+
+# --- optional engines ---
+
+
+async def test_the_plot_draws_success_against_cost(tmp_path: Path) -> None:
+    report = await sums(10).evaluate(adder, BUDGETS, llm=CoinModel(first=0.5, fix=1.0))
+    path = report.plot(tmp_path / "success.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+async def test_without_matplotlib_or_pyyaml_the_message_says_how_to_get_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    report = await sums(2).evaluate(adder, llm=CoinModel())
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "yaml", None)
+    with pytest.raises(ImportError, match=r"pip install 'subagent-runtime\[evals\]'"):
+        report.plot(tmp_path / "success.png")
+    with pytest.raises(ImportError, match=r"YAML datasets need PyYAML"):
+        sums(2).to_file(tmp_path / "cases.yaml")
+    sums(2).to_file(tmp_path / "cases.jsonl")  # JSON Lines need nothing
+
+
+def test_importing_the_evaluations_imports_neither_matplotlib_nor_pyyaml() -> None:
+    code = (
+        "import sys, subagent.evals, subagent.cli; "
+        "print('matplotlib' in sys.modules, 'yaml' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.split() == ["False", "False"]
