@@ -4,6 +4,9 @@ A :class:`SubAgent` gets a task, may use tools for a budget of work turns (``max
 must then return a result that validates, and gets a separate budget of correction turns
 (``return_retries``) when its final answer is invalid. Every run returns a typed
 :class:`Step`; every turn is an OpenTelemetry span.
+
+Evaluations (what a budget or a model buys on your own cases) have their own namespace:
+``from subagent.evals import Case, Dataset``.
 """
 
 from types import FunctionType

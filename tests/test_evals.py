@@ -40,6 +40,8 @@ from subagent.evals import (
     judge,
 )
 from subagent.evals._outcomes import outcome_from_data
+from subagent.evals._variants import plan_variants
+from subagent.llm import LLMSpec
 
 pytestmark = pytest.mark.anyio
 
@@ -364,6 +366,13 @@ def test_variant_options_must_be_run_options_or_agent_fields() -> None:
         Variant("x", {"messages": []})
 
 
+def test_a_model_named_by_a_string_is_made_once_per_variant_and_named() -> None:
+    plans = plan_variants(adder, {"v": {"llm": "openai:gpt-x@http://127.0.0.1:9/v1"}}, {})
+    assert isinstance(plans[0].options["llm"], LLMSpec)
+    assert plans[0].model == "gpt-x"
+    assert plans[0].described == {"llm": "openai:gpt-x@http://127.0.0.1:9/v1"}
+
+
 async def test_invalid_variants_are_refused_before_any_run() -> None:
     model = CoinModel()
     with pytest.raises(ConfigurationError, match="variant 'bad': must be an integer >= 0"):
@@ -590,6 +599,13 @@ async def test_a_verdicts_reason_reaches_the_trace_only_when_content_is_captured
     assert event.attributes["gen_ai.evaluation.explanation"] == (
         'expected {"value": 3}, got {"value": 4}'
     )
+
+
+def test_the_public_objects_show_as_subagent_evals() -> None:
+    import subagent.evals as evals
+
+    shown = {getattr(evals, name).__module__ for name in evals.__all__}
+    assert shown == {"subagent.evals"}
 
 
 # --- the documentation and the example ---

@@ -107,30 +107,37 @@ def grid(**axes: Sequence[Any]) -> list[Variant]:
     return variants
 
 
-def describe(value: object) -> Any:
+_DEPTH = 8  # how deep describe() looks into nested data and dataclasses
+
+
+def describe(value: object, depth: int = 0) -> Any:
     """A JSON form of an option's value that is stable from one process to the next.
 
     Plain data as itself; a pydantic model as its JSON; a model adapter as its class and
-    model name; a function or class by its qualified name; any other object by its type
-    (its insides are not looked into: rename the variant to run it again).
+    model name; a function or class by its qualified name; a dataclass by its fields; any
+    other object (and anything nested deeper than 8 levels) by its type: its insides are not
+    looked into (rename the variant to run it again).
     """
     if value is None or isinstance(value, str | int | float | bool):
         return value
+    kind = f"{type(value).__module__}.{type(value).__qualname__}"
+    if depth >= _DEPTH:
+        return {"type": kind}
     if isinstance(value, Mapping):
-        return {str(key): describe(item) for key, item in value.items()}
+        return {str(key): describe(item, depth + 1) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [describe(item) for item in value]
+        return [describe(item, depth + 1) for item in value]
     if isinstance(value, BaseModel):
         return to_jsonable_python(value, fallback=repr)
     if inspect.isclass(value) or inspect.isroutine(value):
         return f"{value.__module__}.{value.__qualname__}"
-    kind = f"{type(value).__module__}.{type(value).__qualname__}"
     name = getattr(value, "model_name", None)
     if isinstance(name, str):
         return {"type": kind, "model": name}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {"type": kind, **{f.name: describe(getattr(value, f.name))
-                                 for f in dataclasses.fields(value)}}  # fmt: skip
+        fields = dataclasses.fields(value)
+        return {"type": kind, **{f.name: describe(getattr(value, f.name), depth + 1)
+                                 for f in fields if f.init}}  # fmt: skip
     return {"type": kind}
 
 
