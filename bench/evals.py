@@ -11,8 +11,9 @@
   (tracemalloc) during the evaluation and its report, the dataset already built; and, for
   scale, ``run_many`` of the same runs, which keeps every Step.
 - **A/A**: the same variant evaluated twice on a model that is right on its first attempt
-  with probability 0.8 (seeded, 200 cases, ``return_retries=1``), compared, for ``--aa``
-  seeds: the share of comparisons that flag anything (success, salvage or cost).
+  with probability 0.7 and on its correction with probability 0.5 (seeded, 200 cases,
+  ``return_retries=1``), compared, for ``--aa`` seeds: the share of comparisons that flag
+  anything (success, salvage or cost).
 
 Run: ``.venv/bin/python bench/evals.py [--cases 1000] [--memory 1000,10000] [--aa 200]``.
 """
@@ -52,14 +53,16 @@ def uniform(*parts: object) -> float:
 
 class Coin:
     """Right first with probability ``first`` (per case and seed), else right after a
-    correction; 100 prompt and 5 completion tokens a call; instant, or after ``latency``
-    seconds."""
+    correction with probability ``fix``; 100 prompt and 5 completion tokens a call;
+    instant, or after ``latency`` seconds."""
 
     model_name = "coin"
 
-    def __init__(self, seed: object = 0, first: float = 2 / 3, latency: float = 0.0):
+    def __init__(self, seed: object = 0, first: float = 2 / 3, fix: float = 1.0,
+                 latency: float = 0.0):  # fmt: skip
         self.seed = seed
         self.first = first
+        self.fix = fix
         self.latency = latency
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
@@ -68,7 +71,7 @@ class Coin:
         a, b = (int(n) for n in re.findall(r"\d+", str(request.messages[1].content))[:2])
         retry = any(m.role == "assistant" for m in request.messages)
         usage = Usage(input_tokens=100, output_tokens=5)
-        if retry or uniform(self.seed, a, b) < self.first:
+        if uniform(self.seed, a, b, retry) < (self.fix if retry else self.first):
             return LLMResponse(text=f'{{"value": {a + b}}}', usage=usage)
         return LLMResponse(text='{"value": "many"}', usage=usage)
 
@@ -171,8 +174,8 @@ async def false_alarms(seeds: int, cases: int = 200) -> tuple[int, int]:
     flagged = 0
     data = dataset(cases)
     for seed in range(seeds):
-        first = await data.evaluate(AGENT, llm=Coin((seed, "a"), first=0.8), progress=False)
-        second = await data.evaluate(AGENT, llm=Coin((seed, "b"), first=0.8), progress=False)
+        first = await data.evaluate(AGENT, llm=Coin((seed, "a"), 0.7, 0.5), progress=False)
+        second = await data.evaluate(AGENT, llm=Coin((seed, "b"), 0.7, 0.5), progress=False)
         flagged += any(change.significant for change in second.compare(first).changes)
     return flagged, seeds
 
