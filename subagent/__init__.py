@@ -14,6 +14,7 @@ from types import FunctionType
 from subagent.__about__ import __version__
 from subagent._agent import RunArguments, SubAgent
 from subagent._context import RunContext
+from subagent._correction import Correction
 from subagent._errors import (
     ConfigurationError,
     ErrorKind,
@@ -30,6 +31,7 @@ from subagent._errors import (
 )
 from subagent._handle import AgentRun
 from subagent._limits import Price, UsageLimits
+from subagent._options import ResumeArguments
 from subagent._phases import Phase
 from subagent._records import (
     FailReason,
@@ -112,6 +114,7 @@ __all__ = [
     "BatchSummary",
     "CallRetried",
     "ConfigurationError",
+    "Correction",
     "CorrectionError",
     "Decision",
     "ErrorKind",
@@ -139,6 +142,7 @@ __all__ = [
     "Phase",
     "Price",
     "ReasoningDelta",
+    "ResumeArguments",
     "RetryLoop",
     "RetryLoopResult",
     "RetryPolicy",

@@ -127,6 +127,10 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
             ``requires_approval=True`` need it whatever the policy says). When a reply
             calls one, the run pauses before running any call of that turn and returns a
             paused Step: see :meth:`resume`.
+        correction: How correction turns differ from the failed attempt: their own output
+            mode (the provider's structured output, a forced answer tool), sampling and
+            model (:class:`~subagent.Correction`); ``None``: they are sent as the work
+            turns are. ``run(correction=...)`` replaces it for one run.
     """
 
     def __post_init__(self) -> None:

@@ -22,6 +22,7 @@ from subagent._approval import approval_rule
 from subagent._checks import check_int, check_seconds
 from subagent._context import takes_run_context
 from subagent._conversation import CONTEXT_POLICIES, ContextPolicy
+from subagent._correction import Correction
 from subagent._definition import AgentDefinition
 from subagent._errors import ConfigurationError, StateMismatchError, TemplateError
 from subagent._limits import UsageLimits
@@ -135,6 +136,10 @@ def _check_fields(agent: AgentDefinition[Any, Any]) -> None:
             "instructions",
             f"must be a string or a function of the run's context returning one, "
             f"got {instructions!r}",
+        )
+    if agent.correction is not None and not isinstance(agent.correction, Correction):
+        raise ConfigurationError(
+            "correction", f"must be a Correction or None, got {agent.correction!r}"
         )
     if agent.approval is not None and not callable(agent.approval):
         raise ConfigurationError(

@@ -34,14 +34,18 @@ async def call_model(
     timeout: float | None,
     observer: Observer,
     draft: TurnDraft,
+    escalated: bool = False,
 ) -> LLMResponse:
-    """Send ``request``; the reply, its reasoning apart, kept on ``draft``.
+    """Send ``request`` to ``llm``; the reply, its reasoning apart, kept on ``draft``.
+
+    ``escalated``: ``llm`` is not the run's own model (a correction turn's), which the
+    chat scope is told.
 
     Raises:
         LLMError: The call failed for good (not retryable, or its retries spent).
         LLMContractError: ``llm.complete()`` returned something that is not a reply.
     """
-    with observer.chat(request) as chat:
+    with observer.chat(request, llm if escalated else None) as chat:
         deltas = _Deltas(chat) if observer.wants_text else None
         retried: Callable[[TransportRetry], None] = (
             draft.retried if observer is NO_OBSERVER else _RetryRecorder(draft, chat)

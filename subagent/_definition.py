@@ -16,6 +16,7 @@ from typing_extensions import TypeVar
 
 from subagent._context import RunContext
 from subagent._conversation import ContextPolicy
+from subagent._correction import Correction
 from subagent._limits import UsageLimits
 from subagent._parts import AgentParts, SourcedParts
 from subagent._templates import Template
@@ -67,6 +68,7 @@ class AgentDefinition(Generic[OutputT, DepsT]):
     deps_type: type[DepsT] | None = None
     usage_limits: UsageLimits | None = None
     approval: Callable[[str, Mapping[str, Any]], bool] | None = None
+    correction: Correction | None = None
     _parts: AgentParts = field(init=False, repr=False)
     _task: Template = field(init=False, repr=False)
     # The settings every run without overrides sends (one dict, read by adapters only).

@@ -24,6 +24,7 @@ from subagent._build import article, check_limits, check_llm, check_policy, type
 from subagent._checks import check_int, check_seconds
 from subagent._context import RunContext, takes_run_context
 from subagent._conversation import ContextPolicy
+from subagent._correction import Correction
 from subagent._definition import AgentDefinition
 from subagent._errors import ConfigurationError
 from subagent._hooks import NO_HOOKS, Hooks, RunHook
@@ -34,7 +35,7 @@ from subagent._override import overridden_llm
 from subagent._parts import AgentParts, RunOptions, Systems
 from subagent._records import user_message
 from subagent._state import RunState
-from subagent.llm import LLM, Message, RetryPolicy, messages_from
+from subagent.llm import LLM, Message, OutputRequest, RetryPolicy, messages_from
 from subagent.observe import EventHandler, check_callback
 
 __all__ = [
@@ -97,12 +98,15 @@ class CallOptions(TypedDict, total=False):
         timeout: Seconds allowed for one LLM call.
         mission_timeout: Seconds allowed for the whole run (a resumed run: the time it
             has already run included).
+        correction: How correction turns differ from the failed attempt (their output
+            mode, sampling, model), in place of the agent's :class:`~subagent.Correction`.
     """
 
     settings: Mapping[str, Any] | None
     retry_policy: RetryPolicy | None
     timeout: float | None
     mission_timeout: float | None
+    correction: Correction | None
 
 
 class ListenerOptions(TypedDict, total=False):
@@ -220,7 +224,39 @@ def resolve(agent: AgentDefinition[Any, Any], given: Mapping[str, Any]) -> RunOp
         on_state=given.get("on_state"),
     )
     options.hooks = _hooks(agent._parts, options, agent.usage_limits if limits is None else limits)
+    correction = given.get("correction")
+    _correct(agent, options, agent.correction if correction is None else correction)
     return options
+
+
+def _correct(agent: AgentDefinition[Any, Any], options: RunOptions, correction: object) -> None:
+    """Resolve how the run's correction turns are sent (its model, settings, output mode).
+
+    Raises:
+        ConfigurationError: ``correction`` is not a :class:`Correction`, names a model that
+            is none, or asks for an output mode the agent's output cannot have.
+    """
+    if correction is None:
+        return
+    if not isinstance(correction, Correction):
+        raise ConfigurationError("correction", f"must be a Correction or None, got {correction!r}")
+    options.correction = correction
+    options.correction_llm = check_llm(correction.llm, "correction.llm") or options.llm
+    options.correction_settings = {**options.settings, **correction.settings}
+    mode = correction.output
+    if mode is None or mode == "text":
+        return
+    schema = agent._parts.contract.json_schema
+    if schema is None:
+        raise ConfigurationError(
+            "correction.output",
+            f"{mode!r} sends the output's JSON schema, and agent {agent.name!r} has none: "
+            f"give it a typed output (a pydantic model or a type), or use output='text'",
+        )
+    options.correction_output = OutputRequest(
+        mode=mode, json_schema=schema, name="final_answer",
+        description="Give your final answer: its arguments are the answer.",
+    )  # fmt: skip
 
 
 def _given(given: Mapping[str, Any], name: str, default: Any, check: Callable[[Any], Any]) -> Any:

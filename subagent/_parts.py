@@ -16,11 +16,12 @@ from typing import Any, NamedTuple
 from opentelemetry.trace import TracerProvider
 
 from subagent._conversation import ContextPolicy
+from subagent._correction import Correction
 from subagent._hooks import NO_HOOKS, Hooks
 from subagent._records import TurnType
 from subagent._state import RunState
 from subagent._templates import TemplateSet
-from subagent.llm import LLM, Message, RetryPolicy, ToolCall, TurnInfo
+from subagent.llm import LLM, Message, OutputRequest, RetryPolicy, ToolCall, TurnInfo
 from subagent.observe import EventHandler
 from subagent.parsers import OutputContract
 from subagent.protocols import ReplyProtocol
@@ -107,6 +108,12 @@ class RunOptions:
     deps: Any = field(default=None, repr=False)
     # The run's extensions (approval, usage limits, on_state), in the order they are called.
     hooks: Hooks = NO_HOOKS
+    # How correction turns differ from the failed attempt (None: they do not), and what it
+    # resolves to: the model, the settings and the output mode of the turns that take it.
+    correction: Correction | None = None
+    correction_llm: LLM | None = None
+    correction_settings: dict[str, Any] = field(default_factory=dict)
+    correction_output: OutputRequest | None = None
     # Called with the run's state after each turn that leaves it active or paused (kept
     # for the record of what was asked; the on_state hook calls it).
     on_state: Callable[[RunState], object] | None = None

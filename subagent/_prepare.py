@@ -21,7 +21,7 @@ from subagent._turns import TurnDraft
 from subagent.llm import LLMRequest, ToolDefinition
 from subagent.observe import TurnStart
 
-__all__ = ["prepared", "reentered"]
+__all__ = ["model_name", "prepared", "reentered"]
 
 _TURN_TYPE = {Phase(kind.value): kind for kind in TurnType}
 # Every field of a request the loop builds is set: one set for all of them (frozen models
@@ -42,19 +42,35 @@ def prepared(live: LiveRun, parts: AgentParts, options: RunOptions) -> tuple[LLM
         live.systems.with_tools if offer or tools else live.systems.without_tools
     )
     index, turn_type = len(live.turns) + 1, _TURN_TYPE[phase]
+    previous = live.turns[-1] if live.turns and not offer else None
+    correction = options.correction
+    corrected = correction is not None and correction.applies(
+        phase, previous is not None and previous.repeated
+    )
+    output = options.correction_output if corrected else None
     # Built from values of the right types already: no validation (and no copies).
     request = trusted(LLMRequest, _REQUEST_FIELDS, {
         "messages": messages, "tools": tools,
         "tool_choice": "none" if tools and not offer else None,
-        "settings": options.settings, "turn": parts.turn_info(index, turn_type),
-        "output": None,
+        "settings": options.correction_settings if corrected else options.settings,
+        "turn": parts.turn_info(index, turn_type), "output": output,
     })  # fmt: skip
     retry = phase is Phase.RETRY
     start = TurnStart(index, turn_type, budget.work_remaining, budget.retries_remaining,
                       budget.retry_attempt if retry else None,
                       budget.retry_total if retry else None, len(tools), len(messages),
                       live.conversation.collapsed)  # fmt: skip
-    return request, TurnDraft(start, phase, time.perf_counter())
+    llm = options.correction_llm if corrected and options.correction_llm else options.llm
+    draft = TurnDraft(start, phase, time.perf_counter(), llm=llm, model=model_name(llm),
+                      corrected=corrected, output_mode=None if output is None else output.mode,
+                      previous=previous)  # fmt: skip
+    return request, draft
+
+
+def model_name(llm: object) -> str | None:
+    """The name a model gives itself (its ``model_name``), if it gives one."""
+    name = getattr(llm, "model_name", None)
+    return name if isinstance(name, str) else None
 
 
 def reentered(
@@ -73,7 +89,8 @@ def reentered(
                       paused.messages_collapsed)  # fmt: skip
     decided = dict(decisions or {})
     draft = TurnDraft(start, Phase.NORMAL, time.perf_counter() - paused.duration_s,
-                      pending.response, paused.transport_retries, decided)  # fmt: skip
+                      pending.response, paused.transport_retries, decided,
+                      model=paused.model)  # fmt: skip
     calls = list(pending.calls)
     batch = ToolBatch(calls, list(calls), parts.toolbox.call_limit, resumed=True,
                       decisions=decided)  # fmt: skip

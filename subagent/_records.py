@@ -171,6 +171,14 @@ class Turn(BaseModel):
         decisions: What was decided about the calls that needed approval, by call id
             (``tool_calls`` keep the model's own arguments; an edited call ran with the
             decision's).
+        model: The model the turn called (its ``model_name``), when it names one.
+        corrected: Whether the turn was sent with the run's :class:`~subagent.Correction`
+            (its output mode, settings and model).
+        output_mode: How the answer was asked for, when not in the prompt alone
+            (``json_schema``: the provider's structured output; ``tool``: a forced answer
+            tool).
+        repeated: A correction turn whose reply repeated the failed reply before it, word
+            for word (whitespace aside).
     """
 
     index: int
@@ -195,6 +203,10 @@ class Turn(BaseModel):
     transport_retries: list[TransportRetry] = Field(default_factory=list)
     duration_s: float = 0.0
     decisions: dict[str, Decision] = Field(default_factory=dict)
+    model: _Text | None = None
+    corrected: bool = Field(default=False, exclude_if=lambda value: value is False)
+    output_mode: _Text | None = Field(default=None, exclude_if=lambda value: value is None)
+    repeated: bool = Field(default=False, exclude_if=lambda value: value is False)
 
 
 RETRYABLE_KINDS: frozenset[ErrorKind] = frozenset(
@@ -244,6 +256,8 @@ class UsageSummary(BaseModel):
         nested: The agents this run called as tools (their totals, their own nesting
             included).
         by_type: The run's own turns, by turn type.
+        by_model: The run's own turns, by the model they called (``unknown`` for a model
+            that names none): a run whose corrections escalate splits here.
         transport_retries: Failed calls repeated inside turns (they spend no turn).
         transport_retry_usage: Tokens of those failed calls, where the server reported any.
     """
@@ -253,6 +267,7 @@ class UsageSummary(BaseModel):
     correction: Usage = Field(default_factory=Usage)
     nested: Usage = Field(default_factory=Usage)
     by_type: dict[TurnType, Usage] = Field(default_factory=dict)
+    by_model: dict[str, Usage] = Field(default_factory=dict)
     transport_retries: int = 0
     transport_retry_usage: Usage = Field(default_factory=Usage)
 
@@ -266,6 +281,7 @@ class UsageSummary(BaseModel):
         """Sum the usage of ``turns`` and of the agents they ran."""
         # Counts as [input, output, unreported calls].
         sums: dict[TurnType, list[int]] = {}
+        models: dict[str, list[int]] = {}
         nested = [0, 0, 0]
         retries = 0
         retried = [0, 0]
@@ -274,6 +290,10 @@ class UsageSummary(BaseModel):
             counts[0] += turn.usage.input_tokens
             counts[1] += turn.usage.output_tokens
             counts[2] += turn.usage.unreported
+            spent = models.setdefault(turn.model or "unknown", [0, 0, 0])
+            spent[0] += turn.usage.input_tokens
+            spent[1] += turn.usage.output_tokens
+            spent[2] += turn.usage.unreported
             for result in turn.tool_results:
                 if result.step is not None:
                     child = result.step.usage.total
@@ -295,6 +315,7 @@ class UsageSummary(BaseModel):
             correction=correction,
             nested=nested_usage,
             by_type=by_type,
+            by_model={model: _usage(counts) for model, counts in models.items()},
             transport_retries=retries,
             transport_retry_usage=Usage(input_tokens=retried[0], output_tokens=retried[1]),
         )

@@ -43,7 +43,7 @@ from subagent._records import (
 from subagent._state import Decision, RunState
 from subagent._tool_stage import run_batch
 from subagent._turns import TurnDraft
-from subagent._verdicts import Ended, Verdict
+from subagent._verdicts import Ended, GaveUp, Missed, Verdict
 from subagent.llm import LLMRequest, LLMResponse, Message, ToolCall, ToolDefinition
 from subagent.observe import (
     EventQueue,
@@ -239,8 +239,9 @@ class _Run:
         assert request is not None
         options = self.options
         try:
-            response = await call_model(options.llm, request, options.retry_policy,
-                                        options.timeout, self.observer, draft)  # fmt: skip
+            llm = draft.llm or options.llm
+            response = await call_model(llm, request, options.retry_policy, options.timeout,
+                                        self.observer, draft, llm is not options.llm)  # fmt: skip
         except LLMError as exc:
             trigger = Trigger.TIMED_OUT if exc.kind is ErrorKind.TIMEOUT else Trigger.LLM_FAILED
             return Ended(trigger, str(exc), exc.kind.value, exc.kind)
@@ -253,6 +254,12 @@ class _Run:
         read = await judge_reply(self, response, draft.start.index)
         if isinstance(read, ToolBatch):
             return await run_batch(self, response, read)
+        correction = options.correction
+        refuse_fail = draft.corrected and correction is not None and not correction.allow_fail
+        if isinstance(read, GaveUp) and refuse_fail:
+            # The correction must answer: giving up is fed back as an answer to correct.
+            refused = self.parts.templates.render("fail_not_allowed", reason=read.error)
+            return Missed(refused, "explicit_fail_refused")
         return read
 
     async def _completed(

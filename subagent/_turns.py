@@ -11,19 +11,20 @@ caused it.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from subagent._phases import Budget, Phase
-from subagent._records import ToolResult, Turn, TurnOutcome, trusted
+from subagent._records import ToolResult, Turn, TurnOutcome, TurnType, trusted
 from subagent._state import Decision
 from subagent._text import scrub_surrogates
 from subagent._verdicts import Verdict, error_summary
-from subagent.llm import LLMResponse, ToolCall, TransportRetry
+from subagent.llm import LLM, LLMResponse, ToolCall, TransportRetry
 from subagent.observe import TurnStart
 
-__all__ = ["CUT_SHORT", "NO_RETRIES", "TurnDraft"]
+__all__ = ["CUT_SHORT", "NO_RETRIES", "TurnDraft", "said"]
 
 CUT_SHORT = "cancelled before the turn completed"
 NO_RETRIES: list[TransportRetry] = []  # shared while a turn has none; never appended to
@@ -44,6 +45,11 @@ class TurnDraft:
         response: The reply, once it came.
         retries: The transport retries of its call (appended by the call stage).
         decisions: The decisions a resumed turn went on with.
+        llm: The model the turn calls (``None``: a resumed turn calls none).
+        model: Its name, for the record.
+        corrected: Whether the turn is sent with the run's correction settings.
+        output_mode: How the answer is asked for, when not in the prompt alone.
+        previous: The turn before it, when it was a failed attempt this turn corrects.
     """
 
     start: TurnStart
@@ -52,6 +58,11 @@ class TurnDraft:
     response: LLMResponse | None = None
     retries: list[TransportRetry] = field(default_factory=lambda: NO_RETRIES)
     decisions: Mapping[str, Decision] = field(default_factory=lambda: _NO_DECISIONS)
+    llm: LLM | None = None
+    model: str | None = None
+    corrected: bool = False
+    output_mode: str | None = None
+    previous: Turn | None = None
 
     def retried(self, retry: TransportRetry) -> None:
         """Keep one transport retry of the turn's call."""
@@ -130,5 +141,23 @@ class TurnDraft:
             "work_remaining": left[0], "retries_remaining": left[1],
             "transport_retries": self.retries,
             "duration_s": time.perf_counter() - self.started,
-            "decisions": dict(self.decisions),
+            "decisions": dict(self.decisions), "model": self.model,
+            "corrected": self.corrected, "output_mode": self.output_mode,
+            "repeated": self._repeated(),
         })  # fmt: skip
+
+    def _repeated(self) -> bool:
+        """Whether this correction's reply is the failed reply before it, word for word."""
+        previous, response = self.previous, self.response
+        if previous is None or response is None or self.start.type is not TurnType.RETRY:
+            return False
+        return said(response.text, response.tool_calls) == said(previous.reply, previous.tool_calls)
+
+
+def said(text: str, calls: Sequence[ToolCall]) -> str:
+    """What a reply said, whitespace aside: its words, then its calls (names, arguments)."""
+    words = " ".join(text.split())
+    if not calls:
+        return words
+    listed = [[call.name, call.arguments] for call in calls]
+    return f"{words}\n{json.dumps(listed, sort_keys=True, ensure_ascii=False, default=str)}"

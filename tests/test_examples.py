@@ -164,3 +164,12 @@ def test_fallback_example_moves_on_from_a_model_that_is_down() -> None:
         "  big-model attempt 1: connection",
         "  big-model attempt 2: connection -> small-model",
     ]
+
+
+def test_corrections_example_asks_for_a_grammar_then_escalates_after_a_repeat() -> None:
+    out = run_example("corrections.py")
+    assert "1. done in 2 turns (must_return, retry); asked for: prompted, json_schema" in out
+    assert "turn 2 retry       small    repeated" in out
+    assert "turn 3 retry       stronger corrected" in out
+    assert "tokens by model: {'small': 116, 'stronger': 208}" in out
+    assert "salvaged 1 of 1 corrected run(s), 1 repeated correction(s)" in out

@@ -48,6 +48,7 @@ ALLOWED_KEYS = {
     "gen_ai.token.type", "gen_ai.agent.name", "gen_ai.tool.name",
     "gen_ai.tool.type", "server.address", "server.port", "error.type", "subagent.outcome",
     "subagent.failure.reason", "subagent.turn.type", "subagent.turn.outcome",
+    "subagent.turn.repeated",
 }  # fmt: skip
 
 
@@ -132,7 +133,13 @@ async def test_a_corrected_run_records_tokens_durations_turns_and_corrections(
                      subagent__turn__outcome="success")): 1,
     }  # fmt: skip
     assert counts(metered, CORRECTIONS) == {
-        key(**dotted(gen_ai__agent__name="s1", subagent__turn__outcome="success")): 1
+        key(
+            **dotted(
+                gen_ai__agent__name="s1",
+                subagent__turn__outcome="success",
+                subagent__turn__repeated=False,
+            )
+        ): 1
     }
     assert counts(metered, RUNS) == {
         key(**dotted(gen_ai__agent__name="s1", subagent__outcome="done")): 1
@@ -149,7 +156,13 @@ async def test_an_exhausted_run_counts_as_failed_with_its_reason(metered: Metere
     (run_key,) = metered.points(AGENT_DURATION)
     assert dict(run_key)["error.type"] == "budget_exhausted"
     assert counts(metered, CORRECTIONS) == {
-        key(**dotted(gen_ai__agent__name="s1", subagent__turn__outcome="error")): 2
+        key(
+            **dotted(
+                gen_ai__agent__name="s1",
+                subagent__turn__outcome="error",
+                subagent__turn__repeated=False,
+            )
+        ): 2
     }
     turns = counts(metered, TURNS)
     assert sum(turns.values()) == 3

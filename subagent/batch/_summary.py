@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from subagent._records import FailReason, Step
+from subagent._records import FailReason, Step, TurnType
 from subagent._stats import Option, fisher_exact, recommend, wilson
 from subagent.llm import StopReason, Usage
 
@@ -76,6 +76,11 @@ class BatchSummary(BaseModel):
         tokens_nested: Tokens of agents run as tools.
         tokens_total: All tokens.
         transport_retries: Failed calls repeated inside turns.
+        corrected_runs: Runs in which a correction turn ran (their final work turn's answer
+            was invalid).
+        salvaged: Of those, the runs that ended done: what the correction budget bought.
+        repeated_corrections: Correction turns whose reply repeated the failed reply before
+            it word for word (a correction that changed nothing).
         duration_p50_s: The median run's wall time.
         duration_p95_s: The 95th percentile run's wall time.
         hints: What the figures suggest changing, if anything.
@@ -101,6 +106,9 @@ class BatchSummary(BaseModel):
     tokens_nested: Usage = Field(default_factory=Usage)
     tokens_total: Usage = Field(default_factory=Usage)
     transport_retries: int = 0
+    corrected_runs: int = 0
+    salvaged: int = 0
+    repeated_corrections: int = 0
     duration_p50_s: float = 0.0
     duration_p95_s: float = 0.0
     hints: list[str] = Field(default_factory=list)
@@ -140,6 +148,7 @@ class BatchSummary(BaseModel):
             ("tokens nested", _tokens(self.tokens_nested)),
             ("tokens total", _tokens(self.tokens_total)),
             ("transport retries", f"{self.transport_retries}"),
+            ("corrections", _corrections(self)),
             ("run time p50 / p95", f"{self.duration_p50_s:.1f} s / {self.duration_p95_s:.1f} s"),
         ]
         width = max(len(label) for label, _ in rows)
@@ -197,6 +206,11 @@ def summarize(steps: Iterable[Step[Any]]) -> BatchSummary:
         stop_reasons.update(step.stop_reasons)
         summary.turns += len(step.turns)
         turn_types.update(turn.type.value for turn in step.turns)
+        corrections = [turn for turn in step.turns if turn.type is TurnType.RETRY]
+        if corrections:
+            summary.corrected_runs += 1
+            summary.salvaged += step.ok
+            summary.repeated_corrections += sum(turn.repeated for turn in corrections)
         usage = step.usage
         _add(work, usage.work)
         _add(correction, usage.correction)
@@ -229,6 +243,18 @@ def summarize(steps: Iterable[Step[Any]]) -> BatchSummary:
         ]  # fmt: skip
         summary.recommendation = _recommendation(summary.budgets)
     return summary
+
+
+def _corrections(summary: BatchSummary) -> str:
+    """``3 runs, 2 salvaged (67%), 1 repeat of 4 correction turns`` (or ``-``)."""
+    runs = summary.corrected_runs
+    if not runs:
+        return "-"
+    turns = summary.turns_by_type.get("retry", 0)
+    return (
+        f"{runs} run(s), {summary.salvaged} salvaged ({summary.salvaged / runs:.0%}), "
+        f"{summary.repeated_corrections} repeat(s) of {turns} correction turn(s)"
+    )
 
 
 def _recommendation(budgets: list[BudgetSummary]) -> str | None:

@@ -258,12 +258,12 @@ class _TurnMeter:
         traceback: TracebackType | None,
     ) -> None:
         if exc is not None and not self._counted:
-            self._count("interrupted", _error_type(exc))
+            self._count("interrupted", _error_type(exc), False)
 
     def ended(self, turn: Turn) -> None:
-        self._count(turn.outcome.value, turn.error_type)
+        self._count(turn.outcome.value, turn.error_type, turn.repeated)
 
-    def _count(self, outcome: str, error_type: str | None) -> None:
+    def _count(self, outcome: str, error_type: str | None, repeated: bool) -> None:
         self._counted = True
         attributes: dict[str, AttributeValue] = {
             "gen_ai.agent.name": self._agent,
@@ -275,8 +275,9 @@ class _TurnMeter:
         self._instruments.turns.add(1, attributes)
         if self._type is TurnType.RETRY:
             self._instruments.corrections.add(
-                1, {"gen_ai.agent.name": self._agent, "subagent.turn.outcome": outcome}
-            )
+                1, {"gen_ai.agent.name": self._agent, "subagent.turn.outcome": outcome,
+                    "subagent.turn.repeated": repeated}
+            )  # fmt: skip
 
 
 class _ChatMeter(_Timed):
@@ -375,8 +376,11 @@ class MetricsObserver(Observer):
     def turn(self, start: TurnStart) -> TurnScope:
         return _TurnMeter(self._instruments, self._agent, start.type)
 
-    def chat(self, request: LLMRequest) -> ChatScope:
-        return _ChatMeter(self._instruments, dict(self._chat))
+    def chat(self, request: LLMRequest, llm: object = None) -> ChatScope:
+        attributes = dict(self._chat)
+        if llm is not None:  # a turn on another model (an escalated correction)
+            attributes["gen_ai.request.model"] = str(getattr(llm, "model_name", None) or "unknown")
+        return _ChatMeter(self._instruments, attributes)
 
     def tool(self, call: ToolCall) -> ToolScope:
         name = call.name if call.name in self._tool_names else UNKNOWN_TOOL

@@ -187,8 +187,8 @@ class Observer:
         """Open a turn's scope."""
         return _NOTHING
 
-    def chat(self, request: LLMRequest) -> ChatScope:
-        """Open the scope of the turn's LLM call."""
+    def chat(self, request: LLMRequest, llm: object = None) -> ChatScope:
+        """Open the scope of the turn's LLM call (``llm``: when not the run's model)."""
         return _NOTHING
 
     def tool(self, call: ToolCall) -> ToolScope:
@@ -210,7 +210,7 @@ class TextObserver(Observer):
     def __init__(self, on_text: Callable[[str], object]):
         self._on_text = on_text
 
-    def chat(self, request: LLMRequest) -> ChatScope:
+    def chat(self, request: LLMRequest, llm: object = None) -> ChatScope:
         return self
 
     # The chat scope itself: only text pieces are of interest.
@@ -327,8 +327,8 @@ class _Observers(Observer):
     def turn(self, start: TurnStart) -> TurnScope:
         return _Fanout([o.turn(start) for o in self._observers])
 
-    def chat(self, request: LLMRequest) -> ChatScope:
-        return _Fanout([o.chat(request) for o in self._observers])
+    def chat(self, request: LLMRequest, llm: object = None) -> ChatScope:
+        return _Fanout([o.chat(request, llm) for o in self._observers])
 
     def tool(self, call: ToolCall) -> ToolScope:
         return _Fanout([o.tool(call) for o in self._observers])

@@ -313,6 +313,12 @@ class _TurnSpan(_SpanScope):
         }
         if turn.stop_reason is not None:
             attributes["gen_ai.response.finish_reasons"] = (turn.stop_reason.value,)
+        if turn.corrected:
+            attributes["subagent.turn.corrected"] = True
+        if turn.output_mode is not None:
+            attributes["subagent.turn.output_mode"] = turn.output_mode
+        if turn.repeated:
+            attributes["subagent.turn.repeated"] = True
         error = turn.error if self._capture else turn.error_summary
         if error is not None:
             attributes["subagent.turn.error"] = shorten(error, ERROR_TEXT_LIMIT)
@@ -411,7 +417,7 @@ class SpanObserver(Observer):
     """
 
     __slots__ = (
-        "_agent", "_capture", "_chat_attributes", "_chat_name", "_llm", "_tool_names", "_tracer",
+        "_agent", "_capture", "_chats", "_llm", "_tool_names", "_tracer",
     )  # fmt: skip
 
     def __init__(self, agent: str, tracer: Tracer, llm: object, tool_names: Container[str] = ()):
@@ -420,8 +426,9 @@ class SpanObserver(Observer):
         self._llm = llm
         self._tool_names = tool_names
         self._capture = capture_enabled()
-        self._chat_attributes: dict[str, AttributeValue] | None = None
-        self._chat_name = "chat"
+        # The chat span's name and attributes, by (model, settings): a run's work turns share
+        # one pair, its correction turns may have their own (another model, temperature).
+        self._chats: dict[tuple[int, int], tuple[str, dict[str, AttributeValue]]] = {}
 
     def run(self, max_turns: int, return_retries: int, phase: str) -> RunScope:
         attributes: dict[str, AttributeValue] = {
@@ -457,11 +464,15 @@ class SpanObserver(Observer):
         # What is left if the turn is cut short: the turn counts, as on the Turn record.
         return _TurnSpan(span, self._capture, start.left_if_cut_short)
 
-    def _chat_base(self, request: LLMRequest) -> dict[str, AttributeValue]:
-        """The chat attributes that stay the same for the whole run (computed once)."""
-        if self._chat_attributes is not None:
-            return self._chat_attributes
-        llm = self._llm
+    def _chat_base(self, request: LLMRequest, llm: object) -> tuple[str, dict[str, AttributeValue]]:
+        """The chat span's name, and the attributes of the run's calls of ``llm``.
+
+        Worked out once per model and settings (a correction's may differ).
+        """
+        key = (id(llm), id(request.settings))
+        known = self._chats.get(key)
+        if known is not None:
+            return known
         model = str(getattr(llm, "model_name", None) or "unknown")
         attributes: dict[str, AttributeValue] = {
             "gen_ai.operation.name": "chat",
@@ -476,20 +487,23 @@ class SpanObserver(Observer):
         port = getattr(llm, "server_port", None)
         if isinstance(port, int) and not isinstance(port, bool) and port > 0:
             attributes["server.port"] = port
-        for key, name in _SETTINGS:
-            value = request.settings.get(key)
+        for key_name, name in _SETTINGS:
+            value = request.settings.get(key_name)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 attributes[name] = value
-        self._chat_name = f"chat {model}"
-        self._chat_attributes = attributes
-        return attributes
+        known = (f"chat {model}", attributes)
+        if len(self._chats) < 8:
+            self._chats[key] = known
+        return known
 
-    def chat(self, request: LLMRequest) -> ChatScope:
-        attributes = self._chat_base(request)
+    def chat(self, request: LLMRequest, llm: object = None) -> ChatScope:
+        name, attributes = self._chat_base(request, self._llm if llm is None else llm)
+        if request.output is not None and request.output.mode != "text":
+            attributes = {**attributes, "subagent.request.output_mode": request.output.mode}
         if self._capture:
             content = input_messages_json(request.messages)
             attributes = {**attributes, "gen_ai.input.messages": content}
-        span = self._tracer.start_span(self._chat_name, kind=SpanKind.CLIENT, attributes=attributes)
+        span = self._tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
         return _ChatSpan(span, self._capture)
 
     def tool(self, call: ToolCall) -> ToolScope:

@@ -159,5 +159,5 @@ class StreamObserver(EventObserver):
         super().__init__(agent, queue.put)
         self._queue = queue
 
-    def chat(self, request: LLMRequest) -> ChatScope:
+    def chat(self, request: LLMRequest, llm: object = None) -> ChatScope:
         return _DeltaScope(self._queue, self._agent, self._index)

@@ -57,6 +57,14 @@ class OutputContract:
     #: Whether an output can hold a float at all (else it is not searched for NaN).
     may_hold_floats: bool = True
 
+    @property
+    def json_schema(self) -> dict[str, Any] | None:
+        """The output's JSON schema, when the contract reads JSON of one (else ``None``).
+
+        What a structured-output request sends the provider as the answer's grammar.
+        """
+        return None
+
     def instructions(self, templates: TemplateSet) -> str:
         """What the system prompt says about the expected output (the whole reply)."""
         raise NotImplementedError
@@ -114,6 +122,10 @@ class SchemaContract(OutputContract):
         self.output_type = output_type
         self.may_hold_floats = _may_hold_floats(self._parser.schema)
 
+    @property
+    def json_schema(self) -> dict[str, Any] | None:
+        return self._parser.schema
+
     def instructions(self, templates: TemplateSet) -> str:
         return templates.render("output_json", schema=self._parser.schema_text)
 
@@ -139,6 +151,12 @@ class ParserContract(OutputContract):
         except (TypeError, ValueError):
             parameters = {}  # type: ignore[assignment]
         self._takes_templates = "templates" in parameters and "templates" not in self.kwargs
+
+    @property
+    def json_schema(self) -> dict[str, Any] | None:
+        # A JSON parser given as a parser (json_parser(Model)) still reads JSON of a schema.
+        schema = getattr(self.parser, "schema", None)
+        return schema if isinstance(self.parser, JSONParser) and isinstance(schema, dict) else None
 
     @property
     def name(self) -> str:

@@ -1,0 +1,97 @@
+"""Correction turns that differ from the failed attempt: :class:`Correction`.
+
+A run's correction turns (the ``retry`` phase) are sent as its work turns were, unless the
+agent or the run gives a :class:`Correction`: its own output mode (the answer asked for as
+prompted JSON in the text, through the provider's structured output, or through a forced
+answer tool), its own sampling settings, its own model (escalation to a stronger one), and
+whether the model may still give up. :meth:`Correction.applies` says which turns take it:
+every correction turn, the final work turn too, or only a correction that follows a
+correction that repeated the failed reply word for word.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from subagent._errors import ConfigurationError
+from subagent._phases import Phase
+from subagent.llm import LLM
+
+__all__ = ["CORRECTION_OUTPUTS", "CORRECTION_WHEN", "Correction", "CorrectionOutput"]
+
+CorrectionOutput = Literal["text", "json_schema", "tool"]
+CORRECTION_OUTPUTS: tuple[CorrectionOutput, ...] = ("text", "json_schema", "tool")
+CorrectionWhen = Literal["retry", "final", "repeat"]
+CORRECTION_WHEN: tuple[CorrectionWhen, ...] = ("retry", "final", "repeat")
+
+
+@dataclass(frozen=True, slots=True)
+class Correction:
+    """How correction turns are sent, when they should differ from the failed attempt.
+
+    The first attempt thinks freely; a correction is where a constraint costs least (a
+    grammar, another temperature, a stronger model). Give one to the agent
+    (``SubAgent(correction=...)``) or to a run (``run(correction=...)``).
+
+    Args:
+        output: How the answer is asked for: ``"text"`` (prompted JSON in the reply's text,
+            as work turns do), ``"json_schema"`` (the provider's structured output: the
+            output's schema sent as the answer's grammar, so the reply is valid JSON of it
+            by construction) or ``"tool"`` (a forced final-answer tool whose arguments are
+            the answer). ``None``: as the work turns. A mode the server cannot serve is
+            refused by the adapter, naming the mode and the server (the run ends
+            ``failed(llm_error)``); both need a typed output (a pydantic model or type).
+        settings: Model settings merged over the run's on these turns (``temperature``,
+            ``seed``...).
+        llm: Another model for these turns (escalation), or a spec string; ``None``: the
+            run's model.
+        when: Which turns take it: ``"retry"`` (every correction turn, the default),
+            ``"final"`` (the last work turn, ``must_return``, too) or ``"repeat"`` (a
+            correction turn that follows a correction that repeated the failed reply word
+            for word).
+        allow_fail: Whether the model may still give up (``{"fail": ...}``) on these turns;
+            ``False`` feeds an explicit fail back as an answer to correct.
+
+    Raises:
+        ConfigurationError: A value is invalid; the message names the field.
+    """
+
+    output: CorrectionOutput | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    llm: LLM | str | None = None
+    when: CorrectionWhen = "retry"
+    allow_fail: bool = True
+
+    def __post_init__(self) -> None:
+        if self.output is not None and self.output not in CORRECTION_OUTPUTS:
+            raise ConfigurationError(
+                "correction.output", f"must be one of {CORRECTION_OUTPUTS} or None, got "
+                f"{self.output!r}"
+            )  # fmt: skip
+        if not isinstance(self.settings, Mapping):
+            raise ConfigurationError(
+                "correction.settings", f"must be a mapping, got {self.settings!r}"
+            )
+        if self.when not in CORRECTION_WHEN:
+            raise ConfigurationError(
+                "correction.when", f"must be one of {CORRECTION_WHEN}, got {self.when!r}"
+            )
+        if not isinstance(self.allow_fail, bool):
+            raise ConfigurationError(
+                "correction.allow_fail", f"must be a bool, got {self.allow_fail!r}"
+            )
+        object.__setattr__(self, "settings", dict(self.settings))
+
+    def applies(self, phase: Phase, after_repeat: bool) -> bool:
+        """Whether a turn in ``phase`` takes these settings.
+
+        Args:
+            phase: The phase the turn starts in.
+            after_repeat: Whether the turn before it was a correction that repeated the
+                failed reply.
+        """
+        if phase is Phase.RETRY:
+            return self.when != "repeat" or after_repeat
+        return phase is Phase.MUST_RETURN and self.when == "final"
