@@ -432,3 +432,107 @@ async def test_arguments_nested_past_the_limit_are_refused_without_recursion() -
     for _ in range(98):
         shallow = {"a": shallow}
     assert await Tool.from_schema("s", "S.", {"type": "object"}, _order).call(shallow) == shallow
+
+
+# --- patterns: matched in linear time, or the tool is refused ---
+
+BACKTRACKING = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}}
+
+
+def isolated(code: str) -> list[str]:
+    """What ``code`` prints, run in a subprocess: a backtracking match holds the GIL in C
+    code for hours, so a regression must not run in the suite's own process."""
+    import subprocess
+    import sys
+    import textwrap
+
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=60, check=True)  # fmt: skip
+    return done.stdout.splitlines()
+
+
+def test_a_backtracking_pattern_is_checked_in_linear_time() -> None:
+    # `^(a+)+$` against 40 characters and a mismatch takes Python's `re` hours.
+    printed = isolated(f"""
+        from subagent import Tool
+        from subagent.tools import ToolArgumentsError
+        tool = Tool.from_schema("t", "d", {BACKTRACKING!r}, lambda s: s)
+        try:
+            tool.validate_arguments({{"s": "a" * 40 + "!"}})
+        except ToolArgumentsError as exc:
+            print(exc.items[0]["location"], "refused")
+        print(tool.validate_arguments({{"s": "a" * 40}}) == {{"s": "a" * 40}})
+    """)
+    assert printed == ["s refused", "True"]
+
+
+def test_pattern_properties_and_pruning_match_in_linear_time() -> None:
+    printed = isolated("""
+        from subagent import Tool
+        from subagent.tools import ToolArgumentsError
+        schema = {"type": "object", "additionalProperties": False,
+                  "patternProperties": {"^(x+)+$": {"type": "integer"}}}
+        tool = Tool.from_schema("t", "d", schema, lambda **kw: kw)
+        hostile = "x" * 40 + "!"
+        print(tool.prune({"xxx": 1, hostile: 2}) == ({"xxx": 1}, [hostile]))
+        try:
+            tool.validate_arguments({"xx": "one", hostile: 2})
+        except ToolArgumentsError as exc:
+            print(sorted(item["location"] for item in exc.items) == ["xx", hostile])
+    """)
+    assert printed == ["True", "True"]
+
+
+def test_patterns_follow_the_json_schema_dialect_not_pythons() -> None:
+    # ECMA 262: \d is ASCII only, and $ is the end of the text (Python's also matches before
+    # a final newline).
+    schema = {"type": "object", "properties": {"n": {"type": "string", "pattern": r"^\d+$"}}}
+    built = Tool.from_schema("t", "d", schema, lambda n: n)
+    assert built.validate_arguments({"n": "42"}) == {"n": "42"}
+    for bad in ("٤٢", "42\n"):
+        with pytest.raises(ToolArgumentsError):
+            built.validate_arguments({"n": bad})
+
+
+@pytest.mark.parametrize(
+    "pattern", ["(?=.*[A-Z]).{8,}", r"^(a)\1$"], ids=["look-ahead", "backreference"]
+)
+def test_a_pattern_without_a_linear_time_match_is_refused_when_the_tool_is_built(
+    pattern: str,
+) -> None:
+    schema = {"type": "object", "properties": {"p": {"type": "string", "pattern": pattern}}}
+    with pytest.raises(ConfigurationError, match=r"tool 't' has a pattern at properties/p/pattern"):
+        Tool.from_schema("t", "d", schema, lambda p: p)
+
+
+def test_without_re2_a_tool_with_a_pattern_is_refused_never_backtracked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from subagent.tools import _patterns
+
+    monkeypatch.setattr(_patterns, "_re2", None)
+    monkeypatch.setattr(_patterns, "_compiled", {})
+    monkeypatch.setattr("subagent.tools._tool._CHECKED", {})
+    with pytest.raises(ConfigurationError, match=r'pip install "subagent-runtime\[re2\]"'):
+        Tool.from_schema("t", "d", BACKTRACKING, lambda s: s)
+    plain = {"type": "object", "properties": {"s": {"type": "string"}}}
+    assert Tool.from_schema("t", "d", plain, lambda s: s).validate_arguments({"s": "a"})
+
+
+def test_a_schema_is_checked_once_however_many_tools_use_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import jsonschema.validators
+
+    checks: list[object] = []
+    original = jsonschema.validators.Draft202012Validator.check_schema
+
+    def counted(schema: Any, *args: Any, **kwargs: Any) -> None:
+        checks.append(schema)
+        original(schema, *args, **kwargs)
+
+    monkeypatch.setattr(jsonschema.validators.Draft202012Validator, "check_schema", counted)
+    schema = {"type": "object", "properties": {"unique_to_this_test": {"type": "integer"}}}
+    for name in ("one", "two", "three"):
+        Tool.from_schema(name, "d", dict(schema), lambda unique_to_this_test: 0)
+    assert len(checks) == 1

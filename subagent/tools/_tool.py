@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import inspect
 import json
 import re
@@ -40,6 +41,12 @@ from subagent._errors import ConfigurationError, SubAgentError
 from subagent._records import Step
 from subagent._text import MAX_ARGUMENT_DEPTH, nested_deeper_than, shorten
 from subagent.llm import ToolDefinition
+from subagent.tools._patterns import (
+    UnsafePatternError,
+    compiled_pattern,
+    pattern_search,
+    schema_patterns,
+)
 
 __all__ = [
     "FromExtras",
@@ -564,10 +571,15 @@ def _unsupported_parameter(fields: Mapping[str, Any]) -> str | None:
 def _checked_schema(parameters: Any, name: str) -> tuple[dict[str, Any], Any]:
     """A copy of a tool's JSON schema, checked, and the ``jsonschema`` validator for it.
 
+    The checks (the meta-schema's above all: seconds for a schema of thousands of
+    properties) are made once per schema: a schema met again (the same tool in another
+    agent, an MCP listing fetched again) is known by the digest of its JSON.
+
     Raises:
         ConfigurationError: The schema is not a JSON object, holds values JSON cannot,
-            is not a valid schema of its dialect, or does not describe an object at its
-            root (the message names the tool).
+            is not a valid schema of its dialect, does not describe an object at its
+            root, or has a pattern that cannot be matched in linear time (the message
+            names the tool).
     """
     if not isinstance(parameters, Mapping):
         raise ConfigurationError(
@@ -577,11 +589,28 @@ def _checked_schema(parameters: Any, name: str) -> tuple[dict[str, Any], Any]:
         )
     try:
         schema = copy.deepcopy(dict(parameters))
-        json.dumps(schema, allow_nan=False)
+        text = json.dumps(schema, allow_nan=False, sort_keys=True)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ConfigurationError(
             "tools", f"the JSON schema of tool {name!r} is not JSON: {exc}"
         ) from exc
+    digest = hashlib.sha256(text.encode(errors="surrogatepass")).digest()
+    validator_class = _CHECKED.get(digest)
+    if validator_class is None:
+        validator_class = _check_schema(schema, name, text)
+        if len(_CHECKED) >= _CHECKED_LIMIT:
+            _CHECKED.pop(next(iter(_CHECKED)))
+        _CHECKED[digest] = validator_class
+    return schema, validator_class(schema)
+
+
+_CHECKED_LIMIT = 4096
+_CHECKED: dict[bytes, Any] = {}
+"""The validator classes of the schemas checked so far, by the digest of their JSON."""
+
+
+def _check_schema(schema: dict[str, Any], name: str, text: str) -> Any:
+    """The validator class for ``schema``, once it passes every check (see above)."""
     validator_class = _dialect(schema, name)
     try:
         validator_class.check_schema(schema)
@@ -599,7 +628,82 @@ def _checked_schema(parameters: Any, name: str) -> tuple[dict[str, Any], Any]:
             f"at its root, as OpenAI-compatible servers require), got type "
             f"{schema.get('type')!r:.60}",
         )
-    return schema, validator_class(schema)
+    patterns = False
+    for pattern, where in schema_patterns(schema):
+        patterns = True
+        try:
+            compiled_pattern(pattern)
+        except UnsafePatternError as exc:
+            raise ConfigurationError(
+                "tools", f"tool {name!r} has a pattern at {where} that is refused: {exc}"
+            ) from None
+    if patterns and '"unevaluatedProperties"' in text:
+        # jsonschema finds the properties it evaluated with `re`; our keywords cannot reach it.
+        raise ConfigurationError(
+            "tools",
+            f"tool {name!r} combines unevaluatedProperties with patterns, which the runtime "
+            f"cannot check in linear time",
+        )
+    return _linear(validator_class) if patterns else validator_class
+
+
+def _linear(base: Any) -> Any:
+    """``base`` whose keywords that match patterns match them by RE2 (see ``_patterns``).
+
+    ``pattern``, ``patternProperties`` and ``additionalProperties`` (which tells extra keys
+    from those ``patternProperties`` match); jsonschema's own use ``re``.
+    """
+    extended = _LINEAR.get(base)
+    if extended is None:
+        extended = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+            base,
+            {
+                "pattern": _pattern_keyword,
+                "patternProperties": _pattern_properties_keyword,
+                "additionalProperties": _additional_properties_keyword,
+            },
+        )
+        _LINEAR[base] = extended
+    return extended
+
+
+_LINEAR: dict[Any, Any] = {}
+
+
+def _pattern_keyword(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    if validator.is_type(instance, "string") and not pattern_search(pattern, instance):
+        yield jsonschema.exceptions.ValidationError(
+            f"{shorten(repr(instance), 200)} does not match {pattern!r}"
+        )
+
+
+def _pattern_properties_keyword(
+    validator: Any, patterns: Mapping[str, Any], instance: Any, schema: Any
+) -> Any:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if pattern_search(pattern, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties_keyword(
+    validator: Any, additional: Any, instance: Any, schema: Mapping[str, Any]
+) -> Any:
+    if not validator.is_type(instance, "object"):
+        return
+    listed = schema.get("properties") or {}
+    patterns = schema.get("patternProperties") or {}
+    extras = [key for key in instance if key not in listed and not _matches_any(patterns, key)]
+    if validator.is_type(additional, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], additional, path=extra)
+    elif additional is False and extras:
+        shown = ", ".join(repr(extra) for extra in sorted(extras, key=str))
+        yield jsonschema.exceptions.ValidationError(
+            f"Additional properties are not allowed ({shorten(shown, 300)} unexpected)"
+        )
 
 
 def _dialect(schema: dict[str, Any], name: str) -> Any:
@@ -638,7 +742,7 @@ def _closed_properties(schema: Mapping[str, Any]) -> frozenset[str]:
 
 
 def _matches_any(patterns: Mapping[str, Any], key: str) -> bool:
-    return any(re.search(pattern, key) for pattern in patterns)
+    return any(pattern_search(pattern, key) for pattern in patterns)
 
 
 _MAX_ARGUMENT_ERRORS = 20
