@@ -18,10 +18,12 @@ a per-call timeout, result caps, offered only in ``normal`` turns. A server that
 away mid-run fails the call (:class:`MCPServerLostError`, a tool error) and ends the run
 ``failed(tool_server_lost)``. See ``docs/mcp.md``.
 
-What lives here: ``_server`` (the servers, the filtered views, the calls), ``_results``
-(a ``tools/call`` result as the text the model reads). What it may import: the tools room
-and the base modules, and the ``mcp`` SDK; nothing in the library imports this room, so
-``import subagent`` never needs the SDK.
+What lives here: ``_server`` (the servers, the filtered views, the calls, the listing's
+bounds), ``_stdio`` (the stdio transport: the process, its lines read within a bound, its
+stderr), ``_http`` (the streamable HTTP client: a dead server and an oversized reply made
+JSON-RPC errors), ``_results`` (a ``tools/call`` result as the text the model reads).
+What it may import: the tools room and the base modules, and the ``mcp`` SDK; nothing in
+the library imports this room, so ``import subagent`` never needs the SDK.
 """
 
 try:
@@ -32,7 +34,12 @@ except ImportError as _missing:  # pragma: no cover - the extra is installed in 
     ) from _missing
 
 from subagent.mcp._server import (
+    MCP_DESCRIPTION_LIMIT,
+    MCP_LISTING_BYTES,
+    MCP_MESSAGE_LIMIT,
     MCP_PAGE_LIMIT,
+    MCP_SCHEMA_PROPERTIES,
+    MCP_TOOL_LIMIT,
     MCPServer,
     MCPServerError,
     MCPServerHTTP,
@@ -43,7 +50,12 @@ from subagent.mcp._server import (
 )
 
 __all__ = [
+    "MCP_DESCRIPTION_LIMIT",
+    "MCP_LISTING_BYTES",
+    "MCP_MESSAGE_LIMIT",
     "MCP_PAGE_LIMIT",
+    "MCP_SCHEMA_PROPERTIES",
+    "MCP_TOOL_LIMIT",
     "MCPServer",
     "MCPServerError",
     "MCPServerHTTP",

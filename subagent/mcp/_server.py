@@ -16,11 +16,17 @@ back to the model like any tool's). A server that dies fails the calls in flight
 later one at once with :class:`MCPServerLostError`, a tool error the model reads, and the
 run that met it ends ``failed(tool_server_lost)``; nothing waits on a dead server.
 
-Over streamable HTTP, the SDK's transport runs each request's POST in a task of its own
-task group, and an HTTP error there (the server process gone before it answered) would
-escape into that group and cancel everything inside ``async with server:``. The HTTP
-client is therefore given a transport (:class:`_Guarded`) that turns a connection error
-into the JSON-RPC error the SDK resolves the request with, and marks the server lost.
+A server is not trusted: every message it sends is read within ``max_message_bytes``
+(``_stdio``, ``_http``), its listing within :data:`MCP_TOOL_LIMIT` tools,
+:data:`MCP_LISTING_BYTES` and :data:`MCP_SCHEMA_PROPERTIES` per tool (the schemas checked in
+a worker thread, once per schema), its descriptions reach the model labelled as its own and
+cut to :data:`MCP_DESCRIPTION_LIMIT`, and nothing it sends runs a backtracking match on the
+event loop (see :func:`_skip_output_check`).
+
+The connection lives in a task of its own (:meth:`MCPServer._connection`): the SDK's task
+groups are entered there, so an exception of the ``async with server:`` block leaves it as
+itself (not wrapped in the SDK's exception groups), the handshake is bounded as a whole by
+``connect_timeout``, and a transport that fails never cancels the block's code.
 """
 
 from __future__ import annotations
@@ -29,9 +35,8 @@ import contextlib
 import itertools
 import json
 import os
-import sys
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
-from contextlib import AsyncExitStack
+import weakref
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
@@ -39,24 +44,31 @@ from urllib.parse import urlsplit
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 import httpx2
 import mcp_types
 from mcp import Client, StdioServerParameters
-from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.session import ClientSession
 from mcp.client.subscriptions import SubscriptionLost
-from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp.shared.exceptions import MCPError
 from opentelemetry import trace
 from opentelemetry.util.types import AttributeValue
 
 from subagent._checks import check_seconds
 from subagent._errors import ConfigurationError, SubAgentError
+from subagent._text import shorten
+from subagent.mcp._http import describe, http_transport
 from subagent.mcp._results import result_text
+from subagent.mcp._stdio import TOO_LARGE, StderrTail, stdio_transport
 from subagent.tools import SourceNotReadyError, Tool, ToolSourceLostError
 
 __all__ = [
+    "MCP_DESCRIPTION_LIMIT",
+    "MCP_LISTING_BYTES",
+    "MCP_MESSAGE_LIMIT",
     "MCP_PAGE_LIMIT",
+    "MCP_SCHEMA_PROPERTIES",
+    "MCP_TOOL_LIMIT",
     "MCPServer",
     "MCPServerError",
     "MCPServerHTTP",
@@ -68,6 +80,22 @@ __all__ = [
 
 MCP_PAGE_LIMIT = 100
 """Pages of one ``tools/list`` walk: a server whose cursor never ends cannot hang it."""
+
+MCP_TOOL_LIMIT = 1000
+"""Tools one listing may hold; past it the listing fails (``MCPServerError``)."""
+
+MCP_LISTING_BYTES = 4 * 1024 * 1024
+"""Bytes of JSON the tools of one listing may take together (names, descriptions, schemas)."""
+
+MCP_SCHEMA_PROPERTIES = 1000
+"""Properties one tool's input schema may declare (nested ones counted); a tool past it
+cannot be offered (a ``ConfigurationError`` naming it when a run starts)."""
+
+MCP_MESSAGE_LIMIT = 4 * 1024 * 1024
+"""The default ``max_message_bytes``: the largest message read from a server."""
+
+MCP_DESCRIPTION_LIMIT = 1024
+"""Characters of a server's tool description the model is shown (the rest is cut)."""
 
 _REVISIONS = itertools.count(1)  # one sequence for all servers: revisions never collide
 
@@ -116,7 +144,11 @@ class MCPServer:
             with another tool of the agent is an error).
         timeout: Seconds one tool call may take (a number: every wait is bounded); past
             it the model is told the tool timed out and the request is cancelled.
-        connect_timeout: Seconds the handshake and each tool listing may take.
+        connect_timeout: Seconds the whole connection may take (spawning or reaching the
+            server, the handshake, the first tool listing), and each later listing.
+        max_message_bytes: The largest message read from the server (a stdio line, an
+            HTTP body or server-sent event). A reply past it is not read: its call fails
+            with a tool error the model reads.
     """
 
     def __init__(
@@ -126,6 +158,7 @@ class MCPServer:
         prefix: str | None = None,
         timeout: float = 60.0,
         connect_timeout: float = 30.0,
+        max_message_bytes: int = MCP_MESSAGE_LIMIT,
     ):
         if not isinstance(name, str) or not name.strip():
             raise ConfigurationError("name", f"must be a non-empty string, got {name!r}")
@@ -134,18 +167,31 @@ class MCPServer:
             if value is None:
                 raise ConfigurationError(field, "must be a number of seconds (waits are bounded)")
             check_seconds(field, value)
+        if (
+            isinstance(max_message_bytes, bool)
+            or not isinstance(max_message_bytes, int)
+            or max_message_bytes < 1024
+        ):
+            raise ConfigurationError(
+                "max_message_bytes", f"must be a number of bytes >= 1024, got {max_message_bytes!r}"
+            )
         self.name = name
         self.prefix = prefix
         self.timeout = float(timeout)
         self.connect_timeout = float(connect_timeout)
+        self.max_message_bytes = max_message_bytes
         self._client: Client | None = None
-        self._stack: AsyncExitStack | None = None
+        self._group: anyio.abc.TaskGroup | None = None
+        self._closing: anyio.Event | None = None
+        self._stage = ""
+        self._failure: BaseException | None = None
         self._listing: tuple[mcp_types.Tool, ...] = ()
         self._revision = 0
         self._lost: str | None = None
         self._changed: anyio.Event | None = None
         self._refreshed: anyio.Event | _LazyEvent = _LazyEvent()
         self._attributes: dict[str, AttributeValue] = {}
+        self._views: weakref.WeakSet[MCPTools] = weakref.WeakSet()
         self._all = MCPTools(self, prefix=prefix)
 
     # --- the connection, the user's to open and close ---
@@ -153,41 +199,51 @@ class MCPServer:
     async def __aenter__(self) -> MCPServer:
         """Connect, negotiate, fetch the tool list, and watch it for changes.
 
+        The whole of it is bounded by ``connect_timeout``.
+
         Raises:
             RuntimeError: The server is connected already.
-            MCPServerError: The server could not be reached or did not answer in
-                ``connect_timeout`` seconds.
+            MCPServerError: The server could not be reached, broke the protocol, or did
+                not answer in ``connect_timeout`` seconds (the message says what it was
+                waiting for).
         """
-        if self._stack is not None:
+        if self._group is not None:
             raise RuntimeError(f"{self.source_name} is connected already")
-        stack = AsyncExitStack()
-        await stack.__aenter__()
+        self._lost = None
+        self._failure = None
+        self._changed = anyio.Event()
+        self._closing = anyio.Event()
+        ready = anyio.Event()
+        group = anyio.create_task_group()
+        await group.__aenter__()
         try:
-            self._lost = None
-            self._changed = anyio.Event()
-            client = Client(
-                self._transport(),
-                read_timeout_seconds=self.connect_timeout,
-                message_handler=self._on_message,
-            )
-            try:
-                await stack.enter_async_context(client)
-            except Exception as exc:
-                raise MCPServerError(
-                    f"{self.source_name} could not be connected: {_describe(exc)}"
-                ) from exc
-            self._client = client
-            self._attributes = self._span_attributes(client)
-            await self.refresh_tools()
-            group = await stack.enter_async_context(anyio.create_task_group())
-            await group.start(self._watch, client)
-            stack.callback(group.cancel_scope.cancel)  # runs first on the way out
+            group.start_soon(self._connection, ready)
+            with anyio.move_on_after(self.connect_timeout):
+                await ready.wait()
         except BaseException:
-            self._client = None
-            await stack.aclose()
+            await self._abandon(group)
             raise
-        self._stack = stack
+        if not ready.is_set():
+            failure = self._failure
+            await self._abandon(group)
+            if failure is not None:
+                raise MCPServerError(
+                    f"{self.source_name} could not be connected: {describe(failure)}"
+                ) from failure
+            raise MCPServerError(
+                f"{self.source_name} did not connect within connect_timeout "
+                f"({self.connect_timeout:g} s): it was waiting for {self._stage}"
+            )
+        self._group = group
         return self
+
+    async def _abandon(self, group: anyio.abc.TaskGroup) -> None:
+        """Stop a connection that did not open (its task group, entered in this task)."""
+        assert self._closing is not None
+        self._closing.set()
+        group.cancel_scope.cancel()
+        await group.__aexit__(None, None, None)
+        self._client = None
 
     async def __aexit__(
         self,
@@ -195,14 +251,52 @@ class MCPServer:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        """Close the connection (stopping a stdio server's process)."""
-        stack, self._stack = self._stack, None
+        """Close the connection (stopping a stdio server's process).
+
+        An exception of the block leaves it as itself: the connection's own tasks never
+        see it.
+        """
+        group, self._group = self._group, None
         self._client = None
         self._lost = "closed"
-        if stack is not None:
-            # Not shielded: the task group in the stack must close in its own scope. The
-            # SDK bounds the closing (a stdio server is terminated after 2 s).
-            await stack.__aexit__(exc_type, exc, traceback)
+        if group is not None:
+            if self._closing is not None:
+                self._closing.set()
+            # The SDK bounds the closing (a stdio server is killed after about 4 s).
+            await group.__aexit__(None, None, None)
+
+    async def _connection(self, ready: anyio.Event) -> None:
+        """The connection's task: it opens the SDK's client, serves, and closes it.
+
+        Nothing escapes it: a failure before ``ready`` is reported by ``__aenter__``, one
+        after it marks the server lost (every call then fails at once).
+        """
+        try:
+            self._stage = "the handshake (server/discover, then initialize)"
+            client = Client(
+                self._transport(),
+                read_timeout_seconds=self.connect_timeout,
+                message_handler=self._on_message,
+            )
+            async with client:
+                _skip_output_check(client.session)
+                self._client = client
+                self._attributes = self._span_attributes(client)
+                self._stage = "its tool list (tools/list)"
+                await self.refresh_tools()
+                self._stage = "the subscription to changes of its tool list"
+                async with anyio.create_task_group() as watchers:
+                    await watchers.start(self._watch, client)
+                    ready.set()
+                    assert self._closing is not None
+                    await self._closing.wait()
+                    watchers.cancel_scope.cancel()
+        except Exception as exc:
+            if not ready.is_set():
+                self._failure = exc
+            self._mark_lost(describe(exc))
+        finally:
+            self._client = None
 
     @property
     def connected(self) -> bool:
@@ -212,8 +306,13 @@ class MCPServer:
     async def refresh_tools(self) -> None:
         """Fetch the tool list again; runs that start afterwards see the new list.
 
+        The listing is bounded (:data:`MCP_TOOL_LIMIT` tools, :data:`MCP_LISTING_BYTES`),
+        and its schemas are checked in a worker thread, once per schema, so a large
+        listing never holds the event loop.
+
         Raises:
-            MCPServerError: The server is not connected, or did not answer.
+            MCPServerError: The server is not connected, did not answer, or sent a
+                listing past the bounds.
         """
         client = self._connected_client()
         tools: list[mcp_types.Tool] = []
@@ -223,15 +322,24 @@ class MCPServer:
                 with anyio.fail_after(self.connect_timeout):
                     page = await client.list_tools(cursor=cursor, cache_mode="refresh")
                 tools.extend(page.tools)
+                _check_tool_count(self.source_name, len(tools))
                 cursor = page.next_cursor
                 if cursor is None:
                     break
+        except MCPServerError:
+            raise
         except Exception as exc:
             raise MCPServerError(
-                f"{self.source_name} did not list its tools: {_describe(exc)}"
+                f"{self.source_name} did not list its tools: {describe(exc)}"
             ) from exc
-        self._listing = tuple(tools)
-        self._revision = next(_REVISIONS)
+        listing = tuple(tools)
+        views = list(self._views)
+        built = await anyio.to_thread.run_sync(_prepare, self.source_name, listing, views)
+        revision = next(_REVISIONS)
+        for view, tools_or_error in zip(views, built, strict=True):
+            view._built = (revision, tools_or_error)
+        self._listing = listing
+        self._revision = revision
         refreshed, self._refreshed = self._refreshed, anyio.Event()
         refreshed.set()
 
@@ -309,6 +417,8 @@ class MCPServer:
                 self._lost = self._lost or exc.message or "connection closed"
             if self._lost is not None:  # the HTTP guard marks it before the SDK's error
                 raise self._gone() from exc
+            if exc.code == TOO_LARGE:
+                raise MCPServerError(f"{self.source_name}: {exc.message}") from exc
             raise MCPServerError(f"{self.source_name} refused the call: {exc}") from exc
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
             self._lost = self._lost or "connection closed"
@@ -429,7 +539,8 @@ class MCPTools:
         self.deny = frozenset(deny)
         self.where = where
         self.prefix = prefix
-        self._built: tuple[int, tuple[Tool, ...]] | None = None
+        self._built: tuple[int, tuple[Tool, ...] | ConfigurationError] | None = None
+        server._views.add(self)  # built with each listing, off the event loop
 
     @property
     def source_name(self) -> str:
@@ -452,25 +563,35 @@ class MCPTools:
             )
         revision = server._revision
         built = self._built
-        if built is not None and built[0] == revision:
-            return built
-        listing = server._listing
+        if built is None or built[0] != revision:  # a view made after the listing came
+            built = (revision, _build(self, server._listing))
+            self._built = built
+        tools = built[1]
+        if isinstance(tools, ConfigurationError):
+            raise ConfigurationError(tools.field, tools.message)
+        return revision, tools
+
+    def _tools(self, listing: Sequence[mcp_types.Tool]) -> tuple[Tool, ...]:
+        """This view's tools of ``listing``.
+
+        Raises:
+            ConfigurationError: ``allow`` names a tool the listing lacks, or a selected
+                tool cannot be offered.
+        """
+        server = self.server
         if self.allow is not None:
             missing = sorted(self.allow - {tool.name for tool in listing})
             if missing:
                 raise ConfigurationError(
                     "allow", f"{server.source_name} lists no tool named {', '.join(missing)}"
                 )
-        tools = tuple(
+        return tuple(
             self._tool(listed)
             for listed in listing
             if (self.allow is None or listed.name in self.allow)
             and listed.name not in self.deny
             and (self.where is None or self.where(listed))
         )
-        result = (revision, tools)
-        self._built = result
-        return result
 
     def _tool(self, listed: mcp_types.Tool) -> Tool:
         server = self.server
@@ -481,10 +602,10 @@ class MCPTools:
             return await server.call(original, arguments)
 
         try:
-            return Tool.from_schema(
-                exposed, listed.description or listed.title or "", listed.input_schema, call,
-                timeout=server.timeout,
-            )  # fmt: skip
+            _check_properties(original, listed.input_schema)
+            description = _labelled(server.name, listed.description or listed.title or "")
+            return Tool.from_schema(exposed, description, listed.input_schema, call,
+                                    timeout=server.timeout)  # fmt: skip
         except ConfigurationError as exc:
             raise ConfigurationError(
                 "tools",
@@ -502,8 +623,10 @@ class MCPServerStdio(MCPServer):
         env: Extra environment variables, over the SDK's safe default environment.
         cwd: Its working directory.
         name: The server's name (default: the command's file name).
-        errlog: Where the server's stderr goes (default: this process's stderr).
-        **options: ``prefix``, ``timeout``, ``connect_timeout`` (see :class:`MCPServer`).
+        errlog: Where the server's stderr goes (a file; ``sys.stderr`` to see it live).
+            By default it is kept to itself: its last 64 KiB are in :attr:`stderr_tail`.
+        **options: ``prefix``, ``timeout``, ``connect_timeout``, ``max_message_bytes``
+            (see :class:`MCPServer`).
     """
 
     def __init__(
@@ -526,9 +649,17 @@ class MCPServerStdio(MCPServer):
             command=command, args=list(args), env=None if env is None else dict(env), cwd=cwd
         )
         self._errlog = errlog
+        self._stderr = StderrTail()
+
+    @property
+    def stderr_tail(self) -> str:
+        """The last 64 KiB the server wrote on its stderr (empty with an ``errlog``)."""
+        return self._stderr.text()
 
     def _transport(self) -> Any:
-        return stdio_client(self._parameters, errlog=self._errlog or sys.stderr)
+        return stdio_transport(self._parameters, limit=self.max_message_bytes,
+                               errlog=self._errlog, stderr=self._stderr,
+                               lost=self._mark_lost)  # fmt: skip
 
     def _span_attributes(self, client: Client) -> dict[str, AttributeValue]:
         return {**super()._span_attributes(client), "network.transport": "pipe"}
@@ -541,7 +672,8 @@ class MCPServerHTTP(MCPServer):
         url: The server's MCP endpoint (``http://127.0.0.1:8000/mcp``).
         headers: Headers sent with every request (authorization...); never recorded.
         name: The server's name (default: the URL's host and port).
-        **options: ``prefix``, ``timeout``, ``connect_timeout`` (see :class:`MCPServer`).
+        **options: ``prefix``, ``timeout``, ``connect_timeout``, ``max_message_bytes``
+            (see :class:`MCPServer`).
     """
 
     def __init__(
@@ -563,15 +695,8 @@ class MCPServerHTTP(MCPServer):
         self._session_id: str | None = None
 
     def _transport(self) -> Any:
-        # The SDK's default client (create_mcp_http_client): the same timeouts, over a
-        # transport that keeps a dead server's errors out of the SDK's task group.
-        http = httpx2.AsyncClient(
-            headers=self._headers or None,
-            timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
-            transport=_Guarded(httpx2.AsyncHTTPTransport(), self._mark_lost),
-            event_hooks={"request": [], "response": [self._note_session]},
-        )
-        return _OwnedHTTPTransport(self.url, http)
+        return http_transport(self.url, self._headers, limit=self.max_message_bytes,
+                              lost=self._mark_lost, on_response=self._note_session)  # fmt: skip
 
     async def _note_session(self, response: httpx2.Response) -> None:
         session = response.headers.get("mcp-session-id")
@@ -591,82 +716,93 @@ class MCPServerHTTP(MCPServer):
         return attributes
 
 
-_LOST_ERRORS = (httpx2.NetworkError, httpx2.RemoteProtocolError, httpx2.ConnectTimeout)
-"""The HTTP errors that say the server is gone (refused, reset, closed before answering)."""
+def _skip_output_check(session: ClientSession) -> None:
+    """Turn off the SDK's check of ``structuredContent`` against a tool's ``outputSchema``.
 
-
-class _Guarded(httpx2.AsyncBaseTransport):
-    """An HTTP transport whose errors become answers the SDK resolves a request with.
-
-    A transport error (the server gone before it answered) becomes a 503 response whose
-    body is a JSON-RPC error (``CONNECTION_CLOSED`` when the server is gone), which the
-    SDK hands to the request's caller instead of raising it in its task group. A body cut
-    off mid-way ends there (the SDK then reports a broken or unfinished reply). Either
-    way the server is marked lost first, so the call reports it gone.
+    The SDK (2.3.0, ``ClientSession.validate_tool_result``) checks every result against the
+    output schema the server listed, with ``jsonschema`` on the event loop: a server's
+    ``"pattern": "^(a+)+$"`` and 26 characters of its own result held the loop 3.2 s past
+    every timeout, doubling with each character (and the check may list the tools again,
+    unbounded). The runtime reads the content blocks itself and shows structured content
+    only as JSON text, so the check buys nothing here; it is skipped on this session.
+    ``tests/test_mcp_bounds.py`` notices if an upgrade renames the method.
     """
 
-    def __init__(self, inner: httpx2.AsyncBaseTransport, lost: Callable[[str], None]):
-        self._inner = inner
-        self._lost = lost
+    async def unchecked(name: str, result: mcp_types.CallToolResult) -> None:
+        return None
 
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        try:
-            response = await self._inner.handle_async_request(request)
-        except httpx2.TransportError as exc:
-            gone = isinstance(exc, _LOST_ERRORS)
-            reason = _describe(exc)
-            if gone:
-                self._lost(reason)
-            code = mcp_types.CONNECTION_CLOSED if gone else mcp_types.INTERNAL_ERROR
-            error = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": reason}}
-            return httpx2.Response(503, headers={"content-type": "application/json"},
-                                   content=json.dumps(error).encode(), request=request)  # fmt: skip
-        response.stream = _GuardedBody(response.stream, self._lost)
-        return response
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+    session.validate_tool_result = unchecked  # type: ignore[method-assign]
 
 
-class _GuardedBody(httpx2.AsyncByteStream):
-    """A response body that ends, rather than raises, when the server goes away mid-way."""
+def _prepare(
+    source: str, listing: Sequence[mcp_types.Tool], views: Sequence[MCPTools]
+) -> list[tuple[Tool, ...] | ConfigurationError]:
+    """In a worker thread: check the listing's size, then build each view's tools.
 
-    def __init__(self, inner: Any, lost: Callable[[str], None]):
-        self._inner = inner
-        self._lost = lost
+    Raises:
+        MCPServerError: The listing is past :data:`MCP_LISTING_BYTES`.
+    """
+    size = sum(
+        len(tool.name) + len(tool.description or "") + len(json.dumps(tool.input_schema))
+        for tool in listing
+    )
+    if size > MCP_LISTING_BYTES:
+        raise MCPServerError(
+            f"{source} lists tools of {size} bytes of JSON, more than MCP_LISTING_BYTES "
+            f"({MCP_LISTING_BYTES})"
+        )
+    return [_build(view, listing) for view in views]
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._inner:
-                yield chunk
-        except _LOST_ERRORS as exc:
-            self._lost(_describe(exc))
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+def _check_tool_count(source: str, count: int) -> None:
+    if count > MCP_TOOL_LIMIT:
+        raise MCPServerError(f"{source} lists more than MCP_TOOL_LIMIT ({MCP_TOOL_LIMIT}) tools")
 
 
-class _OwnedHTTPTransport:
-    """The SDK's streamable HTTP transport over an HTTP client it closes when done."""
+def _check_properties(name: str, schema: Any) -> None:
+    properties = _count_properties(schema)
+    if properties > MCP_SCHEMA_PROPERTIES:
+        raise ConfigurationError(
+            "tools",
+            f"the schema of {name!r} declares {properties} properties, more than "
+            f"MCP_SCHEMA_PROPERTIES ({MCP_SCHEMA_PROPERTIES})",
+        )
 
-    def __init__(self, url: str, http: httpx2.AsyncClient):
-        self._url = url
-        self._http = http
-        self._stack = AsyncExitStack()
 
-    async def __aenter__(self) -> Any:
-        await self._stack.__aenter__()
-        try:
-            await self._stack.enter_async_context(self._http)
-            return await self._stack.enter_async_context(
-                streamable_http_client(self._url, http_client=self._http)
-            )
-        except BaseException:
-            await self._stack.aclose()
-            raise
+def _build(
+    view: MCPTools, listing: Sequence[mcp_types.Tool]
+) -> tuple[Tool, ...] | ConfigurationError:
+    try:
+        return view._tools(listing)
+    except ConfigurationError as exc:
+        return exc
 
-    async def __aexit__(self, *exc_info: Any) -> bool | None:
-        return await self._stack.__aexit__(*exc_info)
+
+def _count_properties(schema: Any) -> int:
+    """The properties a schema declares, nested ones included."""
+    count = 0
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            properties = node.get("properties")
+            if isinstance(properties, dict):
+                count += len(properties)
+            stack.extend(value for value in node.values() if isinstance(value, dict | list))
+        elif isinstance(node, list):
+            stack.extend(item for item in node if isinstance(item, dict | list))
+    return count
+
+
+def _labelled(server: str, description: str) -> str:
+    """A server's tool description as the model is shown it: quoted, labelled, bounded.
+
+    The server wrote it, not the user: it reaches the system prompt (ReAct) or the tool list
+    (native) marked as the server's words, on one line (quoted as JSON, so it cannot open a
+    new section of the prompt), and cut to :data:`MCP_DESCRIPTION_LIMIT` characters.
+    """
+    quoted = json.dumps(shorten(description, MCP_DESCRIPTION_LIMIT), ensure_ascii=False)
+    return f"(MCP server {server!r} describes this tool:) {quoted}"
 
 
 class _LazyEvent:
@@ -684,8 +820,3 @@ def _check_prefix(prefix: object) -> None:
         raise ConfigurationError(
             "prefix", f"must be a short identifier such as 'calc', got {prefix!r}"
         )
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}" if str(exc) else text
