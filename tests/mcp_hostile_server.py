@@ -16,9 +16,9 @@ Its tools are what a server the runtime does not control may send:
 - ``fail()``: a tool error with a traceback written to stderr.
 
 Options: ``--silent`` answers nothing at all (a server that hangs in the handshake);
-``--tools N`` lists N more small tools; ``--properties N`` gives ``add`` N more optional
-properties; ``--sse`` answers over HTTP as server-sent events; ``--description TEXT``
-gives ``add`` that description.
+``--tools N`` lists N more small tools (``--padding N``: their descriptions N characters
+longer); ``--properties N`` gives ``add`` N more optional properties; ``--sse`` answers
+over HTTP as server-sent events; ``--description TEXT`` gives ``add`` that description.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ BAD_BYTE = b"\xff"
 
 def options(argv: list[str]) -> dict[str, Any]:
     found: dict[str, Any] = {"silent": False, "tools": 0, "properties": 0, "sse": False,
-                             "description": "Add two integers."}  # fmt: skip
+                             "description": "Add two integers.", "padding": 0}  # fmt: skip
     rest = iter(argv)
     for word in rest:
         if word in ("--silent", "--sse"):
@@ -63,7 +63,7 @@ def tool_list(settings: dict[str, Any]) -> list[dict[str, Any]]:
         {"name": "fail", "description": "A tool that fails.", "inputSchema": {"type": "object"}},
     ]  # fmt: skip
     tools += [
-        {"name": f"t{n}", "description": "A small tool.",
+        {"name": f"t{n}", "description": "A small tool." + "." * settings["padding"],
          "inputSchema": {"type": "object", "properties": {"x": {"type": "integer"}}}}
         for n in range(settings["tools"])
     ]  # fmt: skip

@@ -24,6 +24,7 @@ from subagent import (
 )
 from subagent.mcp import (
     MCP_DESCRIPTION_LIMIT,
+    MCP_LISTING_BYTES,
     MCP_TOOL_LIMIT,
     MCPServer,
     MCPServerError,
@@ -226,6 +227,19 @@ async def test_a_listing_past_the_tool_limit_is_refused_with_a_clear_error() -> 
         with pytest.raises(MCPServerError, match=r"lists more than MCP_TOOL_LIMIT \(1000\) tools"):
             async with server:
                 pass
+
+
+@pytest.mark.parametrize("kind", ["stdio", pytest.param("http", marks=HTTP_STACK_LEAK)])
+async def test_a_listing_past_the_listing_bytes_is_refused_before_it_is_parsed(
+    kind: str,
+) -> None:
+    # 300 tools of 2,000-character descriptions: about 640 KB, past MCP_LISTING_BYTES.
+    async with hostile(kind, "--tools", "300", "--padding", "2000") as server:
+        with pytest.raises(MCPServerError) as raised:
+            async with server:
+                pass
+    assert str(raised.value).startswith("MCP server 'hostile' did not list its tools: ")
+    assert f"larger than MCP_LISTING_BYTES ({MCP_LISTING_BYTES} bytes)" in str(raised.value)
 
 
 async def test_a_schema_past_the_property_limit_cannot_be_offered() -> None:

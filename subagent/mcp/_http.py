@@ -9,8 +9,9 @@ reads a reply body whole, however large. The HTTP client is therefore given a tr
 - turns a connection error into the JSON-RPC error the SDK resolves the request with, and
   marks the server lost (a body cut off mid-way ends there);
 - reads a JSON body within ``limit`` bytes, and a stream of server-sent events one event at
-  a time within ``limit`` bytes each; past it, the request gets a JSON-RPC error (a tool
-  error the model reads) and the rest is not read;
+  a time within ``limit`` bytes each (``listing_limit`` for a ``tools/list`` request);
+  past it, the request gets a JSON-RPC error (a tool error the model reads) and the rest
+  is not read;
 - asks for bodies uncompressed, and refuses a compressed one (its decoded size is unknown
   until it has been decoded).
 """
@@ -36,6 +37,7 @@ _LOST_ERRORS = (httpx2.NetworkError, httpx2.RemoteProtocolError, httpx2.ConnectT
 """The HTTP errors that say the server is gone (refused, reset, closed before answering)."""
 
 _EVENT_END = (b"\n\n", b"\r\n\r\n", b"\r\r")
+_LISTING = b'"method":"tools/list"'  # as the SDK writes a request (compact JSON)
 
 
 def http_transport(
@@ -43,6 +45,7 @@ def http_transport(
     headers: dict[str, str],
     *,
     limit: int,
+    listing_limit: int,
     lost: Callable[[str], None],
     on_response: Callable[[httpx2.Response], Any],
 ) -> Any:
@@ -51,7 +54,7 @@ def http_transport(
     http = httpx2.AsyncClient(
         headers={**headers, "accept-encoding": "identity"},
         timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
-        transport=_Guarded(httpx2.AsyncHTTPTransport(), lost, limit),
+        transport=_Guarded(httpx2.AsyncHTTPTransport(), lost, limit, listing_limit),
         event_hooks={"request": [], "response": [on_response]},
     )
     return _OwnedHTTPTransport(url, http, limit)
@@ -60,10 +63,12 @@ def http_transport(
 class _Guarded(httpx2.AsyncBaseTransport):
     """An HTTP transport whose failures become answers the SDK resolves a request with."""
 
-    def __init__(self, inner: httpx2.AsyncBaseTransport, lost: Callable[[str], None], limit: int):
+    def __init__(self, inner: httpx2.AsyncBaseTransport, lost: Callable[[str], None],
+                 limit: int, listing_limit: int):  # fmt: skip
         self._inner = inner
         self._lost = lost
         self._limit = limit
+        self._listing_limit = listing_limit
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         try:
@@ -81,9 +86,12 @@ class _Guarded(httpx2.AsyncBaseTransport):
             return _error_response(request, _request_id(request), TOO_LARGE,
                                    f"the server sent a {encoding}-compressed reply, "
                                    f"which is not accepted (it was asked for none)")  # fmt: skip
+        limit, bound = self._limit, "max_message_bytes"
+        if request.method == "POST" and _LISTING in request.content:
+            limit, bound = self._listing_limit, "MCP_LISTING_BYTES"
         kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
         if kind == "text/event-stream":
-            response.stream = _BoundedEvents(response.stream, self._lost, self._limit,
+            response.stream = _BoundedEvents(response.stream, self._lost, limit, bound,
                                              lambda: _request_id(request))  # fmt: skip
             return response
         body = bytearray()
@@ -91,9 +99,9 @@ class _Guarded(httpx2.AsyncBaseTransport):
             async with _chunks(response.stream) as chunks:
                 async for chunk in chunks:
                     body += chunk
-                    if len(body) > self._limit:
+                    if len(body) > limit:
                         return _error_response(request, _request_id(request), TOO_LARGE,
-                                               _too_large(self._limit))  # fmt: skip
+                                               _too_large(bound, limit))  # fmt: skip
         except _LOST_ERRORS as exc:  # cut off mid-way: what came is what the SDK reads
             self._lost(describe(exc))
         finally:
@@ -108,11 +116,12 @@ class _Guarded(httpx2.AsyncBaseTransport):
 class _BoundedEvents(httpx2.AsyncByteStream):
     """Server-sent events passed on whole, each within the bound; ends when the server goes."""
 
-    def __init__(self, inner: Any, lost: Callable[[str], None], limit: int,
+    def __init__(self, inner: Any, lost: Callable[[str], None], limit: int, bound: str,
                  request_id: Callable[[], Any]):  # fmt: skip
         self._inner = inner
         self._lost = lost
         self._limit = limit
+        self._bound = bound
         self._request_id = request_id
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -132,7 +141,10 @@ class _BoundedEvents(httpx2.AsyncByteStream):
                             error = {
                                 "jsonrpc": "2.0",
                                 "id": request_id,
-                                "error": {"code": TOO_LARGE, "message": _too_large(self._limit)},
+                                "error": {
+                                    "code": TOO_LARGE,
+                                    "message": _too_large(self._bound, self._limit),
+                                },
                             }
                             yield b"event: message\ndata: " + json.dumps(error).encode() + b"\n\n"
                         return  # the rest of an oversized stream is not read
@@ -210,8 +222,8 @@ def _error_response(
                            content=json.dumps(error).encode(), request=request)  # fmt: skip
 
 
-def _too_large(limit: int) -> str:
-    return f"the server's reply was larger than max_message_bytes ({limit} bytes) and was not read"
+def _too_large(bound: str, limit: int) -> str:
+    return f"the server's reply was larger than {bound} ({limit} bytes) and was not read"
 
 
 def describe(exc: BaseException) -> str:

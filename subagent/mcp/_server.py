@@ -84,8 +84,11 @@ MCP_PAGE_LIMIT = 100
 MCP_TOOL_LIMIT = 1000
 """Tools one listing may hold; past it the listing fails (``MCPServerError``)."""
 
-MCP_LISTING_BYTES = 4 * 1024 * 1024
-"""Bytes of JSON the tools of one listing may take together (names, descriptions, schemas)."""
+MCP_LISTING_BYTES = 512 * 1024
+"""Bytes one listing may take: each ``tools/list`` reply, and its tools' JSON together.
+
+Parsing a listing holds the event loop (about 70 ms per MiB): within this bound it stays
+under 50 ms. A listing past it fails (``MCPServerError``)."""
 
 MCP_SCHEMA_PROPERTIES = 1000
 """Properties one tool's input schema may declare (nested ones counted); a tool past it
@@ -213,19 +216,21 @@ class MCPServer:
         self._failure = None
         self._changed = anyio.Event()
         self._closing = anyio.Event()
-        ready = anyio.Event()
+        ready, settled = anyio.Event(), anyio.Event()
         group = anyio.create_task_group()
         await group.__aenter__()
         try:
-            group.start_soon(self._connection, ready)
+            group.start_soon(self._connection, ready, settled)
             with anyio.move_on_after(self.connect_timeout):
-                await ready.wait()
+                await settled.wait()
         except BaseException:
             await self._abandon(group)
             raise
         if not ready.is_set():
             failure = self._failure
             await self._abandon(group)
+            if isinstance(failure, MCPServerError):  # a listing past the bounds, say
+                raise MCPServerError(str(failure)) from failure
             if failure is not None:
                 raise MCPServerError(
                     f"{self.source_name} could not be connected: {describe(failure)}"
@@ -265,11 +270,11 @@ class MCPServer:
             # The SDK bounds the closing (a stdio server is killed after about 4 s).
             await group.__aexit__(None, None, None)
 
-    async def _connection(self, ready: anyio.Event) -> None:
+    async def _connection(self, ready: anyio.Event, settled: anyio.Event) -> None:
         """The connection's task: it opens the SDK's client, serves, and closes it.
 
-        Nothing escapes it: a failure before ``ready`` is reported by ``__aenter__``, one
-        after it marks the server lost (every call then fails at once).
+        Nothing escapes it: a failure before ``ready`` is reported by ``__aenter__`` (woken
+        by ``settled``), one after it marks the server lost (every call then fails at once).
         """
         try:
             self._stage = "the handshake (server/discover, then initialize)"
@@ -288,15 +293,19 @@ class MCPServer:
                 async with anyio.create_task_group() as watchers:
                     await watchers.start(self._watch, client)
                     ready.set()
+                    settled.set()
                     assert self._closing is not None
                     await self._closing.wait()
                     watchers.cancel_scope.cancel()
         except Exception as exc:
+            while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+                exc = exc.exceptions[0]  # the SDK's task groups wrap what they let through
             if not ready.is_set():
                 self._failure = exc
             self._mark_lost(describe(exc))
         finally:
             self._client = None
+            settled.set()
 
     @property
     def connected(self) -> bool:
@@ -658,6 +667,7 @@ class MCPServerStdio(MCPServer):
 
     def _transport(self) -> Any:
         return stdio_transport(self._parameters, limit=self.max_message_bytes,
+                               listing_limit=min(MCP_LISTING_BYTES, self.max_message_bytes),
                                errlog=self._errlog, stderr=self._stderr,
                                lost=self._mark_lost)  # fmt: skip
 
@@ -696,6 +706,7 @@ class MCPServerHTTP(MCPServer):
 
     def _transport(self) -> Any:
         return http_transport(self.url, self._headers, limit=self.max_message_bytes,
+                              listing_limit=min(MCP_LISTING_BYTES, self.max_message_bytes),
                               lost=self._mark_lost, on_response=self._note_session)  # fmt: skip
 
     async def _note_session(self, response: httpx2.Response) -> None:

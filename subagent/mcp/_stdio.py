@@ -9,7 +9,9 @@ connection still looks open (every later call then waits its whole timeout). Thi
 - reads bytes and cuts lines itself; a line past ``limit`` bytes is never held: its first
   and last few KiB are kept to find the request it answers, which then gets a JSON-RPC
   error (a tool error the model reads); a line answering no request it can tell is the
-  server broken: the connection is closed and the server declared lost;
+  server broken: the connection is closed and the server declared lost. A reply to
+  ``tools/list`` past ``listing_limit`` is refused the same way before it is parsed
+  (parsing holds the event loop about 70 ms per MiB of a listing);
 - decodes with ``errors="replace"``: a bad byte becomes U+FFFD, the message goes on;
 - keeps the server's stderr to itself unless asked (``errlog``): its last
   :data:`STDERR_TAIL` bytes are kept for ``MCPServerStdio.stderr_tail``.
@@ -74,6 +76,7 @@ async def stdio_transport(
     parameters: StdioServerParameters,
     *,
     limit: int,
+    listing_limit: int,
     errlog: TextIO | None,
     stderr: StderrTail,
     lost: Callable[[str], None],
@@ -82,9 +85,10 @@ async def stdio_transport(
     process = await _spawn(parameters, errlog)
     to_session, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     to_server, from_session = anyio.create_memory_object_stream[SessionMessage](0)
+    bounds = _Bounds(limit, listing_limit)
     async with anyio.create_task_group() as group:
-        group.start_soon(_read_stdout, process.stdout, to_session, limit, lost)
-        group.start_soon(_write_stdin, process.stdin, from_session, to_session)
+        group.start_soon(_read_stdout, process.stdout, to_session, bounds, lost)
+        group.start_soon(_write_stdin, process.stdin, from_session, to_session, bounds)
         stderr_read = anyio.Event()
         if process.stderr is not None:
             group.start_soon(_read_stderr, process.stderr, stderr, stderr_read)
@@ -118,12 +122,45 @@ async def _spawn(parameters: StdioServerParameters, errlog: TextIO | None) -> An
     )
 
 
+class _Bounds:
+    """The bounds of one connection's replies, and the listing requests in flight."""
+
+    def __init__(self, limit: int, listing_limit: int):
+        self.limit = limit
+        self.listing_limit = listing_limit
+        self.listings: set[str | int] = set()  # ids of tools/list requests not yet answered
+
+    def sent(self, message: Any) -> None:
+        if isinstance(message, mcp_types.JSONRPCRequest) and message.method == "tools/list":
+            if len(self.listings) >= _LISTINGS_KEPT:
+                self.listings.clear()  # requests never answered: their waits ended long ago
+            self.listings.add(message.id)
+
+    def received(self, line: bytes) -> SessionMessage | Exception:
+        """A complete line within ``limit``: the message, or the error its request gets."""
+        if len(line) > self.listing_limit and self.listings:
+            request_id = _request_id(line[:_EDGE], line[-_EDGE:])
+            if request_id in self.listings:
+                self.listings.discard(request_id)
+                return _too_large(request_id, "MCP_LISTING_BYTES", self.listing_limit)
+        parsed = _parse(line)
+        if isinstance(parsed, SessionMessage) and self.listings:
+            answered = parsed.message
+            if isinstance(answered, mcp_types.JSONRPCResponse | mcp_types.JSONRPCError):
+                self.listings.discard(answered.id)
+        return parsed
+
+
+_LISTINGS_KEPT = 1000
+
+
 async def _read_stdout(
     stdout: anyio.abc.ByteReceiveStream,
     to_session: MemoryObjectSendStream[SessionMessage | Exception],
-    limit: int,
+    bounds: _Bounds,
     lost: Callable[[str], None],
 ) -> None:
+    limit = bounds.limit
     line = bytearray()
     over: _Oversized | None = None
     try:
@@ -144,18 +181,16 @@ async def _read_stdout(
                         break
                     start = end + 1
                     if over is not None:
-                        answer = over.answer(limit)
+                        request_id = _request_id(over.head, over.tail)
                         over = None
-                        if answer is None:
+                        if request_id is None:
                             lost(f"it sent a message of more than {limit} bytes answering no "
                                  f"request (max_message_bytes)")  # fmt: skip
                             return  # closing the stream fails every call in flight at once
-                        await to_session.send(answer)
+                        await to_session.send(_too_large(request_id, "max_message_bytes", limit))
                     elif line.strip():
-                        await to_session.send(_parse(bytes(line)))
-                        line.clear()
-                    else:
-                        line.clear()
+                        await to_session.send(bounds.received(bytes(line)))
+                    line.clear()
     except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError):
         pass  # our own shutdown, or the process gone: the session sees the stream end
 
@@ -184,29 +219,35 @@ class _Oversized:
         self.tail += piece[-_EDGE:]
         del self.tail[: max(0, len(self.tail) - _EDGE)]
 
-    def answer(self, limit: int) -> SessionMessage | None:
-        """The error its request gets instead, or None when it names no request."""
-        found = _HEAD_ID.match(self.head) or _TAIL_ID.search(self.tail)
-        if found is None:
-            return None
-        raw = found.group(1)
-        request_id: str | int = raw[1:-1].decode(errors="replace") if raw[:1] == b'"' else int(raw)
-        error = mcp_types.ErrorData(
-            code=TOO_LARGE,
-            message=f"the server's reply was larger than max_message_bytes ({limit} bytes) "
-            f"and was not read",
-        )
-        return SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+def _request_id(head: bytes | bytearray, tail: bytes | bytearray) -> str | int | None:
+    """The id of the request a line answers, found in its first or last bytes (or None)."""
+    found = _HEAD_ID.match(head) or _TAIL_ID.search(tail)
+    if found is None:
+        return None
+    raw = found.group(1)
+    return raw[1:-1].decode(errors="replace") if raw[:1] == b'"' else int(raw)
+
+
+def _too_large(request_id: str | int, bound: str, limit: int) -> SessionMessage:
+    """The error a request gets instead of a reply past ``bound``."""
+    error = mcp_types.ErrorData(
+        code=TOO_LARGE,
+        message=f"the server's reply was larger than {bound} ({limit} bytes) and was not read",
+    )
+    return SessionMessage(mcp_types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
 
 
 async def _write_stdin(
     stdin: anyio.abc.ByteSendStream,
     from_session: Any,
     to_session: MemoryObjectSendStream[SessionMessage | Exception],
+    bounds: _Bounds,
 ) -> None:
     try:
         async with from_session:
             async for message in from_session:
+                bounds.sent(message.message)
                 data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                 await stdin.send(data.encode() + b"\n")
     except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
