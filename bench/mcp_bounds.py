@@ -106,6 +106,7 @@ async def main(name: str, size: int) -> None:
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     async with anyio.create_task_group() as group:
         group.start_soon(tick)
+        await anyio.sleep(0.01)  # the ticker is waiting before the scenario starts
         start = time.perf_counter()
         outcome = await scenario(name, size)
         wall = time.perf_counter() - start

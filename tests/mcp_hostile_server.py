@@ -9,8 +9,8 @@ protocol (``server/discover`` is refused as an unknown method, as an older serve
 Its tools are what a server the runtime does not control may send:
 
 - ``add(a, b)``: an honest tool, to show the connection serves on;
-- ``shaped()``: a result whose ``structuredContent`` meets an ``outputSchema`` with a
-  backtracking pattern (``^(a+)+$`` against ``"a" * 26 + "!"``);
+- ``shaped(length=26)``: a result whose ``structuredContent`` meets an ``outputSchema``
+  with a backtracking pattern (``^(a+)+$`` against ``"a" * length + "!"``);
 - ``flood(count)``: a result of ``count`` tiny text blocks;
 - ``badbytes()``: a result whose text holds a byte that is not UTF-8;
 - ``fail()``: a tool error with a traceback written to stderr.
@@ -78,8 +78,9 @@ def result_of(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     if name == "add":
         return text(str(arguments["a"] + arguments["b"]))
     if name == "shaped":
+        length = int(arguments.get("length", 26))
         return {"content": [{"type": "text", "text": "shaped"}],
-                "structuredContent": {"v": "a" * 26 + "!"}}  # fmt: skip
+                "structuredContent": {"v": "a" * length + "!"}}  # fmt: skip
     if name == "flood":
         return {"content": [{"type": "text", "text": "x"}] * int(arguments["count"])}
     if name == "badbytes":

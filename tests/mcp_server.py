@@ -2,9 +2,10 @@
 
 ``python tests/mcp_server.py stdio`` serves over stdin/stdout; ``python tests/mcp_server.py
 http`` serves streamable HTTP on 127.0.0.1 at an ephemeral port, printed as the first line
-of its stdout. Its tools exercise what the client must handle: plain results, errors,
-slowness, a crash of the whole process, a call held until the test kills the process,
-images, trace context, concurrency and a tool list that changes.
+of its stdout. Its tools exercise what the client must handle: plain results, errors (the
+SDK's ToolError and a plain exception), slowness, a crash of the whole process, a call held
+until the test kills the process, images, trace context, concurrency and a tool list that
+changes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 import anyio
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, ImageContent, TextContent
 
 server = MCPServer("calc", log_level="CRITICAL")
@@ -59,6 +61,18 @@ def refuse(reason: str) -> CallToolResult:
     """Report an error as MCP tools do (isError)."""
     return CallToolResult(content=[TextContent(type="text", text=f"refused: {reason}")],
                           is_error=True)  # fmt: skip
+
+
+@server.tool()
+def explain(reason: str) -> str:
+    """Fail with a ToolError: its text reaches the client."""
+    raise ToolError(f"cannot: {reason}")
+
+
+@server.tool()
+def stumble(reason: str) -> str:
+    """Fail with a plain exception: the SDK shows the client only that the tool failed."""
+    raise ValueError(f"cannot: {reason}")
 
 
 @server.tool()

@@ -151,6 +151,19 @@ async def test_a_tool_error_of_the_server_reaches_the_model(server: MCPServer) -
     assert "refused: no" in result.content
 
 
+async def test_only_the_sdks_tool_error_gives_the_model_the_servers_text(
+    server: MCPServer,
+) -> None:
+    agent = SubAgent(name="calc", prompt="Go", tools=[server], max_turns=4)
+    llm = ScriptedLLM([call("explain", reason="no key"), call("stumble", reason="no key"), "no"])
+    step = await agent.run(llm=llm)
+    explained, stumbled = (turn.tool_results[0] for turn in step.turns[:2])
+    assert explained.error_type == stumbled.error_type == "MCPToolError"
+    assert "cannot: no key" in explained.content
+    assert "Error executing tool stumble" in stumbled.content
+    assert "cannot: no key" not in stumbled.content  # the SDK masks a plain exception
+
+
 async def test_tools_are_stripped_outside_normal_and_never_called_there(
     server: MCPServer,
 ) -> None:

@@ -325,3 +325,36 @@ async def test_a_stdio_servers_stderr_goes_to_errlog_when_given(tmp_path: Path) 
             await agent.run(llm=ScriptedLLM([call("fail"), "gave up"]))
     assert "the tool broke" in log.read_text()
     assert server.stderr_tail == ""  # type: ignore[attr-defined]
+
+
+# --- canaries: the SDK's faults worked around above; one failing means an upgrade fixed it ---
+
+
+async def sdk_call(name: str, **arguments: Any) -> Any:
+    """One call through the SDK's own client and stdio transport, 5 s at most."""
+    from mcp import Client, StdioServerParameters
+
+    parameters = StdioServerParameters(command=sys.executable, args=[HOSTILE, "stdio"])
+    with anyio.fail_after(5):
+        async with Client(parameters, read_timeout_seconds=2) as client:
+            return await client.call_tool(name, arguments)
+
+
+async def test_canary_the_sdk_still_checks_structured_content_against_the_output_schema() -> None:
+    # Why _skip_output_check exists (subagent/mcp/_server.py): the check runs jsonschema's
+    # backtracking `re` on the event loop. Five characters: a quick mismatch.
+    with pytest.raises(BaseException) as raised:  # noqa: PT011 - in the SDK's exception groups
+        await sdk_call("shaped", length=5)
+    error = raised.value
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    assert isinstance(error, RuntimeError)
+    assert "Invalid structured content returned by tool shaped" in str(error)
+
+
+async def test_canary_the_sdks_stdio_reader_still_fails_on_a_byte_that_is_not_utf8() -> None:
+    # Why subagent/mcp/_stdio.py reads the lines itself (it also bounds them, which the
+    # SDK's reader does not). The SDK's reader dies, and the call waits out its timeout.
+    with pytest.raises(BaseException) as raised:  # noqa: PT011 - whichever way it fails
+        await sdk_call("badbytes")
+    assert not isinstance(raised.value, AssertionError)
