@@ -94,7 +94,7 @@ MCP_SCHEMA_PROPERTIES = 1000
 """Properties one tool's input schema may declare (nested ones counted); a tool past it
 cannot be offered (a ``ConfigurationError`` naming it when a run starts)."""
 
-MCP_MESSAGE_LIMIT = 4 * 1024 * 1024
+MCP_MESSAGE_LIMIT = 1024 * 1024
 """The default ``max_message_bytes``: the largest message read from a server."""
 
 MCP_DESCRIPTION_LIMIT = 1024
