@@ -87,7 +87,7 @@ class _Guarded(httpx2.AsyncBaseTransport):
                                    f"the server sent a {encoding}-compressed reply, "
                                    f"which is not accepted (it was asked for none)")  # fmt: skip
         limit, bound = self._limit, "max_message_bytes"
-        if request.method == "POST" and _LISTING in request.content:
+        if _is_listing(request):
             limit, bound = self._listing_limit, "MCP_LISTING_BYTES"
         kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
         if kind == "text/event-stream":
@@ -202,6 +202,14 @@ def _events_end(buffer: bytearray, start: int) -> int:
     ends = (buffer.rfind(end, start) for end in _EVENT_END)
     return max((found + len(end) for found, end in zip(ends, _EVENT_END, strict=True)
                 if found >= 0), default=0)  # fmt: skip
+
+
+def _is_listing(request: httpx2.Request) -> bool:
+    """Whether a request is a ``tools/list`` (its reply is held to the listing's bound)."""
+    try:
+        return request.method == "POST" and _LISTING in request.content
+    except httpx2.RequestNotRead:
+        return False
 
 
 def _request_id(request: httpx2.Request) -> Any:
