@@ -282,6 +282,9 @@ class MCPServer:
                 self._transport(),
                 read_timeout_seconds=self.connect_timeout,
                 message_handler=self._on_message,
+                # Listings are fetched afresh (cache_mode="refresh") and kept here; the
+                # SDK's response cache would only copy each one on the event loop.
+                cache=None,
             )
             async with client:
                 _skip_output_check(client.session)
