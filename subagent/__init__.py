@@ -18,6 +18,7 @@ from subagent._correction import Correction
 from subagent._errors import (
     ConfigurationError,
     ErrorKind,
+    InvalidStateError,
     LLMContractError,
     LLMError,
     MissingVariableError,
@@ -43,6 +44,7 @@ from subagent._records import (
     TurnType,
     UsageSummary,
 )
+from subagent._resume import MemoryClaims, StateClaims
 from subagent._state import Decision, PendingCalls, RunState
 from subagent.batch import Batch, BatchItem, BatchSummary, run_many, stream_many, summarize
 from subagent.llm import (
@@ -124,11 +126,13 @@ __all__ = [
     "FallbackLLM",
     "FromExtras",
     "FunctionLLM",
+    "InvalidStateError",
     "JSONParser",
     "LLMContractError",
     "LLMError",
     "LLMRequest",
     "LLMResponse",
+    "MemoryClaims",
     "Message",
     "MissingVariableError",
     "ModelProfile",
@@ -158,6 +162,7 @@ __all__ = [
     "ScriptExhaustedError",
     "ScriptedLLM",
     "SectionsParser",
+    "StateClaims",
     "StateMismatchError",
     "Step",
     "StopReason",

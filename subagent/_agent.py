@@ -19,9 +19,8 @@ import sniffio
 from pydantic import BaseModel
 from typing_extensions import TypeVar, Unpack
 
-from subagent._approval import checked_decisions
 from subagent._as_tool import PASS_DOWN, agent_tool
-from subagent._build import build, check_llm, check_state
+from subagent._build import build, check_llm
 from subagent._definition import AgentDefinition
 from subagent._handle import AgentRun
 from subagent._options import (
@@ -35,6 +34,7 @@ from subagent._options import (
 )
 from subagent._override import override_llm
 from subagent._records import Step
+from subagent._resume import StateClaims, checked_resume
 from subagent._run import execute_run
 from subagent._state import Decision, RunState
 from subagent.llm import LLM
@@ -179,6 +179,9 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
         self,
         state: RunState | str | bytes,
         decisions: Mapping[str, Decision | bool] | None = None,
+        *,
+        key: bytes | None = None,
+        claims: StateClaims | None = None,
         **options: Unpack[ResumeArguments[DepsT]],
     ) -> Step[OutputT]:
         """Go on with a run from a saved :class:`~subagent.RunState`; return its Step.
@@ -186,27 +189,39 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
         Resuming the state saved after turn k gives the Step the run would have given had
         it never stopped (the same turns, budgets and outcome; only wall-clock times differ).
         A paused state (``step.state`` of a paused Step) needs a decision for each call
-        waiting for approval: ``Decision.approve()`` (or ``True``), ``Decision.deny(reason)``
-        (or ``False``), ``Decision.edit(arguments)``, keyed by the call's id. The run may
-        pause again.
+        that needs approval by the agent's own rules (never by what the state says):
+        ``step.pending.approve(call_id)``, ``.deny(call_id, reason)`` or
+        ``.edit(call_id, arguments)`` (decisions bound to the call as the approver saw it),
+        or ``Decision.approve()`` / ``True``, ``Decision.deny(reason)`` / ``False``,
+        ``Decision.edit(arguments)`` (unbound), keyed by the call's id. The run may pause
+        again.
 
-        The budgets, context policy, conversation and system prompts come from the state;
-        the options are this part's own, as for :meth:`run` (:class:`ResumeArguments`).
-        ``mission_timeout`` counts the time the run has already run; ``usage_limits`` count
-        the resumed part only; ``deps`` must be passed again (a state never holds them).
+        A state is untrusted input: it is checked before anything runs (its fields must fit
+        together; a bound decision must answer the call it was made for; an edit must fit
+        the tool). The budgets, context policy, conversation and system prompts come from
+        the state; the options are this part's own, as for :meth:`run`
+        (:class:`ResumeArguments`). ``mission_timeout`` counts the time the run has already
+        run; ``usage_limits`` count the resumed part only; ``deps`` must be passed again.
 
         Args:
-            state: The saved state, or its JSON.
+            state: The saved state, or its JSON (its signed JSON when ``key`` is given).
             decisions: For a paused state: the decision about each waiting call, by id.
+            key: The key the application signed the state with (:meth:`RunState.signed`):
+                the state must be signed JSON, and its signature match.
+            claims: Resume each state once only: its id is claimed here first
+                (:class:`MemoryClaims` in one process, or a shared store), and a state
+                claimed already is refused.
             **options: This part's options (:class:`~subagent.ResumeArguments`).
 
         Raises:
+            InvalidStateError: The state is not one to resume: its fields do not fit
+                together, its signature does not match, it was resumed already, or a bound
+                decision's call changed (the error names the field).
             StateMismatchError: The state was saved by another agent, or by one with other
                 output, tools, prompts or protocol (the error names which).
-            ConfigurationError: A decision is missing, names no waiting call, or the state
-                is not paused but decisions were given.
-            pydantic.ValidationError: ``state`` is JSON that is not a RunState (an unknown
-                ``version`` included).
+            ConfigurationError: A decision is missing, names a call that needs none, or is
+                an edit the tool does not take; or the state is not paused but decisions
+                were given.
         """
         for name in options:
             if name not in ResumeArguments.__annotations__:
@@ -215,9 +230,7 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
                     f"SubAgent.resume() got the keyword argument {name!r}: a resumed run "
                     f"takes it from its state"
                 )
-        saved = state if isinstance(state, RunState) else RunState.model_validate_json(state)
-        check_state(self, saved)
-        given = checked_decisions(saved, decisions)
+        saved, given = checked_resume(self, state, decisions, key, claims)
         resolved = resolve(self, {**options, "max_turns": saved.max_turns,
                                   "return_retries": saved.return_retries,
                                   "context_policy": saved.context_policy})  # fmt: skip
@@ -232,12 +245,13 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
         decisions: Mapping[str, Decision | bool] | None = None,
         *,
         backend: str = "asyncio",
+        key: bytes | None = None,
+        claims: StateClaims | None = None,
         **options: Unpack[ResumeArguments[DepsT]],
     ) -> Step[OutputT]:
         """:meth:`resume` from synchronous code (starts and stops an event loop)."""
-        return anyio.run(
-            functools.partial(self.resume, state, decisions, **options), backend=backend
-        )
+        resume = functools.partial(self.resume, state, decisions, key=key, claims=claims)
+        return anyio.run(functools.partial(resume, **options), backend=backend)
 
     def start(
         self, context: Context = None, **options: Unpack[RunArguments[DepsT]]

@@ -89,7 +89,7 @@ def build(agent: AgentDefinition[Any, Any]) -> Built:
         correct_cut_replies=agent.correct_cut_replies, validators=tuple(agent.validators),
         systems=system(toolbox),
         validators_take_context=any(takes_run_context(v) for v in agent.validators),
-        approval=approval_rule(tools, agent.approval),
+        approval=approval_rule(tools, agent.approval, agent.prune_unknown_args),
         fingerprint=_Once(functools.partial(fingerprint, agent)),
     )  # fmt: skip
     sourced = None

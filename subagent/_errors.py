@@ -226,7 +226,31 @@ class RunPausedError(SubAgentError):
         self.step = step
 
 
-class StateMismatchError(SubAgentError):
+class InvalidStateError(SubAgentError, ValueError):
+    """A :class:`~subagent.RunState` that ``resume`` refuses: it is untrusted input.
+
+    Raised before anything runs, naming the field and why: a state whose fields do not fit
+    together (its phase, its pending calls and its turns; budgets beyond what it ran with),
+    a signed state whose signature does not match the key, a state resumed a second time
+    where single use was asked for, or a decision bound to a call the state no longer
+    holds as it was decided.
+
+    Attributes:
+        field: The state's field at fault (``work_remaining``, ``pending.calls``,
+            ``signature``, ``id``...).
+        reason: Why, in words.
+    """
+
+    def __init__(self, field: str, reason: str):
+        super().__init__(f"cannot resume this state: {field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.field, self.reason))
+
+
+class StateMismatchError(InvalidStateError):
     """A saved :class:`~subagent.RunState` does not fit the agent asked to resume it.
 
     Attributes:
@@ -235,8 +259,34 @@ class StateMismatchError(SubAgentError):
     """
 
     def __init__(self, part: str, message: str):
-        super().__init__(f"cannot resume this state: {part} differs: {message}")
+        SubAgentError.__init__(self, f"cannot resume this state: {part} differs: {message}")
         self.part = part
+        self.field = part
+        self.reason = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.part, self.reason))
+
+
+def blame_user_code(exc: BaseException, what: str) -> BaseException:
+    """Mark ``exc`` as a bug in user code that ran inside a turn (a model, a policy).
+
+    It is raised out of the run as it is, never classified as a model error, with the turns
+    taken so far (the one it broke included) in ``.turns``. Returns ``exc``.
+    """
+    if getattr(exc, _USER_CODE, None) is None:
+        setattr(exc, _USER_CODE, what)
+        setattr(exc, _CALLBACK, what)  # raised alone, as a callback's error is
+        exc.add_note(f"raised by {what} inside a subagent run (its turns are in .turns)")
+    return exc
+
+
+def user_code_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a bug in user code that ran inside a turn (:func:`blame_user_code`)."""
+    return getattr(exc, _USER_CODE, None) is not None
+
+
+_USER_CODE = "_subagent_user_code"
 
 
 class ScriptExhaustedError(SubAgentError):

@@ -40,6 +40,8 @@ class ToolBatch:
         preset: Results of calls that do not run (denied), by position.
         resumed: Whether the turn paused for approval and goes on now.
         decisions: On a resumed turn, the decision about each call that needed one.
+        notes: What the model is told with a call's result, by position (an approver's
+            edit).
     """
 
     calls: list[ToolCall]
@@ -48,6 +50,7 @@ class ToolBatch:
     preset: dict[int, ToolResult] = field(default_factory=dict)
     resumed: bool = False
     decisions: Mapping[str, Decision] = field(default_factory=dict)
+    notes: dict[int, str] = field(default_factory=dict)
 
     @property
     def to_run(self) -> int:

@@ -15,7 +15,12 @@ from subagent._host import RunHost
 from subagent._phases import Phase, Trigger
 from subagent._verdicts import Answered, Ended, GaveUp, Missed, Verdict
 from subagent.llm import LLMResponse, StopReason, ToolCall
-from subagent.parsers import ParseResult, detect_explicit_fail, run_validators
+from subagent.parsers import (
+    ParseResult,
+    detect_explicit_fail,
+    fail_beside_other_json,
+    run_validators,
+)
 
 __all__ = ["judge_answer", "judge_reply"]
 
@@ -47,9 +52,13 @@ async def judge_reply(host: RunHost, response: LLMResponse, index: int) -> Verdi
 async def judge_answer(host: RunHost, text: str) -> Verdict:
     """A return attempt: an explicit fail, or an answer the output contract judges."""
     parts = host.parts
-    reason = detect_explicit_fail(text, max_chars=parts.contract.max_reply_chars)
+    limit = parts.contract.max_reply_chars
+    reason = detect_explicit_fail(text, max_chars=limit)
     if reason is not None:
         return GaveUp(reason)
+    if fail_beside_other_json(text, max_chars=limit):  # neither an answer nor giving up
+        return Missed(parts.templates.render("fail_beside_answer"), "invalid_output",
+                      summary="a fail object beside other JSON")  # fmt: skip
     parsed: ParseResult = parts.contract.parse(text, parts.templates)
     if not parsed.ok:
         return Missed(parsed.feedback, "invalid_output", summary=parsed.summary or None)

@@ -10,6 +10,7 @@ field in one place each.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -92,7 +93,8 @@ class LiveRun:
         systems = self.systems
         # Built from values of the right types already: no validation (measured in bench).
         return trusted(RunState, _STATE_FIELDS, {
-            "version": STATE_VERSION, "agent": agent, "fingerprint": fingerprint,
+            "version": STATE_VERSION, "id": uuid.uuid4().hex, "agent": agent,
+            "fingerprint": fingerprint,
             "phase": budget.state, "work_remaining": budget.work_remaining,
             "retries_remaining": budget.retries_remaining, "retry_total": budget.retry_total,
             "max_turns": max_turns, "return_retries": return_retries,

@@ -24,7 +24,7 @@ from subagent._apply import apply, failure
 from subagent._call import call_model
 from subagent._context import RunContext
 from subagent._conversation import with_notice
-from subagent._errors import ErrorKind, LLMError, SubAgentError, callback_error
+from subagent._errors import ErrorKind, LLMError, SubAgentError, callback_error, user_code_error
 from subagent._feedback import must_return_warning
 from subagent._hooks import ToolBatch
 from subagent._judge import judge_reply
@@ -48,9 +48,7 @@ from subagent.llm import LLMRequest, LLMResponse, Message, ToolCall, ToolDefinit
 from subagent.observe import (
     EventQueue,
     TurnScope,
-    continuing_trace,
     current_traceparent,
-    mark_resumed,
     observer_for_run,
 )
 from subagent.tools import ToolRun
@@ -142,13 +140,9 @@ class _Run:
     async def execute(self) -> Step[Any]:
         self._started = time.perf_counter()
         options, live = self.options, self.live
-        # A resumed run continues its original trace: its span is a child of the first's.
-        with (
-            continuing_trace(live.traceparent if live.resumed else None),
-            self.observer.run(options.max_turns, options.return_retries, live.budget.state) as run,
-        ):  # fmt: skip
-            if live.resumed:
-                mark_resumed()
+        # A resumed part is a trace of its own, its run span linked to the first part's.
+        with self.observer.run(options.max_turns, options.return_retries, live.budget.state,
+                               live.resumed, live.traceparent) as run:  # fmt: skip
             try:
                 if options.mission_timeout is None and self._stop is None:
                     budget = live.budget
@@ -292,6 +286,12 @@ class _Run:
             else:
                 done = self._interrupted(draft.response)
             self._record(observed, draft.broken(exc, self.live.budget, *done))
+            raise
+        except Exception as exc:  # a bug in the model's code or the approval policy
+            if not user_code_error(exc):
+                raise
+            self._record(observed, draft.broken(exc, self.live.budget,
+                                                *self._interrupted(draft.response)))  # fmt: skip
             raise
         self._record(observed, draft.finished(verdict, feedback_text, self.live.budget))
 

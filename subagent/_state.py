@@ -14,12 +14,15 @@ imported (``subagent`` always imports it first).
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import uuid
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
+from subagent._errors import InvalidStateError
 from subagent.llm import LLMResponse, Message, ToolCall, Usage
 
 if TYPE_CHECKING:
@@ -44,12 +47,22 @@ class Decision(BaseModel):
     Build one with :meth:`approve`, :meth:`deny` or :meth:`edit`. A decision is plain data
     (it round-trips through JSON), so it can come from another process.
 
+    A decision made for a call the approver saw (``Decision.approve(call)``, or
+    ``pending.approve(call_id)``) is *bound* to it: it holds the digest of the call's name,
+    id and arguments, and ``resume`` refuses it if the state's call is no longer that call
+    (a state changed after the decision was made). An unbound decision
+    (``Decision.approve()``, ``True``) answers whatever call has that id in the state
+    resumed: use it only for states that never left your process, or that you sign.
+
     Attributes:
         action: ``approve`` (the call runs as the model asked), ``deny`` (it does not run;
             the model is told ``reason`` as the tool's result) or ``edit`` (it runs with
             ``arguments`` instead of the model's).
         reason: Why a call was denied, as the model is told it.
-        arguments: The corrected arguments of an edited call.
+        arguments: The corrected arguments of an edited call (checked strictly: every
+            name must be one the tool takes).
+        call_digest: The digest of the call decided about (:func:`call_digest`), for a
+            bound decision.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -57,6 +70,7 @@ class Decision(BaseModel):
     action: Literal["approve", "deny", "edit"]
     reason: str = ""
     arguments: dict[str, Any] | None = None
+    call_digest: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @model_validator(mode="after")
     def _complete(self) -> Self:
@@ -67,19 +81,31 @@ class Decision(BaseModel):
         return self
 
     @classmethod
-    def approve(cls) -> Decision:
-        """Run the call as the model asked."""
-        return _APPROVED
+    def approve(cls, call: ToolCall | None = None) -> Decision:
+        """Run the call as the model asked (bound to ``call`` when given)."""
+        if call is None:
+            return _APPROVED
+        return cls(action="approve", call_digest=call_digest(call))
 
     @classmethod
-    def deny(cls, reason: str = "") -> Decision:
+    def deny(cls, reason: str = "", call: ToolCall | None = None) -> Decision:
         """Do not run the call; the model is told ``reason`` as the tool's result."""
-        return cls(action="deny", reason=reason)
+        bound = None if call is None else call_digest(call)
+        return cls(action="deny", reason=reason, call_digest=bound)
 
     @classmethod
-    def edit(cls, arguments: dict[str, Any]) -> Decision:
-        """Run the call with ``arguments`` instead of the model's (validated like any call)."""
-        return cls(action="edit", arguments=dict(arguments))
+    def edit(cls, arguments: dict[str, Any], call: ToolCall | None = None) -> Decision:
+        """Run the call with ``arguments`` instead of the model's.
+
+        The arguments are checked strictly when the run resumes: a name the tool does not
+        take, or a value that does not fit, is refused then, naming the call.
+        """
+        bound = None if call is None else call_digest(call)
+        return cls(action="edit", arguments=dict(arguments), call_digest=bound)
+
+    def decides(self, call: ToolCall) -> bool:
+        """Whether this decision may answer ``call``: unbound, or bound to exactly it."""
+        return self.call_digest is None or self.call_digest == call_digest(call)
 
 
 _APPROVED = Decision(action="approve")
@@ -107,6 +133,25 @@ class PendingCalls(BaseModel):
         ids = set(self.needs_approval)
         return [call for call in self.calls if call.id in ids]
 
+    def approve(self, call_id: str) -> Decision:
+        """A decision approving the waiting call ``call_id``, bound to it as it is now."""
+        return Decision.approve(self._waiting(call_id))
+
+    def deny(self, call_id: str, reason: str = "") -> Decision:
+        """A decision denying the waiting call ``call_id`` (the model reads ``reason``)."""
+        return Decision.deny(reason, self._waiting(call_id))
+
+    def edit(self, call_id: str, arguments: dict[str, Any]) -> Decision:
+        """A decision running the waiting call ``call_id`` with ``arguments`` instead."""
+        return Decision.edit(arguments, self._waiting(call_id))
+
+    def _waiting(self, call_id: str) -> ToolCall:
+        for call in self.waiting:
+            if call.id == call_id:
+                return call
+        waiting = [call.id for call in self.waiting]
+        raise KeyError(f"no call waiting for approval has the id {call_id!r}; waiting: {waiting}")
+
 
 class RunState(BaseModel):
     """Everything a run needs to go on from a turn boundary: what ``resume`` starts from.
@@ -119,6 +164,7 @@ class RunState(BaseModel):
 
     Attributes:
         version: The record's version (``1``).
+        id: A random id, new for each state taken: what single-use resumes record.
         agent: The agent's name.
         fingerprint: Digests of what must match in the resuming agent, by part: ``output``,
             ``tools`` (names, schemas, which need approval), ``prompts`` (the task prompt,
@@ -145,6 +191,7 @@ class RunState(BaseModel):
     """
 
     version: Literal[1] = STATE_VERSION
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex)
     agent: str
     fingerprint: dict[str, str]
     phase: Literal["normal", "must_return", "retry", "paused"]
@@ -181,6 +228,46 @@ class RunState(BaseModel):
     def paused(self) -> bool:
         """Whether the run is waiting for decisions about tool calls."""
         return self.phase == "paused"
+
+    def signed(self, key: bytes) -> str:
+        """The state as signed JSON: ``resume(text, key=key)`` checks it was not changed.
+
+        For states kept outside the process (a file, a queue, a browser): an HMAC-SHA256
+        of the state's JSON with ``key``, which the application keeps secret, as signed
+        cookies are. The state itself is not encrypted: do not put secrets in a run's
+        messages.
+        """
+        text = self.model_dump_json()
+        return json.dumps({"subagent_state": STATE_VERSION, "state": text, "hmac": _mac(key, text)})
+
+    @classmethod
+    def from_signed(cls, signed: str | bytes, key: bytes) -> RunState:
+        """The state of :meth:`signed` JSON, its signature checked with ``key``.
+
+        Raises:
+            InvalidStateError: The text is not a signed state, or its signature does not
+                match ``key`` (the state was changed, or signed with another key).
+        """
+        try:
+            envelope = json.loads(signed)
+        except ValueError:
+            envelope = None
+        text = envelope.get("state") if isinstance(envelope, dict) else None
+        mac = envelope.get("hmac") if isinstance(envelope, dict) else None
+        if not isinstance(text, str) or not isinstance(mac, str):
+            raise InvalidStateError("signature", "not a signed state (RunState.signed)")
+        if not hmac.compare_digest(mac, _mac(key, text)):
+            raise InvalidStateError(
+                "signature", "does not match the key: the state was changed after it was "
+                "signed, or signed with another key"
+            )  # fmt: skip
+        return cls.model_validate_json(text)
+
+
+def _mac(key: bytes, text: str) -> str:
+    if not isinstance(key, bytes | bytearray) or not key:
+        raise TypeError("a state's signing key must be non-empty bytes")
+    return hmac.new(bytes(key), text.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 def digest(value: object) -> str:

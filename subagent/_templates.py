@@ -57,6 +57,8 @@ TEMPLATE_VARIABLES: dict[str, frozenset[str]] = {
     "divider_missing": frozenset({"found_one"}),
     "error_feedback": frozenset({"error_message", "final_turn", "turns_left", "has_tools"}),
     "fail_not_allowed": frozenset({"reason"}),
+    "fail_beside_answer": frozenset(),
+    "tool_edited": frozenset({"name", "arguments"}),
     "invalid_output": frozenset({"errors"}),
     "json_not_found": frozenset(),
     "json_syntax_error": frozenset({"message", "line", "column", "excerpt", "fence"}),

@@ -38,6 +38,9 @@ async def run_batch(host: RunHost, response: LLMResponse, batch: ToolBatch) -> V
     runs = await _run_calls(host, batch)
     done = [run for run in runs if run is not None]
     results = [run.result for run in done]
+    for position, note in batch.notes.items():  # an approver's edit, told with the result
+        result = results[position]
+        results[position] = result.model_copy(update={"content": f"{note}\n\n{result.content}"})
     for run in done:
         if run.extras:
             host.live.extras = {**(host.live.extras or {}), **run.extras}

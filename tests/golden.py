@@ -133,7 +133,9 @@ def agent(**options: Any) -> SubAgent[Answer]:
 
 def _without_measured(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _without_measured(v) for k, v in value.items() if k not in _MEASURED}
+        # A RunState's id is random, new for every state taken.
+        drop = _MEASURED | {"id"} if "fingerprint" in value else _MEASURED
+        return {k: _without_measured(v) for k, v in value.items() if k not in drop}
     if isinstance(value, list | tuple):
         return [_without_measured(item) for item in value]
     return value
@@ -547,7 +549,11 @@ async def paused_then(r: Recorder, decisions: list[dict[str, Decision]], script:
     for decided in decisions:
         assert step.state is not None, "the run was expected to pause"
         state = RunState.model_validate_json(step.state.model_dump_json())  # across JSON
-        step = r.part(await subagent.resume(state, decided, llm=model, **r.options()))
+        try:
+            step = r.part(await subagent.resume(state, decided, llm=model, **r.options()))
+        except Exception as error:  # refused before anything ran (an edit that does not fit)
+            r.raised(error)
+            return
 
 
 @scenario

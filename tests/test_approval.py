@@ -144,14 +144,32 @@ async def test_an_edited_call_runs_with_the_new_arguments_and_both_are_recorded(
     assert "deployed to staging" in first.tool_results[0].content
 
 
-async def test_an_edit_with_invalid_arguments_is_fed_back_like_any_invalid_call() -> None:
+async def test_an_approvers_edit_the_tool_does_not_take_is_refused_before_anything_runs() -> None:
     ledger = Ledger()
     model = ScriptedLLM([calls(deploy()), '{"x": 1}'])
     paused = await ops(ledger).run(llm=model)
     assert paused.state is not None
-    done = await ops(ledger).resume(paused.state, {"c1": Decision.edit({"place": 1})}, llm=model)
-    assert ledger.deployed == []
-    assert done.turns[0].tool_results[0].error_type == "invalid_arguments"
+    with pytest.raises(ConfigurationError) as typo:  # "place" for "env": never pruned away
+        await ops(ledger).resume(paused.state, {"c1": Decision.edit({"place": 1})}, llm=model)
+    assert typo.value.field == "decisions"
+    assert "['place']" in str(typo.value) and "['env']" in str(typo.value)
+    with pytest.raises(ConfigurationError, match="env: Input should be a valid string"):
+        await ops(ledger).resume(paused.state, {"c1": Decision.edit({"env": 5})}, llm=model)
+    assert ledger.deployed == [] and model.remaining == 1
+
+
+async def test_the_model_is_told_the_approver_changed_its_call() -> None:
+    ledger = Ledger()
+    model = ScriptedLLM([calls(deploy()), '{"x": 1}'])
+    paused = await ops(ledger).run(llm=model)
+    assert paused.state is not None and paused.pending is not None
+    edit = paused.pending.edit("c1", {"env": "staging"})
+    done = await ops(ledger).resume(paused.state, {"c1": edit}, llm=model)
+    assert done.ok and ledger.deployed == ["staging"]
+    result = done.turns[0].tool_results[0].content
+    assert result.startswith("The approver changed this call before it ran")
+    assert '{"env": "staging"}' in result
+    assert done.turns[0].tool_calls[0].arguments == {"env": "prod"}  # the model's own call
 
 
 async def test_a_run_can_pause_twice_and_resume_each_time_across_json() -> None:
@@ -185,6 +203,58 @@ async def test_a_policy_sees_each_calls_name_and_arguments() -> None:
     step = await agent.run(llm=model)
     assert step.paused and ledger.read == ["api"]  # the first turn needed no approval
     assert seen == [("status", {"service": "api"}), ("status", {"service": "db"})]
+
+
+class Transfers:
+    """A transfer tool whose arguments a careful policy reads by type."""
+
+    def __init__(self) -> None:
+        self.made: list[tuple[int, bool]] = []
+        self.seen: list[dict[str, Any]] = []
+
+    def agent(self, policy: Any = None) -> SubAgent[Answer]:
+        def transfer(amount: int, dry_run: bool = True) -> str:
+            """Move money."""
+            self.made.append((amount, dry_run))
+            return "done"
+
+        def careful(name: str, arguments: Any) -> bool:
+            self.seen.append(dict(arguments))
+            return not arguments["dry_run"] or arguments["amount"] > 100
+
+        return SubAgent(name="bank", prompt="Pay", output=Answer, max_turns=4,
+                        tools=[Tool(transfer, run_in_thread=False)],
+                        approval=policy or careful)  # fmt: skip
+
+
+async def test_a_policy_sees_the_arguments_the_tool_would_run_with_coerced() -> None:
+    bank = Transfers()
+    # "5000" and "false" are what a model writes; the tool runs transfer(5000, False).
+    reply = calls(("transfer", {"amount": "5000", "dry_run": "false"}))
+    step = await bank.agent().run(llm=ScriptedLLM([reply]))
+    assert bank.seen == [{"amount": 5000, "dry_run": False}]
+    assert step.paused and bank.made == []
+
+
+async def test_a_call_whose_arguments_do_not_fit_needs_no_approval_and_never_runs() -> None:
+    bank = Transfers()
+    reply = calls(("transfer", {"amount": "lots"}))
+    step = await bank.agent().run(llm=ScriptedLLM([reply, '{"x": 1}']))
+    assert bank.seen == [] and bank.made == []
+    assert step.ok and step.turns[0].tool_results[0].error_type == "invalid_arguments"
+
+
+async def test_a_policy_that_raises_is_raised_as_itself_with_the_turn_kept() -> None:
+    def broken(name: str, arguments: Any) -> bool:
+        return arguments["amount"] > "100"  # a plain bug: int > str
+
+    bank = Transfers()
+    with pytest.raises(TypeError) as caught:
+        await bank.agent(broken).run(llm=ScriptedLLM([calls(("transfer", {"amount": 5}))]))
+    (turn,) = caught.value.turns  # type: ignore[attr-defined]
+    assert turn.error_type == "TypeError" and turn.tool_calls[0].name == "transfer"
+    assert any("approval policy" in note for note in caught.value.__notes__)
+    assert bank.made == []
 
 
 async def test_no_approval_is_asked_in_must_return_or_retry_where_tools_are_stripped() -> None:

@@ -158,3 +158,11 @@ def test_the_example_action_is_valid_json_with_the_first_tools_own_arguments() -
                    if line.startswith('Action: {"tool": "forecast"'))  # fmt: skip
     action = json.loads(example.removeprefix("Action: "))
     assert action == {"tool": "forecast", "input": {"city": "<city>", "unit": "celsius", "days": 1}}
+
+
+async def test_a_final_answer_holding_a_fail_object_beside_the_answer_is_corrected() -> None:
+    muddled = 'Final Answer: {"x": 1} {"fail": "cannot"}'
+    step = await react().run(llm=ScriptedLLM([muddled, 'Final Answer: {"x": 2}']),
+                             max_turns=1, return_retries=1)  # fmt: skip
+    assert step.ok and step.output == Answer(x=2)
+    assert "both answers and gives up" in (step.turns[0].error or "")

@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import httpx
 import pytest
 from pydantic import BaseModel
 from support import Traced, attrs
@@ -880,3 +881,40 @@ async def test_a_quoting_run_sends_its_failed_reply_inside_the_correction_messag
     assert [m.role for m in correction] == ["system", "user", "user"]
     assert correction[2].content.startswith('Your previous reply was:\n```\n{"x": "three"}\n```')
     assert "x" in correction[2].content.split("```", 2)[2]  # the feedback names the field
+
+
+# --- an explicit fail beside an answer, and bugs in a model's own code ---------------------
+
+
+async def test_a_fail_object_beside_an_answer_is_corrected_not_taken_as_either() -> None:
+    muddled = '{"x": 1}\n{"fail": "cannot"}'
+    step = await agent().run(llm=ScriptedLLM([muddled, GOOD]), max_turns=1, return_retries=1)
+    assert step.ok and step.output == Answer(x=42)
+    first = step.turns[0]
+    assert (first.outcome, first.error_type) == (TurnOutcome.ERROR, "invalid_output")
+    assert "both answers and gives up" in (first.error or "")
+
+
+class _BuggyModel:
+    """A custom model whose complete() has a plain bug in it."""
+
+    model_name = "buggy"
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        raise ValueError("off by one in my adapter")
+
+
+async def test_a_bug_in_a_models_own_code_is_raised_as_itself_with_its_turn() -> None:
+    with pytest.raises(ValueError, match="off by one") as caught:
+        await agent().run(llm=_BuggyModel(), max_turns=1)
+    (turn,) = caught.value.turns  # type: ignore[attr-defined]
+    assert (turn.error_type, turn.outcome) == ("ValueError", TurnOutcome.FAIL)
+    assert any("_BuggyModel.complete()" in note for note in caught.value.__notes__)
+
+
+async def test_a_network_error_a_model_leaves_unclassified_is_a_connection_failure() -> None:
+    refused = httpx.ConnectError("connection refused")
+    step = await agent().run(llm=ScriptedLLM([refused]), max_turns=1,
+                             retry_policy=RetryPolicy(max_attempts=1))  # fmt: skip
+    assert step.failure is not None and step.failure.reason is FailReason.LLM_ERROR
+    assert step.failure.error_kind is ErrorKind.CONNECTION and step.retryable

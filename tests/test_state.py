@@ -8,13 +8,14 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, ValidationError
-from support import Traced, attrs, parent_id, span_id
+from pydantic import BaseModel
+from support import Traced, attrs
 
 import subagent._run as run_module
 from subagent import (
     ConfigurationError,
     Decision,
+    InvalidStateError,
     LLMResponse,
     RunState,
     ScriptedLLM,
@@ -237,10 +238,11 @@ async def test_budgets_and_models_may_differ_but_budgets_come_from_the_state() -
     assert (step.max_turns, step.return_retries) == (state.max_turns, state.return_retries)
 
 
-async def test_a_state_of_another_version_is_refused_by_validation() -> None:
+async def test_a_state_of_another_version_is_refused_naming_the_field() -> None:
     text = (await saved_state()).model_dump_json().replace('"version":1', '"version":2')
-    with pytest.raises(ValidationError, match="version"):
+    with pytest.raises(InvalidStateError) as refused:
         await agent().resume(text, llm=ScriptedLLM([]))
+    assert refused.value.field == "version"
 
 
 async def test_decisions_for_a_state_that_is_not_paused_are_refused() -> None:
@@ -252,7 +254,9 @@ async def test_decisions_for_a_state_that_is_not_paused_are_refused() -> None:
 # --- traces ----------------------------------------------------------------------------
 
 
-async def test_the_resumed_part_continues_the_original_trace(traced: Traced) -> None:
+async def test_the_resumed_part_is_a_trace_of_its_own_linked_to_the_first(
+    traced: Traced,
+) -> None:
     saved: list[RunState] = []
     script = [reply("native", "tool"), '{"x": 1}']
     await agent().run(llm=ScriptedLLM(script), tracer_provider=traced.provider,
@@ -264,9 +268,13 @@ async def test_the_resumed_part_continues_the_original_trace(traced: Traced) -> 
                          tracer_provider=traced.provider)  # fmt: skip
     later = [s for s in traced.named("invoke_agent probe") if s is not first]
     (resumed,) = later
-    assert resumed.context.trace_id == first.context.trace_id
-    assert parent_id(resumed) == span_id(first)
+    # Its own trace, whose root says how the run ended (a trace list shows it finished),
+    # linked to the part it goes on from.
+    assert resumed.context.trace_id != first.context.trace_id
+    assert resumed.parent is None
+    assert [link.context.span_id for link in resumed.links] == [first.context.span_id]
     assert attrs(resumed)["subagent.resumed"] is True
+    assert attrs(resumed)["subagent.outcome"] == "done"
     assert "subagent.resumed" not in attrs(first)
 
 

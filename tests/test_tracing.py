@@ -328,7 +328,14 @@ async def test_metrics_reach_an_otlp_receiver_with_names_units_and_attributes(
     assert turns == {("normal", "continue", None): 1, ("must_return", "error", "invalid_output"): 1,
                      ("retry", "success", None): 1}  # fmt: skip
     assert [(a, p.as_int) for a, p in points("subagent.corrections")] == [
-        ({"gen_ai.agent.name": "calc", "subagent.turn.outcome": "success"}, 1)
+        (
+            {
+                "gen_ai.agent.name": "calc",
+                "subagent.turn.outcome": "success",
+                "subagent.turn.repeated": False,
+            },
+            1,
+        )
     ]
     assert [(a, p.as_int) for a, p in points("subagent.runs")] == [
         ({"gen_ai.agent.name": "calc", "subagent.outcome": "done"}, 1)

@@ -352,7 +352,15 @@ class LLM(Protocol):
     """
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
-        """Answer one request, or raise :class:`~subagent.LLMError`."""
+        """Answer one request, or raise :class:`~subagent.LLMError`.
+
+        What the runtime takes for a failed call (retried as the run's policy says, then
+        the turn's ``llm_error``): an :class:`~subagent.LLMError` with its
+        :class:`~subagent.ErrorKind`, a ``TimeoutError``, and a network error left
+        unclassified (``httpx.TransportError``, ``ConnectionError``). Anything else raised
+        here is a bug in the adapter: it is raised out of the run as it is, with the run's
+        turns in ``.turns``.
+        """
         ...
 
 

@@ -12,6 +12,7 @@ from contextlib import aclosing
 from typing import cast
 
 import anyio
+import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from subagent._errors import (
@@ -19,6 +20,7 @@ from subagent._errors import (
     ErrorKind,
     LLMError,
     ScriptExhaustedError,
+    blame_user_code,
     callback_error,
 )
 from subagent.llm._allow import ModelRequestsBlockedError
@@ -115,6 +117,12 @@ async def call_with_retries(
             reasoning as they arrive (a retried call streams again from the start); an
             awaitable it returns is awaited before the next piece is read.
 
+    What is a failed call (retried as the policy says, then the turn's ``llm_error``): an
+    :class:`~subagent.LLMError` the adapter raises, a ``TimeoutError``, and a network error
+    the adapter left unclassified (``httpx.TransportError``, ``ConnectionError``). Anything
+    else the model's code raises is a bug in it: raised out of the run as it is, with the
+    run's turns in ``.turns``.
+
     Raises:
         LLMError: The last classified error, once the policy gives up.
         ScriptExhaustedError: A scripted model ran out (a bug in the test, never retried).
@@ -152,10 +160,12 @@ async def call_with_retries(
             error = LLMError(ErrorKind.TIMEOUT, f"the model call raised TimeoutError{detail}")
         except (ScriptExhaustedError, ConfigurationError, ModelRequestsBlockedError):
             raise  # a bug in the test or the set-up, not a failed call
-        except Exception as exc:  # an adapter bug or an unclassified failure: never retried
+        except (httpx.TransportError, ConnectionError) as exc:  # the network, unclassified
+            error = LLMError(ErrorKind.CONNECTION, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # a bug in the model's code: raised as it is, never retried
             if callback_error(exc) is exc:  # the user's on_text: raised as it is
                 raise
-            raise LLMError(ErrorKind.OTHER, f"{type(exc).__name__}: {exc}") from exc
+            raise blame_user_code(exc, f"{type(llm).__name__}.complete()") from None
         delay = policy.delay_before_retry(attempt, error)
         if delay is None:
             raise error

@@ -27,7 +27,7 @@ from collections.abc import Callable, Container
 import opentelemetry.metrics._internal as _metrics_state
 from opentelemetry.trace import TracerProvider
 
-from subagent.observe._context import continuing_trace, current_traceparent, mark_resumed
+from subagent.observe._context import current_traceparent, links_to
 from subagent.observe._events import (
     CallRetried,
     EventHandler,
@@ -102,9 +102,8 @@ __all__ = [
     "capture_enabled",
     "check_callback",
     "combine",
-    "continuing_trace",
     "current_traceparent",
-    "mark_resumed",
+    "links_to",
     "metrics_observer",
     "observer_for_run",
     "refuse_awaitable",

@@ -1,21 +1,17 @@
 """Trace context across a pause: the W3C ``traceparent`` a saved run state carries.
 
-A resumed run continues its original trace: the resumed part's ``invoke_agent`` span is a
-child of the first part's (whose ``traceparent`` the :class:`~subagent.RunState` keeps), so
-one run reads as one trace however many processes it went through. Costs nothing when the
-run is not traced.
+Each part of a run that paused and was resumed is a trace of its own, whose root says how
+that part ended (a trace list shows a finished run as finished); the resumed part's
+``invoke_agent`` span links to the first part's (whose ``traceparent`` the
+:class:`~subagent.RunState` keeps). Costs nothing when the run is not traced.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-__all__ = ["continuing_trace", "current_traceparent", "mark_resumed"]
+__all__ = ["current_traceparent", "links_to"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 
@@ -29,21 +25,10 @@ def current_traceparent() -> str | None:
     return carrier.get("traceparent")
 
 
-@contextmanager
-def continuing_trace(traceparent: str | None) -> Iterator[None]:
-    """Make the span ``traceparent`` names the parent of spans started in the block."""
+def links_to(traceparent: str | None) -> list[trace.Link] | None:
+    """A link to the span ``traceparent`` names (``None`` when there is none, or no valid one)."""
     if traceparent is None:
-        yield
-        return
-    token = otel_context.attach(_PROPAGATOR.extract({"traceparent": traceparent}))
-    try:
-        yield
-    finally:
-        otel_context.detach(token)
-
-
-def mark_resumed() -> None:
-    """Say on the current run span that it resumes a saved state (when it is recorded)."""
-    span = trace.get_current_span()
-    if span.is_recording():
-        span.set_attribute("subagent.resumed", True)
+        return None
+    span = trace.get_current_span(_PROPAGATOR.extract({"traceparent": traceparent}))
+    context = span.get_span_context()
+    return [trace.Link(context)] if context.is_valid else None

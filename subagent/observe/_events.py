@@ -258,7 +258,14 @@ class EventObserver(Observer):
         if returned is not None and inspect.isawaitable(returned):
             refuse_awaitable("on_event", returned)
 
-    def run(self, max_turns: int, return_retries: int, phase: str) -> RunScope:
+    def run(
+        self,
+        max_turns: int,
+        return_retries: int,
+        phase: str,
+        resumed: bool = False,
+        first_part: str | None = None,
+    ) -> RunScope:
         self._tell(RunStarted(self._agent, max_turns, return_retries, phase))
         return self
 

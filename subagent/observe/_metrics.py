@@ -370,7 +370,14 @@ class MetricsObserver(Observer):
             "gen_ai.tool.type": "function",
         }
 
-    def run(self, max_turns: int, return_retries: int, phase: str) -> RunScope:
+    def run(
+        self,
+        max_turns: int,
+        return_retries: int,
+        phase: str,
+        resumed: bool = False,
+        first_part: str | None = None,
+    ) -> RunScope:
         return _RunMeter(self._instruments, dict(self._run))
 
     def turn(self, start: TurnStart) -> TurnScope:

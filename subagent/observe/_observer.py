@@ -179,8 +179,19 @@ class Observer:
 
     wants_text: bool = False
 
-    def run(self, max_turns: int, return_retries: int, phase: str) -> RunScope:
-        """Open the run's scope (its budgets, and the phase it starts in)."""
+    def run(
+        self,
+        max_turns: int,
+        return_retries: int,
+        phase: str,
+        resumed: bool = False,
+        first_part: str | None = None,
+    ) -> RunScope:
+        """Open the run's scope (its budgets, and the phase it starts in).
+
+        ``resumed``: the run goes on from a saved state; ``first_part``: the W3C
+        ``traceparent`` of the run's first part, when it was traced (a span links to it).
+        """
         return _NOTHING
 
     def turn(self, start: TurnStart) -> TurnScope:
@@ -321,8 +332,16 @@ class _Observers(Observer):
         self._observers = tuple(observers)
         self.wants_text = any(observer.wants_text for observer in observers)
 
-    def run(self, max_turns: int, return_retries: int, phase: str) -> RunScope:
-        return _Fanout([o.run(max_turns, return_retries, phase) for o in self._observers])
+    def run(
+        self,
+        max_turns: int,
+        return_retries: int,
+        phase: str,
+        resumed: bool = False,
+        first_part: str | None = None,
+    ) -> RunScope:
+        return _Fanout([o.run(max_turns, return_retries, phase, resumed, first_part)
+                        for o in self._observers])  # fmt: skip
 
     def turn(self, start: TurnStart) -> TurnScope:
         return _Fanout([o.turn(start) for o in self._observers])

@@ -43,6 +43,7 @@ from subagent._errors import LLMError
 from subagent._records import FailReason, Step, ToolResult, Turn, TurnOutcome
 from subagent._text import shorten
 from subagent.llm import LLMRequest, LLMResponse, Message, ToolCall, TransportRetry
+from subagent.observe._context import links_to
 from subagent.observe._observer import (
     ChatScope,
     Observer,
@@ -430,7 +431,14 @@ class SpanObserver(Observer):
         # one pair, its correction turns may have their own (another model, temperature).
         self._chats: dict[tuple[int, int], tuple[str, dict[str, AttributeValue]]] = {}
 
-    def run(self, max_turns: int, return_retries: int, phase: str) -> RunScope:
+    def run(
+        self,
+        max_turns: int,
+        return_retries: int,
+        phase: str,
+        resumed: bool = False,
+        first_part: str | None = None,
+    ) -> RunScope:
         attributes: dict[str, AttributeValue] = {
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.name": self._agent,
@@ -440,9 +448,13 @@ class SpanObserver(Observer):
         provider = getattr(self._llm, "provider_name", None)
         if provider:
             attributes["gen_ai.provider.name"] = str(provider)
+        if resumed:
+            attributes["subagent.resumed"] = True
+        links = links_to(first_part)
         span = self._tracer.start_span(
-            f"invoke_agent {self._agent}", kind=SpanKind.INTERNAL, attributes=attributes
-        )
+            f"invoke_agent {self._agent}", kind=SpanKind.INTERNAL, attributes=attributes,
+            links=links,
+        )  # fmt: skip
         return _RunSpan(span, self._capture)
 
     def turn(self, start: TurnStart) -> TurnScope:

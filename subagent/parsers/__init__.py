@@ -20,6 +20,7 @@ from subagent.parsers._contract import (
     OutputContract,
     build_contract,
     detect_explicit_fail,
+    fail_beside_other_json,
 )
 from subagent.parsers._json import (
     JSONParser,
@@ -61,6 +62,7 @@ __all__ = [
     "coerce_validation",
     "detect_explicit_fail",
     "extract_json",
+    "fail_beside_other_json",
     "format_validation_errors",
     "iter_json_candidates",
     "json_parser",

@@ -32,7 +32,13 @@ from subagent.parsers._json import JSONParser
 from subagent.parsers._json_extract import iter_json_candidates
 from subagent.parsers._result import ParseResult, coerce_parse_result
 
-__all__ = ["DEFAULT_MAX_REPLY_CHARS", "OutputContract", "build_contract", "detect_explicit_fail"]
+__all__ = [
+    "DEFAULT_MAX_REPLY_CHARS",
+    "OutputContract",
+    "build_contract",
+    "detect_explicit_fail",
+    "fail_beside_other_json",
+]
 
 DEFAULT_MAX_REPLY_CHARS: Final = 1_000_000
 """The longest reply parsed by default, in characters.
@@ -249,6 +255,18 @@ def detect_explicit_fail(
         if isinstance(reason, str):
             return reason or "(no reason given)"
     return None
+
+
+def fail_beside_other_json(text: str, *, max_chars: int | None = DEFAULT_MAX_REPLY_CHARS) -> bool:
+    """Whether ``text`` holds the explicit fail object beside other JSON (a muddled reply).
+
+    Neither an answer nor a decision to give up: it is corrected like any invalid answer.
+    """
+    if '"fail"' not in text or (max_chars is not None and len(text) > max_chars):
+        return False
+    values = [candidate.value for candidate in iter_json_candidates(text) if candidate.ok]
+    fails = [v for v in values if isinstance(v, dict) and len(v) == 1 and "fail" in v]
+    return bool(fails) and len(values) > len(fails)
 
 
 _COMPOSED = ("anyOf", "oneOf", "allOf", "$ref", "enum", "const")
