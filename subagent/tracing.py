@@ -41,6 +41,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, TextIO
 
@@ -78,8 +79,10 @@ __all__ = [
     "DEFAULT_SHUTDOWN_TIMEOUT",
     "PROJECT_NAME_ATTRIBUTE",
     "ConsoleSummary",
+    "OTLPTarget",
     "Tracing",
     "configure",
+    "otlp_target",
     "summary_line",
 ]
 
@@ -280,6 +283,50 @@ def _otlp_exporter(protocol: str, endpoint: str | None) -> SpanExporter:
         return HttpExporter(endpoint=endpoint)
     except ImportError as exc:
         raise ImportError(_MISSING_EXPORTER.format(protocol=protocol, error=exc)) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class OTLPTarget:
+    """Where a run's spans go over OTLP, and the exporter that sends them there.
+
+    Attributes:
+        url: The URL the exporter sends to (``.../v1/traces`` for OTLP/HTTP); it may hold
+            credentials, so show it without them.
+        protocol: ``http/protobuf`` or ``grpc``.
+        exporter: An OTLP span exporter for it, not yet used; its owner shuts it down.
+    """
+
+    url: str
+    protocol: str
+    exporter: SpanExporter
+
+
+def otlp_target(*, endpoint: str | None = None, protocol: str | None = None) -> OTLPTarget | None:
+    """The OTLP receiver :func:`configure` would export spans to, with an exporter for it.
+
+    For a program that exports spans its own way (``subagent run --trace otlp`` exports a
+    run's spans at once, then says whether the receiver took them): the same variables
+    and arguments as :func:`configure`, read the same way, and nothing installed.
+
+    Args:
+        endpoint: Base URL of the receiver, overriding ``OTEL_EXPORTER_OTLP_ENDPOINT`` and
+            ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (for OTLP/HTTP ``/v1/traces`` is
+            appended).
+        protocol: ``grpc`` or ``http/protobuf``, overriding the variables.
+
+    Returns:
+        The target, or ``None`` when no endpoint is configured.
+
+    Raises:
+        ValueError: The protocol (given or from a variable, which the message names) is
+            not ``grpc`` or ``http/protobuf``.
+        ImportError: The protocol's OTLP exporter is not installed.
+    """
+    chosen = _resolve_protocol(protocol)
+    url, exporter_endpoint = _resolve_endpoint(endpoint, chosen)
+    if url is None:
+        return None
+    return OTLPTarget(url, chosen, _otlp_exporter(chosen, exporter_endpoint))
 
 
 def _otlp_metric_exporter(protocol: str, endpoint: str | None, url: str) -> MetricExporter:

@@ -57,7 +57,13 @@ from subagent import (
     tracing,
 )
 from subagent.observe import metrics_observer
-from subagent.tracing import PROJECT_NAME_ATTRIBUTE, ConsoleSummary, configure, summary_line
+from subagent.tracing import (
+    PROJECT_NAME_ATTRIBUTE,
+    ConsoleSummary,
+    configure,
+    otlp_target,
+    summary_line,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -532,6 +538,55 @@ def test_missing_exporter_package_gives_a_clear_error(monkeypatch: pytest.Monkey
     monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.grpc.trace_exporter", None)
     with pytest.raises(ImportError, match=r"OTLP grpc exporter is not installed.*\[otlp\]"):
         configure(endpoint="http://127.0.0.1:4317", protocol="grpc", set_global=False)
+
+
+# --- otlp_target(): the receiver the variables name, for a program that exports itself ---
+
+
+def test_otlp_target_is_none_without_an_endpoint() -> None:
+    assert otlp_target() is None
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_otlp_target_exports_to_the_receiver_the_variables_name(
+    protocol: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    receiver: Receiver = request.getfixturevalue(
+        "grpc_receiver" if protocol == "grpc" else "http_receiver"
+    )
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
+    target = otlp_target()
+    assert target is not None
+    expected = receiver.endpoint if protocol == "grpc" else f"{receiver.endpoint}/v1/traces"
+    assert (target.url, target.protocol) == (expected, protocol)
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    provider.get_tracer("test").start_span("sent once").end()
+    try:
+        assert target.exporter.export(memory.get_finished_spans()) is SpanExportResult.SUCCESS
+    finally:
+        target.exporter.shutdown()
+        provider.shutdown()
+    assert [span.name for _, _, span in receiver.spans()] == ["sent once"]
+
+
+def test_otlp_target_arguments_and_the_traces_variable_win(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:2/traces")
+    target = otlp_target()
+    assert target is not None and target.url == "http://127.0.0.1:2/traces"
+    target.exporter.shutdown()
+    target = otlp_target(endpoint="http://127.0.0.1:3/", protocol="grpc")
+    assert target is not None and (target.url, target.protocol) == ("http://127.0.0.1:3", "grpc")
+    assert isinstance(target.exporter, GrpcExporter)
+    target.exporter.shutdown()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
+    with pytest.raises(ValueError, match=r"^OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: unsupported"):
+        otlp_target()
 
 
 # --- the console summary ---
