@@ -35,7 +35,7 @@ demo: $(STAMP)
 # venv). Both are set up before pytest so their progress (a ~5 minute build and a 570 MB
 # download, once per machine) is visible; the e2e fixtures would do it silently otherwise.
 test: $(STAMP)
-	$(BIN)/python scripts/local_llm.py setup
+	$(BIN)/python -m subagent.local_model setup
 	$(BIN)/python scripts/phoenix_server.py install
 	$(BIN)/python -m pytest
 
@@ -76,7 +76,7 @@ $(EVAL_STAMP): $(STAMP)
 	@touch $@
 
 eval: $(EVAL_STAMP)
-	$(BIN)/python scripts/local_llm.py setup
+	$(BIN)/python -m subagent.local_model setup
 	$(BIN)/python eval/run_eval.py $(ARGS)
 	$(BIN)/python eval/eval_report.py
 
@@ -88,7 +88,7 @@ eval-report: $(EVAL_STAMP)
 # subagent's configurations and the peers, on the local model; resumable (recorded cases are
 # skipped). Options: make eval-bfcl ARGS="--categories simple_python --systems raw".
 eval-bfcl: $(EVAL_STAMP) $(PEERS_STAMP)
-	$(BIN)/python scripts/local_llm.py setup --model qwen
+	$(BIN)/python -m subagent.local_model setup --model qwen
 	$(BIN)/python eval/run_bfcl.py $(ARGS)
 	$(PEERS_VENV)/bin/python eval/run_bfcl.py --systems pydantic-ai,openai-agents,openai-agents-auto $(ARGS)
 	$(BIN)/python eval/bfcl_report.py

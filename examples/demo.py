@@ -4,7 +4,7 @@
 
 With ``SUBAGENT_LLM`` (e.g. ``openai:gpt-4o-mini``) or ``OPENAI_BASE_URL``/``OPENAI_MODEL``
 set, the agents run on that model (``OPENAI_API_KEY`` for the key). Otherwise the demo sets
-up and starts a small local model with scripts/local_llm.py (the first time it builds
+up and starts a small local model with subagent.local_model (the first time it builds
 llama-cpp-python and downloads the weights: several minutes), runs the agents on it, and
 stops it; then it runs the single-shot agent on SmolLM2 135M, which rarely follows the format,
 to show the correction turns. It prints one table row per turn: type, outcome, error,
@@ -28,13 +28,11 @@ from typing import Any
 import anyio
 from pydantic import BaseModel
 
-from subagent import OpenAIChat, RetryPolicy, Step, SubAgent
+from subagent import OpenAIChat, RetryPolicy, Step, SubAgent, local_model
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "examples"))
 
-import local_llm  # noqa: E402
 import quickstart  # noqa: E402
 
 
@@ -79,11 +77,11 @@ def model(choice: str) -> Iterator[OpenAIChat]:
         yield llm
         return
     print(f"no SUBAGENT_LLM/OPENAI_BASE_URL set: starting the local model {choice!r}")
-    with local_llm.running(choice) as server:
+    with local_model.running(choice) as server:
         # llama-cpp-python returns a model's own tool-call syntax as text: let the adapter
         # recognise it (see docs/models.md).
         yield OpenAIChat(
-            model=local_llm.MODEL_ALIAS, base_url=server.base_url, timeout=120,
+            model=local_model.MODEL_ALIAS, base_url=server.base_url, timeout=120,
             text_tool_calls=True,
         )  # fmt: skip
 
@@ -130,7 +128,9 @@ async def run_corrections(llm: OpenAIChat) -> list[Step[Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=list(local_llm.MODELS), default=local_llm.DEFAULT_MODEL)
+    parser.add_argument(
+        "--model", choices=list(local_model.MODELS), default=local_model.DEFAULT_MODEL
+    )
     args = parser.parse_args(argv)
     try:
         with model(args.model) as llm:
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.model != "smollm2" and not OpenAIChat.env_configured():
             with model("smollm2") as small:
                 steps += anyio.run(run_corrections, small)
-    except local_llm.SetupError as error:
+    except local_model.SetupError as error:
         print(f"could not start the local model: {error}", file=sys.stderr)
         return 1
     for step in steps:  # a wrong answer is a result; a broken transport is not

@@ -1,6 +1,6 @@
 """The ReAct protocol on a small local model: tools described in the prompt, read from text.
 
-Run it with `python examples/react_local.py` (or `python scripts/local_llm.py run --
+Run it with `python examples/react_local.py` (or `python -m subagent.local_model run --
 python examples/react_local.py`). It uses the model the environment names
 (`SUBAGENT_LLM`, `OPENAI_BASE_URL`...), else starts the local Qwen2.5-Coder 0.5B as
 `make demo` does. The agent looks a city's weather up with a tool and answers with a typed
@@ -12,20 +12,13 @@ correction turns, the stripping of tools and the traces are the same as with nat
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
 from pydantic import BaseModel
 
-from subagent import OpenAIChat, RetryPolicy, Step, SubAgent, tool
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import local_llm  # noqa: E402
+from subagent import OpenAIChat, RetryPolicy, Step, SubAgent, local_model, tool
 
 TEMPERATURES = {"Lisbon": 24, "Lisboa": 24, "Oslo": 7, "Cairo": 31, "Lima": 19}
 
@@ -66,8 +59,8 @@ def model() -> Iterator[OpenAIChat]:
         yield llm
         return
     print("no SUBAGENT_LLM/OPENAI_BASE_URL set: starting the local model 'qwen'")
-    with local_llm.running("qwen") as server:
-        yield OpenAIChat(model=local_llm.MODEL_ALIAS, base_url=server.base_url, timeout=120)
+    with local_model.running("qwen") as server:
+        yield OpenAIChat(model=local_model.MODEL_ALIAS, base_url=server.base_url, timeout=120)
 
 
 def show(step: Step[Any]) -> None:
