@@ -7,7 +7,6 @@ would.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import io
 import json
@@ -19,9 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import cli_agents
 import pytest
@@ -30,7 +27,7 @@ from openai_server import MAX_WAIT, RecordedRequest, Reply, ScriptedServer, comp
 from otlp_receiver import http_receiver
 
 import subagent
-from subagent import Step, cli
+from subagent import Step, cli, local_model
 
 TESTS = Path(__file__).resolve().parent
 SECRET = "sk-cli-test-0123456789abcdef"
@@ -155,16 +152,16 @@ def test_no_model_anywhere_is_bad_usage_saying_what_to_set(
 ) -> None:
     for name in ("SUBAGENT_LLM", "OPENAI_BASE_URL", "OPENAI_MODEL"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(cli, "_local_llm_module", lambda: None)  # an installed package
+    started = stub_local_model(monkeypatch, "http://127.0.0.1:9/v1")
     status, _, err = run(["run", "cli_agents:answer", "--context", '{"question": "x"}'],
                          capsys)  # fmt: skip
     assert status == cli.EXIT_USAGE == 2
     assert "error: no model: pass --llm or set SUBAGENT_LLM" in err
-    assert "--local-model" not in err  # an installed package has no local model to offer
     inputs = write_inputs(tmp_path / "in.jsonl", {"question": 1})
     status, _, err = run(batch_argv(inputs, tmp_path / "out.jsonl"), capsys)
     assert status == 2
     assert "subagent batch: error: no model: pass --llm" in err
+    assert started == []  # the local model is offered, never started unasked
 
 
 @pytest.mark.parametrize(
@@ -414,7 +411,7 @@ def test_an_unexpected_error_is_one_line_exit_3_and_a_traceback_on_request(
     def broken_table(step: Step) -> str:
         raise LookupError("a bug\n  in the table")
 
-    monkeypatch.setattr(cli, "turn_table", broken_table)
+    monkeypatch.setattr(cli._run, "turn_table", broken_table)
     model.script(reply('{"value": 3}'))
     status, _, err = run(["run", "cli_agents:answer", "--context", '{"question": "1"}'], capsys)
     assert status == 3
@@ -790,41 +787,93 @@ def test_trace_otlp_without_an_endpoint_is_bad_usage(
 # --- the rough edges: the local model, usage, --version, model flags ---
 
 
-def test_no_model_in_a_checkout_asks_for_local_model_instead_of_building_it(
+class FakeServer:
+    """What ``local_model.start`` returns, for a server that is already there."""
+
+    def __init__(self, base_url: str, stopped: list[str]) -> None:
+        self.base_url = base_url
+        self._stopped = stopped
+
+    def stop(self) -> None:
+        self._stopped.append(self.base_url)
+
+
+def stub_local_model(
+    monkeypatch: pytest.MonkeyPatch, base_url: str, stopped: list[str] | None = None
+) -> list[str]:
+    """``subagent.local_model.start`` replaced: nothing built or started; the names asked."""
+    started: list[str] = []
+
+    def start(name: str) -> FakeServer:
+        started.append(name)
+        return FakeServer(base_url, stopped if stopped is not None else [])
+
+    monkeypatch.setattr(local_model, "start", start)
+    return started
+
+
+def test_no_model_asks_for_local_model_instead_of_building_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for name in ("SUBAGENT_LLM", "OPENAI_BASE_URL", "OPENAI_MODEL"):
         monkeypatch.delenv(name, raising=False)
-    built: list[object] = []
-    local = SimpleNamespace(setup=built.append, MODEL_ALIAS="local")
-    monkeypatch.setattr(cli, "_local_llm_module", lambda: local)
+    started = stub_local_model(monkeypatch, "http://127.0.0.1:9/v1")
     status, _, err = run(["run", "cli_agents:answer", "--context", '{"question": "x"}'],
                          capsys)  # fmt: skip
     assert status == 2
     assert "or --local-model qwen to build (minutes, the first time) and start" in err
-    assert built == []
+    assert started == []
 
 
-def test_local_model_flag_starts_the_local_model_and_says_so(
+def test_local_model_flag_starts_the_local_model_says_so_and_stops_it(
     server: ScriptedServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for name in ("SUBAGENT_LLM", "OPENAI_BASE_URL", "OPENAI_MODEL"):
         monkeypatch.delenv(name, raising=False)
-    built: list[object] = []
-
-    @contextlib.contextmanager
-    def running(name: str) -> Iterator[SimpleNamespace]:
-        yield SimpleNamespace(base_url=server.base_url)
-
-    local = SimpleNamespace(setup=built.append, running=running, MODEL_ALIAS="local")
-    monkeypatch.setattr(cli, "_local_llm_module", lambda: local)
+    stopped: list[str] = []
+    started = stub_local_model(monkeypatch, server.base_url, stopped)
     server.script(reply('{"value": 3}'))
     status, _, err = run(["run", "cli_agents:answer", "--context", '{"question": "x"}',
                           "--local-model", "smollm2"], capsys)  # fmt: skip
     assert status == 0
-    assert built == [["smollm2"]]
+    assert started == ["smollm2"] and stopped == [server.base_url]
     assert "starting the local model 'smollm2'" in err
     assert f"model: local at {server.base_url} (--local-model smollm2)" in err.splitlines()
+    assert server.requests[0].json["model"] == local_model.MODEL_ALIAS
+
+
+@pytest.mark.parametrize("name", list(local_model.MODELS))
+def test_local_model_accepts_every_model_the_launcher_knows(
+    name: str,
+    server: ScriptedServer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for variable in ("SUBAGENT_LLM", "OPENAI_BASE_URL", "OPENAI_MODEL"):
+        monkeypatch.delenv(variable, raising=False)
+    started = stub_local_model(monkeypatch, server.base_url)
+    server.script(reply('{"value": 3}'))
+    status, _, err = run(["run", "cli_agents:answer", "--context", '{"question": "x"}',
+                          "--local-model", name], capsys)  # fmt: skip
+    assert status == 0, err
+    assert started == [name]
+
+
+def test_a_local_model_that_cannot_be_set_up_is_bad_usage_naming_the_flag(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("SUBAGENT_LLM", "OPENAI_BASE_URL", "OPENAI_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+
+    def start(name: str) -> FakeServer:
+        raise local_model.SetupError("command failed with exit status 1: cmake")
+
+    monkeypatch.setattr(local_model, "start", start)
+    status, out, err = run(["run", "cli_agents:answer", "--context", '{"question": "x"}',
+                            "--local-model", "qwen"], capsys)  # fmt: skip
+    assert status == 2 and out == ""
+    assert "subagent run: error: --local-model qwen: command failed with exit status 1" in err
+    assert "Traceback" not in err
 
 
 def test_an_unknown_flag_prints_the_subcommands_usage(capsys: pytest.CaptureFixture[str]) -> None:

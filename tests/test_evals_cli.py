@@ -187,3 +187,28 @@ def test_report_and_compare_of_a_file_with_no_records_are_bad_usage(
     assert status == 2 and "holds no evaluation records" in err
     status, _, err = run(["eval", "compare", str(empty), "--baseline", str(tmp_path / "x")], capsys)
     assert status == 2
+
+
+def test_agents_and_judges_load_as_subagent_run_loads_them(
+    dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One loader (subagent._loading): the same messages, and a module that raises is a bug."""
+    buggy = tmp_path / "buggy_agents.py"
+    buggy.write_text("raise ZeroDivisionError('a bug at import')\n")
+    base = ["eval", "run", str(dataset), "--out", str(tmp_path / "out.jsonl")]
+    status, _, err = run([*base, "--agent", f"{buggy}:agent"], capsys)
+    assert status == 3  # as `subagent run` says it: the agent's code raised
+    assert err.splitlines() == [
+        f"subagent eval run: error in the agent or code it runs: importing '{buggy}' raised "
+        "ZeroDivisionError: a bug at import"
+    ]
+    cases = [
+        (["--agent", "nowhere/agents.py:agent"], "--agent: no file 'nowhere/agents.py'"),
+        (["--agent", "evals_models"], "--agent: expected 'module:name' or 'file.py:name'"),
+        (["--agent", "evals_models:half_right", "--judge", "evals_models:nothing"],
+         "--judge: 'evals_models' has no attribute 'nothing'"),
+    ]  # fmt: skip
+    for argv, message in cases:
+        status, _, err = run([*base, *argv], capsys)
+        assert status == 2
+        assert f"subagent eval run: error: {message}" in err

@@ -9,19 +9,17 @@ the argument or value), 130 interrupted (``run``: the records kept so far resume
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Final
 
 from subagent._agent import SubAgent
 from subagent._errors import ConfigurationError
 from subagent._limits import Price, UsageLimits
+from subagent._loading import LoadError, load_object
 from subagent.evals._dataset import Dataset, _yaml
 from subagent.evals._report import DEFAULT_ALPHA, DEFAULT_MARGIN, Report
 from subagent.evals._variants import Variant, grid
@@ -125,9 +123,7 @@ def _run(args: argparse.Namespace) -> int:
         raise _Usage(f"--concurrency: must be at least 1, got {args.concurrency}")
     if args.repeat < 1:
         raise _Usage(f"--repeat: must be at least 1, got {args.repeat}")
-    agent = _load(args.agent, "--agent")
-    if not isinstance(agent, SubAgent):
-        raise _Usage(f"--agent: {args.agent!r} is a {type(agent).__name__}, not a SubAgent")
+    agent = _load(args.agent, "--agent", SubAgent)
     judges = [_load(reference, "--judge") for reference in args.judge]
     try:
         dataset = Dataset.from_file(args.dataset, judges=judges)
@@ -166,39 +162,15 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_DONE
 
 
-def _load(reference: str, flag: str) -> Any:
-    """The object ``module:name`` or ``path/to/file.py:name`` names."""
-    module_name, colon, attribute = reference.rpartition(":")
-    if not colon or not module_name or not attribute:
-        raise _Usage(f"{flag}: expected 'module:name' or 'file.py:name', got {reference!r}")
-    module = _import(module_name, flag)
-    found: Any = module
-    for part in attribute.split("."):
-        if not hasattr(found, part):
-            raise _Usage(f"{flag}: {module_name!r} has no attribute {attribute!r}")
-        found = getattr(found, part)
-    return found
+def _load(reference: str, flag: str, expected: type | None = None) -> Any:
+    """The object ``module:name`` or ``path/to/file.py:name`` names (the command line's loader).
 
-
-def _import(name: str, flag: str) -> ModuleType:
-    if name.endswith(".py"):
-        path = Path(name)
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        if not path.is_file() or spec is None or spec.loader is None:
-            raise _Usage(f"{flag}: no Python file {name!r}")
-        sys.path.insert(0, str(path.resolve().parent))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[path.stem] = module
-        spec.loader.exec_module(module)
-        return module
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    A module that raises on import is the command line's to report (exit status 3).
+    """
     try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
-            raise _Usage(f"{flag}: cannot import {name!r}") from None
-        raise
+        return load_object(reference, flag, expected)
+    except LoadError as exc:
+        raise _Usage(str(exc)) from None
 
 
 def _read_mapping(path: Path, flag: str) -> Any:
