@@ -686,10 +686,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             # a non-interactive shell makes the process ignore SIGINT).
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, _interrupt)
-            with running(args.model, port=args.port, tools=args.tools) as server:
+            # Once the line says the server is up, a signal stops it cleanly (suppressed).
+            with (
+                running(args.model, port=args.port, tools=args.tools) as server,
+                contextlib.suppress(KeyboardInterrupt),
+            ):
                 print(f"SUBAGENT_LLM={server.spec}", flush=True)
-                with contextlib.suppress(KeyboardInterrupt):
-                    server.process.wait()
+                server.process.wait()
             return 0
         cmd = list(args.cmd)
         if cmd[:1] == ["--"]:
