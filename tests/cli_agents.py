@@ -58,8 +58,13 @@ class AsksToDeploy:
         return LLMResponse(tool_calls=[call])
 
 
+DEPLOYED: list[str] = []
+"""The environments deployed to in this process, in order."""
+
+
 def deploy(env: str) -> str:
     """Deploy to an environment."""
+    DEPLOYED.append(env)
     return f"deployed to {env}"
 
 
@@ -67,3 +72,37 @@ needs_approval = SubAgent(name="needs_approval", prompt="Deploy {{question}}", m
                           tools=[Tool(deploy, requires_approval=True)],
                           llm=AsksToDeploy())  # fmt: skip
 """Pauses on its first turn: exit status 4."""
+
+
+class DeploysThenReports:
+    """A model of the agent's own that asks to deploy twice, then reports what came back.
+
+    Stateless (it reads the conversation), so a run it paused resumes in another process.
+    """
+
+    model_name = "deploy-and-report"
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        results: list[str] = []
+        for message in reversed(request.messages):
+            if message.role != "tool":
+                break
+            results.insert(0, message.content)
+        if results:
+            return LLMResponse(text="report: " + " | ".join(results))
+        return LLMResponse(tool_calls=[
+            ToolCall(id="d1", name="deploy", arguments={"env": "prod"}),
+            ToolCall(id="d2", name="deploy", arguments={"env": "eu-west"}),
+        ])  # fmt: skip
+
+
+approval_flow = SubAgent(name="approval_flow", prompt="Deploy {{question}}", max_turns=3,
+                         tools=[Tool(deploy, requires_approval=True, run_in_thread=False)],
+                         llm=DeploysThenReports())  # fmt: skip
+"""Pauses on its first turn with two calls (d1, d2); resumed, it reports their results."""
+
+approval_broken = SubAgent(name="approval_broken", prompt="Deploy {{question}}", max_turns=3,
+                           output=broken_parser,
+                           tools=[Tool(deploy, requires_approval=True, run_in_thread=False)],
+                           llm=DeploysThenReports())  # fmt: skip
+"""Pauses like ``approval_flow``; resumed, its parser raises (exit status 3)."""

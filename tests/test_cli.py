@@ -690,7 +690,7 @@ def test_a_run_that_paused_for_approval_exits_4_naming_the_waiting_calls(
     status, out, _ = run(argv, capsys)
     assert status == cli.EXIT_PAUSED == 4
     assert "paused (1 call(s) awaiting approval) in 1 turn (normal)" in out
-    assert "awaiting approval: deploy (call d1)" in out
+    assert 'awaiting approval: deploy {"env": "prod"} (call d1)' in out.splitlines()
     status, out, _ = run([*argv, "--json"], capsys)
     assert status == 4
     step = Step.model_validate_json(out)

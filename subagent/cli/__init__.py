@@ -11,10 +11,12 @@ layers (see ``docs/architecture.md``). One module per job:
   they give;
 - ``_reading``: JSON the user hands over (``--context``), strict and bounded;
   ``_batch_files``: a batch's inputs and output, and what a re-run reuses of them;
+  ``_batch_paused``: its paused lines, listed at every run and resumed with decisions;
 - ``_model``: the model the runs call (``--llm``, the agent's, the environment's, or
   ``--local-model`` through :mod:`subagent.local_model`);
-- ``_show``: the turn table and the span tree; ``_trace``: ``--trace console|otlp``;
-- ``_run``, ``_batch``: the commands (``eval``'s is ``subagent.evals._cli``).
+- ``_show``: the turn table, the pause line and the span tree; ``_trace``: ``--trace
+  console|otlp``; ``_decisions``: decisions about waiting calls, from flags or a file;
+- ``_run``, ``_resume``, ``_batch``: the commands (``eval``'s is ``subagent.evals._cli``).
 
 Exit status (``docs/cli.md``): 0 when every run ended ``done``; 1 when a run failed (the
 model's run: budgets, an explicit fail, an LLM error, a timeout); 2 on bad usage (a bad
@@ -39,7 +41,7 @@ from subagent.cli._flags import check_prompt
 from subagent.cli._main import main
 from subagent.cli._model import describe_model, safe_url
 from subagent.cli._reading import MAX_INPUT_BYTES, parse_context
-from subagent.cli._show import span_tree, turn_table
+from subagent.cli._show import call_line, span_tree, turn_table
 from subagent.cli._status import (
     EXIT_DONE,
     EXIT_ERROR,
@@ -64,6 +66,7 @@ __all__ = [
     "Plan",
     "Result",
     "UsageError",
+    "call_line",
     "check_prompt",
     "describe_model",
     "input_key",

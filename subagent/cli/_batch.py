@@ -22,6 +22,7 @@ from subagent.cli._batch_files import (
     read_inputs,
     read_outputs,
 )
+from subagent.cli._batch_paused import Resume, decided, report_paused, resume_all
 from subagent.cli._flags import add_agent_flags, add_budget_flags, check_prompt, run_options
 from subagent.cli._model import chosen_model, opened
 from subagent.cli._run import exit_status
@@ -64,6 +65,12 @@ def add_batch_command(commands: Any) -> None:
         help="run again the inputs whose result failed retryably (a transient transport error)",
     )
     batch.add_argument(
+        "--decisions",
+        default=None,
+        metavar="FILE|-",
+        help='resume the paused runs decided in this JSON file: {"LINE": {"ID": decision}}',
+    )
+    batch.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -82,25 +89,31 @@ def _batch_command(args: argparse.Namespace) -> int:
         check_prompt(agent, item.context, f"--input: line {item.line}")
     plan = plan_batch(inputs, read_outputs(args.output), rerun_failed=args.rerun_failed,
                       rerun_retryable=args.rerun_retryable)  # fmt: skip
+    resumes = decided(agent, args, inputs, plan.done)
     for note in plan.notes(args.input, args.output):
         print(note, file=sys.stderr)
     done = dict(plan.done)
-    if plan.pending:
+    if plan.pending or resumes:
         check_writable(args.output)
-        print(
-            f"{len(plan.pending)} of {len(inputs)} inputs to run "
-            f"({len(inputs) - len(plan.pending)} already in {args.output})",
-            file=sys.stderr,
-        )
+        if plan.pending:
+            print(
+                f"{len(plan.pending)} of {len(inputs)} inputs to run "
+                f"({len(inputs) - len(plan.pending)} already in {args.output})",
+                file=sys.stderr,
+            )
+        if resumes:
+            print(f"{len(resumes)} paused run(s) to resume (--decisions)", file=sys.stderr)
         new: dict[int, Step[Any]] = {}
         try:
             with chosen_model(agent, args) as llm:
-                anyio.run(_run_batch, agent, inputs, plan.pending, llm, options, args, new)
+                anyio.run(_run_batch, agent, inputs, plan.pending, resumes, llm, options, args,
+                          new)  # fmt: skip
         except KeyboardInterrupt:
-            finished = len(inputs) - len(plan.pending) + len(new)
+            ran = len([index for index in new if index not in resumes])
+            finished = len(inputs) - len(plan.pending) + ran
             print(
                 f"subagent batch: interrupted: {finished} of {len(inputs)} inputs have "
-                f"their result in {args.output} ({len(new)} from this run); run the same "
+                f"their result in {args.output} ({ran} from this run); run the same "
                 f"command again to run the other {len(inputs) - finished}",
                 file=sys.stderr,
             )
@@ -114,6 +127,7 @@ def _batch_command(args: argparse.Namespace) -> int:
             "runs them again",
             file=sys.stderr,
         )
+    report_paused(inputs, done, args, sys.stderr)
     errors = [index for index in sorted(done) if _raised(done[index])]
     if errors:
         first = done[errors[0]]
@@ -137,24 +151,33 @@ async def _run_batch(
     agent: SubAgent[Any],
     inputs: list[Input],
     pending: list[int],
+    resumes: dict[int, Resume],
     llm: LLM,
     options: dict[str, Any],
     args: argparse.Namespace,
     finished: dict[int, Step[Any]],
 ) -> None:
+    """The decided paused runs resumed, then the inputs to run, each line written at once."""
     async with opened(llm):
-        batch = stream_many(
-            agent,
-            [inputs[index].context for index in pending],
-            llm=llm,
-            concurrency=args.concurrency,
-            progress=args.progress,
-            **options,
-        )
-        async with batch as items:
-            with args.output.open("a", encoding="utf-8") as output:
+        with args.output.open("a", encoding="utf-8") as output:
+
+            def write(index: int, step: Step[Any]) -> None:
+                output.write(output_line(index, inputs[index].context, step) + "\n")
+                output.flush()  # a killed batch loses only the runs in flight
+                finished[index] = step
+
+            if resumes:
+                await resume_all(agent, resumes, llm, options, args.concurrency, write)
+            if not pending:
+                return
+            batch = stream_many(
+                agent,
+                [inputs[index].context for index in pending],
+                llm=llm,
+                concurrency=args.concurrency,
+                progress=args.progress,
+                **options,
+            )
+            async with batch as items:
                 async for item in items:
-                    index = pending[item.index]
-                    output.write(output_line(index, inputs[index].context, item.step) + "\n")
-                    output.flush()  # a killed batch loses only the runs in flight
-                    finished[index] = item.step
+                    write(pending[item.index], item.step)

@@ -12,6 +12,7 @@ from subagent.__about__ import __version__
 from subagent._loading import ImportRaisedError, LoadError, described
 from subagent._phases import mermaid_chart
 from subagent.cli._batch import add_batch_command
+from subagent.cli._resume import add_resume_command
 from subagent.cli._run import add_run_command
 from subagent.cli._status import (
     EXIT_DONE,
@@ -89,6 +90,7 @@ def _parser() -> _Parser:
     parser.add_argument("--version", action="version", version=f"subagent {__version__}")
     commands = parser.add_subparsers(required=True, metavar="COMMAND", parser_class=_Parser)
     add_run_command(commands)
+    add_resume_command(commands)
     add_batch_command(commands)
     chart = commands.add_parser("chart", help="print the state chart (mermaid)")
     chart.set_defaults(command=_chart_command, name="chart", parser=chart)

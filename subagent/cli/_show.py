@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from subagent._records import Step
+from subagent.llm import ToolCall
 
-__all__ = ["span_tree", "turn_table"]
+__all__ = ["call_line", "span_tree", "turn_table"]
 
 
 def turn_table(step: Step[Any]) -> str:
     """The per-turn table of a Step.
 
     One row per turn (type, outcome, tokens, seconds, error or tool calls), then the Step's
-    summary and, when it is done, its output.
+    summary, each call awaiting approval when it paused (:func:`call_line`), and its output
+    when it is done.
     """
     rows = [
         f"{'turn':>4}  {'type':<11} {'outcome':<8} {'tok in':>6} {'tok out':>7} "
@@ -33,10 +36,26 @@ def turn_table(step: Step[Any]) -> str:
     rows.append(step.summary())
     pending = step.pending
     if pending is not None:
-        rows += [f"awaiting approval: {call.name} (call {call.id})" for call in pending.waiting]
+        rows += [f"awaiting approval: {call_line(call)}" for call in pending.waiting]
     if step.ok:
         rows.append(f"output: {step.output!r}")
     return "\n".join(rows)
+
+
+def call_line(call: ToolCall) -> str:
+    """A call as an approver decides on it: ``deploy {"env": "prod"} (call d1)``.
+
+    The arguments are whole, as JSON escaped to ASCII (as are a name or id that is not
+    plain printable ASCII): control characters, look-alike letters and bidirectional marks
+    show as escapes, so what the approver reads is what would run.
+    """
+    arguments = json.dumps(call.arguments, ensure_ascii=True)
+    return f"{_plain(call.name)} {arguments} (call {_plain(call.id)})"
+
+
+def _plain(text: str) -> str:
+    plain = text.isascii() and text.isprintable() and text and text.strip() == text
+    return text if plain else json.dumps(text)
 
 
 def span_tree(spans: Sequence[Any]) -> str:

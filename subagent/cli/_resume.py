@@ -1,0 +1,127 @@
+"""``subagent resume``: a paused run (or one saved between turns) goes on, with decisions."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import anyio
+import pydantic
+
+from subagent._agent import SubAgent
+from subagent._build import check_state
+from subagent._errors import ConfigurationError, StateMismatchError
+from subagent._loading import described
+from subagent._records import Step
+from subagent._state import Decision, RunState
+from subagent.cli._agents import agent_of
+from subagent.cli._decisions import add_decision_flags, decisions_for, flag_decisions
+from subagent.cli._flags import add_agent_flags, run_options
+from subagent.cli._model import chosen_model, opened
+from subagent.cli._reading import json_object, read_limited
+from subagent.cli._run import exit_status, printed
+from subagent.cli._status import AgentError, UsageError
+from subagent.cli._trace import traced
+from subagent.llm import LLM
+
+__all__ = ["add_resume_command", "check_resumable", "read_state"]
+
+
+def add_resume_command(commands: Any) -> None:
+    """Add ``resume`` to the program's subcommands."""
+    resume = commands.add_parser(
+        "resume", help="resume a paused run: approve, deny or edit each waiting call"
+    )
+    add_agent_flags(resume)
+    resume.add_argument(
+        "state",
+        metavar="STATE",
+        help="a file (- for stdin) holding what `subagent run --json` printed, or a RunState",
+    )
+    add_decision_flags(resume)
+    resume.add_argument("--json", action="store_true", help="print the Step as JSON instead")
+    resume.add_argument(
+        "--trace",
+        nargs="?",
+        const="console",
+        choices=("console", "otlp"),
+        default=None,
+        help="as for run: the resumed part's span tree (console) or its export (otlp)",
+    )
+    resume.set_defaults(command=_resume_command, name="resume", parser=resume)
+
+
+def _resume_command(args: argparse.Namespace) -> int:
+    agent = agent_of(args)
+    state = read_state(args.state)
+    check_resumable(agent, state, "STATE")
+    decisions = decisions_for(state, flag_decisions(args), "STATE")
+    options = run_options(agent, args)
+    with traced(args.trace) as (provider, report):
+        with chosen_model(agent, args) as llm:
+            try:
+                step = anyio.run(_resume_once, agent, state, decisions, llm, options, provider)
+            except StateMismatchError as exc:
+                raise UsageError(f"STATE: {exc}") from None
+            except ConfigurationError as exc:  # the decisions, as resume() checks them
+                raise UsageError(str(exc)) from None
+            except Exception as exc:  # the agent's code (a parser, a validator) raised
+                raise AgentError(described(exc)) from exc
+        report()
+    print(printed(step, as_json=args.json))
+    return exit_status([step])
+
+
+async def _resume_once(
+    agent: SubAgent[Any],
+    state: RunState,
+    decisions: dict[str, Decision],
+    llm: LLM,
+    options: dict[str, Any],
+    provider: Any,
+) -> Step[Any]:
+    async with opened(llm):
+        return await agent.resume(state, decisions, llm=llm, tracer_provider=provider,
+                                  **options)  # fmt: skip
+
+
+def read_state(name: str) -> RunState:
+    """``STATE``: a Step as ``subagent run --json`` prints it (its ``state``), or a RunState.
+
+    Raises:
+        UsageError: The file cannot be read or is not one of them, or the Step has no state
+            (it ended: nothing to resume).
+    """
+    source = f"STATE {name}"
+    data = json_object(read_limited(name, source), source)
+    if "state" in data and "fingerprint" not in data:  # a Step
+        if data["state"] is None:
+            raise UsageError(f"{source}: the Step has no state to resume: it {_ended(data)}")
+        data = data["state"]
+        source += ": state"
+    try:
+        return RunState.model_validate(data)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise UsageError(
+            f"{source}: not a RunState ({exc.error_count()} error(s); {where or 'the value'}: "
+            f"{first['msg']})"
+        ) from None
+
+
+def check_resumable(agent: SubAgent[Any], state: RunState, where: str) -> None:
+    """Refuse, before anything runs, a state ``agent`` did not save.
+
+    Raises:
+        UsageError: Naming what differs (the agent, its output, tools, prompts, protocol).
+    """
+    try:
+        check_state(agent, state)
+    except StateMismatchError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+
+
+def _ended(step: dict[str, Any]) -> str:
+    failure = step.get("failure")
+    return f"ended failed({failure.get('reason')})" if isinstance(failure, dict) else "ended done"
