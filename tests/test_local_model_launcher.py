@@ -278,11 +278,11 @@ def test_run_without_a_command_is_bad_usage(capsys: pytest.CaptureFixture[str]) 
 
 SERVE = """
 import sys
-import test_local_model
+import test_local_model_launcher
 from subagent import local_model
 
 started = []
-local_model.start = test_local_model.fake_start(started)
+local_model.start = test_local_model_launcher.fake_start(started)
 status = local_model.main(sys.argv[1:])
 print(f"exit {status}; server stopped: {started[0].process.poll() is not None}", flush=True)
 sys.exit(status)
