@@ -160,7 +160,19 @@ def decisions_for(state: RunState, given: Mapping[str, Given], where: str) -> di
         raise UsageError(
             f"{where}: {len(undecided)} waiting call(s) need a decision ({HOW_TO_DECIDE}): {calls}"
         )
-    return {call_id: given[call_id].decision for call_id in waiting}
+    # Each decision bound to the call the user decided about, as the state shows it: a state
+    # changed before the resume is then refused, naming the call.
+    return {call_id: _bound(given[call_id].decision, pending, call_id) for call_id in waiting}
+
+
+def _bound(decision: Decision, pending: PendingCalls, call_id: str) -> Decision:
+    if decision.call_digest is not None:
+        return decision
+    if decision.action == "edit":
+        return pending.edit(call_id, dict(decision.arguments or {}))
+    if decision.action == "deny":
+        return pending.deny(call_id, decision.reason)
+    return pending.approve(call_id)
 
 
 def _waiting(pending: PendingCalls) -> str:

@@ -10,7 +10,7 @@ import pydantic
 
 from subagent._agent import SubAgent
 from subagent._build import check_state
-from subagent._errors import ConfigurationError, StateMismatchError
+from subagent._errors import ConfigurationError, InvalidStateError
 from subagent._loading import described
 from subagent._records import Step
 from subagent._state import Decision, RunState
@@ -61,7 +61,7 @@ def _resume_command(args: argparse.Namespace) -> int:
         with chosen_model(agent, args) as llm:
             try:
                 step = anyio.run(_resume_once, agent, state, decisions, llm, options, provider)
-            except StateMismatchError as exc:
+            except InvalidStateError as exc:  # the state, as resume() checks it
                 raise UsageError(f"STATE: {exc}") from None
             except ConfigurationError as exc:  # the decisions, as resume() checks them
                 raise UsageError(str(exc)) from None
@@ -118,7 +118,7 @@ def check_resumable(agent: SubAgent[Any], state: RunState, where: str) -> None:
     """
     try:
         check_state(agent, state)
-    except StateMismatchError as exc:
+    except InvalidStateError as exc:
         raise UsageError(f"{where}: {exc}") from None
 
 
