@@ -34,18 +34,7 @@ from subagent._handle import AgentRun
 from subagent._limits import Price, UsageLimits
 from subagent._options import ResumeArguments
 from subagent._phases import Phase
-from subagent._records import (
-    FailReason,
-    Failure,
-    Step,
-    ToolResult,
-    Turn,
-    TurnOutcome,
-    TurnType,
-    UsageSummary,
-)
 from subagent._resume import MemoryClaims, StateClaims
-from subagent._state import Decision, PendingCalls, RunState
 from subagent.batch import Batch, BatchItem, BatchSummary, run_many, stream_many, summarize
 from subagent.llm import (
     LLM,
@@ -97,6 +86,19 @@ from subagent.patterns import (
     ThinkError,
     retry_loop,
     think_with_retry,
+)
+from subagent.records import (
+    Decision,
+    FailReason,
+    Failure,
+    PendingCalls,
+    RunState,
+    Step,
+    ToolResult,
+    Turn,
+    TurnOutcome,
+    TurnType,
+    UsageSummary,
 )
 from subagent.testing import FunctionLLM, ScriptedLLM, TestLLM
 from subagent.tools import (

@@ -33,11 +33,10 @@ from subagent._options import (
     resolve,
 )
 from subagent._override import override_llm
-from subagent._records import Step
 from subagent._resume import StateClaims, checked_resume
 from subagent._run import execute_run
-from subagent._state import Decision, RunState
 from subagent.llm import LLM
+from subagent.records import Decision, RunState, Step
 from subagent.tools import Tool
 
 __all__ = ["RunArguments", "SubAgent"]

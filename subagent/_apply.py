@@ -14,10 +14,9 @@ from subagent._feedback import after_tools, feedback
 from subagent._live import LiveRun
 from subagent._parts import AgentParts, RunOptions
 from subagent._phases import Phase, advance
-from subagent._records import Failure, user_message
-from subagent._state import PendingCalls
 from subagent._verdicts import Answered, Ended, Missed, Paused, ToolsRan, Verdict
 from subagent.llm import LLMResponse
+from subagent.records import Failure, PendingCalls, user_message
 
 __all__ = ["apply", "failure"]
 

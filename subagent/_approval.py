@@ -19,12 +19,11 @@ from typing import Any
 
 from subagent._errors import ConfigurationError, InvalidStateError, blame_user_code
 from subagent._hooks import Pause, RunHook, ToolBatch
-from subagent._records import ToolResult
-from subagent._state import Decision, PendingCalls
 from subagent._templates import TemplateSet
 from subagent._text import fence, scrub_surrogates
 from subagent.llm import ToolCall
 from subagent.parsers import format_validation_errors
+from subagent.records import Decision, PendingCalls, ToolResult
 from subagent.tools import Tool, ToolArgumentsError
 
 __all__ = ["ApprovalHook", "ApprovalRule", "approval_rule", "checked_decisions"]

@@ -20,7 +20,7 @@ from subagent._context import RunContext
 from subagent._definition import AgentDefinition
 from subagent._errors import ConfigurationError
 from subagent._nesting import current_depth
-from subagent._records import FailReason, Failure, Step, build_step
+from subagent.records import FailReason, Failure, Step, build_step
 from subagent.tools import NestedRunError, Tool, ToolOutput
 
 __all__ = ["PASS_DOWN", "agent_tool"]

@@ -27,11 +27,11 @@ from subagent._definition import AgentDefinition
 from subagent._errors import ConfigurationError, StateMismatchError, TemplateError
 from subagent._limits import UsageLimits
 from subagent._parts import AgentParts, SourcedParts, Systems
-from subagent._state import RunState, digest
 from subagent._templates import Template, TemplateSet, default_templates
 from subagent.llm import LLM, LLMSpec, Message, RetryPolicy
 from subagent.parsers import OutputContract, build_contract
 from subagent.protocols import PROTOCOLS, ReplyProtocol
+from subagent.records import RunState, digest
 from subagent.tools import AgentTools, Toolbox, build_tools, split_sources
 
 __all__ = [

@@ -15,17 +15,21 @@ error classification, a task group) takes it for something else.
 
 from __future__ import annotations
 
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from subagent._text import scrub_surrogates
-
-if TYPE_CHECKING:
-    from subagent._records import Step, Turn
+from subagent.records import (
+    ErrorKind,
+    InvalidStateError,
+    RunFailedError,
+    RunPausedError,
+    SubAgentError,
+)
 
 __all__ = [
     "ConfigurationError",
     "ErrorKind",
+    "InvalidStateError",
     "LLMContractError",
     "LLMError",
     "MissingVariableError",
@@ -39,29 +43,6 @@ __all__ = [
     "blame_callback",
     "callback_error",
 ]
-
-
-class SubAgentError(Exception):
-    """Base class of every exception raised by subagent.
-
-    Attributes:
-        turns: The turns a run made until this error ended it, the turn in progress
-            included (empty when it was raised outside a run).
-    """
-
-    turns: tuple[Turn, ...] = ()
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Errors cross process boundaries with a batch's results (multiprocessing, Ray).
-        # Their constructors take other arguments than the message ``args`` holds, so
-        # they are rebuilt without calling ``__init__``: the message, then the attributes.
-        return (_rebuild_error, (type(self), self.args), self.__dict__)
-
-
-def _rebuild_error(cls: type[SubAgentError], args: tuple[Any, ...]) -> SubAgentError:
-    error = cls.__new__(cls)
-    error.args = args
-    return error
 
 
 class ConfigurationError(SubAgentError, ValueError):
@@ -107,31 +88,6 @@ class MissingVariableError(TemplateError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
-
-
-class ErrorKind(StrEnum):
-    """The classified kind of a failed LLM call.
-
-    ``response_too_large``: the reply went past one of the adapter's size limits
-    (``OpenAIChat(max_response_bytes=..., max_stream_bytes=...)``); it was not read further
-    and is not retried by default (the same request would get the same reply).
-    ``context_length``: the request does not fit the model's context window
-    (``context_length_exceeded``, llama.cpp's ``exceed_context_size_error``); never retried,
-    by the transport or by an orchestrator: the same request cannot fit the next time.
-    """
-
-    RATE_LIMIT = "rate_limit"
-    SERVER_ERROR = "server_error"
-    TIMEOUT = "timeout"
-    CONNECTION = "connection"
-    AUTHENTICATION = "authentication"
-    PERMISSION = "permission"
-    BAD_REQUEST = "bad_request"
-    CONTENT_FILTER = "content_filter"
-    INVALID_RESPONSE = "invalid_response"
-    CONTEXT_LENGTH = "context_length"
-    RESPONSE_TOO_LARGE = "response_too_large"
-    OTHER = "other"
 
 
 class LLMError(SubAgentError):
@@ -192,62 +148,6 @@ def _rebuild_llm_error(
 ) -> LLMError:
     return LLMError(kind, message, status_code=status_code, retry_after=retry_after, body=body,
                     usage=usage)  # fmt: skip
-
-
-class RunFailedError(SubAgentError):
-    """Raised by :meth:`Step.raise_for_failure` for a failed run.
-
-    Attributes:
-        reason: The :class:`~subagent.FailReason`.
-    """
-
-    def __init__(self, step: Step[Any]):
-        failure = step.failure
-        assert failure is not None
-        super().__init__(f"run failed ({failure.reason.value}): {failure.message}")
-        self.step = step
-        self.reason = failure.reason
-
-
-class RunPausedError(SubAgentError):
-    """Raised by :meth:`Step.raise_for_failure` for a run that paused for approval.
-
-    Attributes:
-        step: The paused Step; ``step.state`` is what to resume from.
-    """
-
-    def __init__(self, step: Step[Any]):
-        state = step.state
-        waiting = len(state.pending.needs_approval) if state and state.pending else 0
-        super().__init__(
-            f"run paused: {waiting} tool call(s) await approval; resume it with "
-            f"agent.resume(step.state, decisions)"
-        )
-        self.step = step
-
-
-class InvalidStateError(SubAgentError, ValueError):
-    """A :class:`~subagent.RunState` that ``resume`` refuses: it is untrusted input.
-
-    Raised before anything runs, naming the field and why: a state whose fields do not fit
-    together (its phase, its pending calls and its turns; budgets beyond what it ran with),
-    a signed state whose signature does not match the key, a state resumed a second time
-    where single use was asked for, or a decision bound to a call the state no longer
-    holds as it was decided.
-
-    Attributes:
-        field: The state's field at fault (``work_remaining``, ``pending.calls``,
-            ``signature``, ``id``...).
-        reason: Why, in words.
-    """
-
-    def __init__(self, field: str, reason: str):
-        super().__init__(f"cannot resume this state: {field}: {reason}")
-        self.field = field
-        self.reason = reason
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.field, self.reason))
 
 
 class StateMismatchError(InvalidStateError):

@@ -17,10 +17,10 @@ from anyio.abc import TaskGroup
 from typing_extensions import TypeVar
 
 from subagent._parts import AgentParts, RunOptions, Systems
-from subagent._records import Step
 from subagent._run import execute_run
 from subagent.llm import Message
 from subagent.observe import EventQueue, RunEvent
+from subagent.records import Step
 
 __all__ = ["AgentRun"]
 

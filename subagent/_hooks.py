@@ -21,9 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from subagent._records import ToolResult
-from subagent._state import Decision, RunState
 from subagent.llm import LLMResponse, ToolCall
+from subagent.records import Decision, RunState, ToolResult
 
 __all__ = ["NO_HOOKS", "Hooks", "Pause", "RunHook", "ToolBatch"]
 

@@ -15,16 +15,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from subagent._context import RunContext
 from subagent._conversation import ContextPolicy, Conversation
 from subagent._parts import Systems
 from subagent._phases import Budget
-from subagent._records import Failure, Turn, trusted
-from subagent._state import STATE_VERSION, PendingCalls, RunState
 from subagent.llm import Message
+from subagent.records import (
+    STATE_VERSION,
+    Failure,
+    PendingCalls,
+    RunState,
+    Turn,
+    Usage,
+    trusted,
+)
 
 __all__ = ["LiveRun"]
 
 _STATE_FIELDS = set(RunState.model_fields)
+# Tool results of calls that were refused, never run (they count as no tool call).
+_NOT_RUN = frozenset({"tools_unavailable", "too_many_calls"})
 
 
 @dataclass(slots=True)
@@ -76,6 +86,22 @@ class LiveRun:
         return cls(budget, conversation, systems, list(state.turns), pending=state.pending,
                    elapsed=state.elapsed_s, traceparent=state.traceparent,
                    resumed=True)  # fmt: skip
+
+    def run_context(self, deps: Any, agent: str, depth: int, reply_usage: Usage) -> RunContext[Any]:
+        """The :class:`~subagent.RunContext` of the turn under way (tools, validators)."""
+        usage = reply_usage
+        calls = 0
+        for turn in self.turns:
+            usage = usage + turn.usage
+            for result in turn.tool_results:
+                if result.error_type not in _NOT_RUN:
+                    calls += 1
+                if result.step is not None:
+                    usage = usage + result.step.usage.total
+        return RunContext(
+            deps=deps, agent=agent, turn=len(self.turns) + 1, phase=self.budget.state,
+            usage=usage, tool_calls=calls, depth=depth,
+        )  # fmt: skip
 
     def freeze(
         self,

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 from subagent._errors import blame_callback
 from subagent._hooks import RunHook
-from subagent._state import RunState
 from subagent.observe import refuse_awaitable
+from subagent.records import RunState
 
 __all__ = ["StateHook"]
 

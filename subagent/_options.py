@@ -33,10 +33,9 @@ from subagent._nesting import current_depth, current_run_model
 from subagent._on_state import StateHook
 from subagent._override import overridden_llm
 from subagent._parts import AgentParts, RunOptions, Systems
-from subagent._records import user_message
-from subagent._state import RunState
 from subagent.llm import LLM, Message, OutputRequest, RetryPolicy, messages_from
 from subagent.observe import EventHandler, check_callback
+from subagent.records import RunState, user_message
 
 __all__ = [
     "RUN_OPTIONS",

@@ -18,13 +18,12 @@ from opentelemetry.trace import TracerProvider
 from subagent._conversation import ContextPolicy
 from subagent._correction import Correction
 from subagent._hooks import NO_HOOKS, Hooks
-from subagent._records import TurnType
-from subagent._state import RunState
 from subagent._templates import TemplateSet
 from subagent.llm import LLM, Message, OutputRequest, RetryPolicy, ToolCall, TurnInfo
 from subagent.observe import EventHandler
 from subagent.parsers import OutputContract
 from subagent.protocols import ReplyProtocol
+from subagent.records import RunState, TurnType
 from subagent.tools import AgentTools, SourceNotReadyError, Toolbox
 
 __all__ = ["AgentParts", "RunOptions", "SourcedParts", "Systems"]

@@ -27,7 +27,7 @@ from typing import Any, cast
 
 from transitions import EventData, Machine
 
-from subagent._records import FailReason
+from subagent.records import FailReason
 
 __all__ = [
     "ACTIVE_PHASES",

@@ -15,11 +15,10 @@ from subagent._hooks import ToolBatch
 from subagent._live import LiveRun
 from subagent._parts import AgentParts, RunOptions
 from subagent._phases import Phase
-from subagent._records import TurnType, trusted
-from subagent._state import Decision, PendingCalls
 from subagent._turns import TurnDraft
 from subagent.llm import LLMRequest, ToolDefinition
 from subagent.observe import TurnStart
+from subagent.records import Decision, PendingCalls, TurnType, trusted
 
 __all__ = ["model_name", "prepared", "reentered"]
 

@@ -22,8 +22,7 @@ from subagent._approval import ApprovalRule, checked_decisions
 from subagent._build import check_state
 from subagent._definition import AgentDefinition
 from subagent._errors import ConfigurationError, InvalidStateError
-from subagent._records import TurnOutcome, TurnType
-from subagent._state import Decision, RunState
+from subagent.records import Decision, RunState, TurnOutcome, TurnType
 
 __all__ = ["MemoryClaims", "StateClaims", "check_consistency", "checked_resume", "read_state"]
 

@@ -33,23 +33,23 @@ from subagent._nesting import current_depth, enter_run, leave_run
 from subagent._parts import AgentParts, RunOptions, Systems
 from subagent._phases import Budget, Phase, Trigger, advance
 from subagent._prepare import prepared, reentered
-from subagent._records import (
-    Step,
-    ToolResult,
-    Turn,
-    TurnType,
-    build_step,
-)
-from subagent._state import Decision, RunState
 from subagent._tool_stage import run_batch
-from subagent._turns import TurnDraft
+from subagent._turns import TurnDraft, interrupted
 from subagent._verdicts import Ended, GaveUp, Missed, Verdict
-from subagent.llm import LLMRequest, LLMResponse, Message, ToolCall, ToolDefinition
+from subagent.llm import LLMRequest, LLMResponse, Message, ToolCall
 from subagent.observe import (
     EventQueue,
     TurnScope,
     current_traceparent,
     observer_for_run,
+)
+from subagent.records import (
+    Decision,
+    RunState,
+    Step,
+    ToolResult,
+    Turn,
+    build_step,
 )
 from subagent.tools import ToolRun
 
@@ -87,19 +87,8 @@ def execute_run(
 
 
 class _Run:
-    __slots__ = (
-        "_reply_usage",
-        "_started",
-        "_stop",
-        "decisions",
-        "depth",
-        "hooks",
-        "in_flight",
-        "live",
-        "observer",
-        "options",
-        "parts",
-    )  # fmt: skip
+    __slots__ = ("_reply_usage", "_started", "_stop", "decisions", "depth", "hooks", "in_flight",
+                 "live", "observer", "options", "parts")  # fmt: skip
 
     def __init__(
         self,
@@ -301,18 +290,8 @@ class _Run:
 
     def _interrupted(self, response: LLMResponse | None) -> tuple[list[ToolCall], list[ToolResult]]:
         """The calls of a turn cut short, and their results: those that came, then the rest."""
-        if self.in_flight is None:
-            return (list(response.tool_calls) if response else []), []
-        calls, runs = self.in_flight
-        self.in_flight = None
-        results = [
-            run.result if run is not None else ToolResult(
-                call_id=call.id, name=call.name, ok=False, content="", error_type="cancelled",
-                completed=False,
-            )
-            for call, run in zip(calls, runs, strict=True)
-        ]  # fmt: skip
-        return list(calls), results
+        in_flight, self.in_flight = self.in_flight, None
+        return interrupted(in_flight, response)
 
     # --- what the stages and hooks ask of the run ---
 
@@ -330,20 +309,8 @@ class _Run:
 
     def run_context(self) -> RunContext[Any]:
         """The :class:`RunContext` of the turn under way (for tools and validators)."""
-        usage = self._reply_usage
-        calls = 0
-        live = self.live
-        for turn in live.turns:
-            usage = usage + turn.usage
-            for result in turn.tool_results:
-                if result.error_type not in _NOT_RUN:
-                    calls += 1
-                if result.step is not None:
-                    usage = usage + result.step.usage.total
-        return RunContext(
-            deps=self.options.deps, agent=self.parts.name, turn=len(live.turns) + 1,
-            phase=live.budget.state, usage=usage, tool_calls=calls, depth=self.depth,
-        )  # fmt: skip
+        return self.live.run_context(self.options.deps, self.parts.name, self.depth,
+                                     self._reply_usage)  # fmt: skip
 
     def enter_user_code(self) -> Any:
         """Make this run the one a tool or validator's runs nest in; and tell the hooks."""
@@ -363,15 +330,8 @@ class _Run:
         leave_run(token)
 
 
-_TURN_TYPE = {Phase(kind.value): kind for kind in TurnType}
-# Every field of a request the loop builds is set: one set for all of them (frozen models
-# never change it).
-_REQUEST_FIELDS = set(LLMRequest.model_fields)
 _FINAL = (Phase.DONE.value, Phase.FAILED.value)
-_NO_TOOLS: list[ToolDefinition] = []  # shared by requests offering none; never changed
 _NO_USAGE = LLMResponse.model_fields["usage"].get_default(call_default_factory=True)
-# Tool results of calls that were refused, never run (they count as no tool call).
-_NOT_RUN = frozenset({"tools_unavailable", "too_many_calls"})
 
 
 def _bug_in(group: BaseExceptionGroup[Any]) -> SubAgentError | None:

@@ -17,14 +17,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from subagent._phases import Budget, Phase
-from subagent._records import ToolResult, Turn, TurnOutcome, TurnType, trusted
-from subagent._state import Decision
 from subagent._text import scrub_surrogates
 from subagent._verdicts import Verdict, error_summary
 from subagent.llm import LLM, LLMResponse, ToolCall, TransportRetry
 from subagent.observe import TurnStart
+from subagent.records import Decision, ToolResult, Turn, TurnOutcome, TurnType, trusted
+from subagent.tools import ToolRun
 
-__all__ = ["CUT_SHORT", "NO_RETRIES", "TurnDraft", "said"]
+__all__ = ["CUT_SHORT", "NO_RETRIES", "TurnDraft", "interrupted", "said"]
 
 CUT_SHORT = "cancelled before the turn completed"
 NO_RETRIES: list[TransportRetry] = []  # shared while a turn has none; never appended to
@@ -161,3 +161,25 @@ def said(text: str, calls: Sequence[ToolCall]) -> str:
         return words
     listed = [[call.name, call.arguments] for call in calls]
     return f"{words}\n{json.dumps(listed, sort_keys=True, ensure_ascii=False, default=str)}"
+
+
+def interrupted(
+    in_flight: tuple[list[ToolCall], list[ToolRun | None]] | None,
+    response: LLMResponse | None,
+) -> tuple[list[ToolCall], list[ToolResult]]:
+    """The calls of a turn cut short, and their results: those that came, then the rest.
+
+    ``in_flight``: the calls of the tool turn under way and what had come back of them;
+    without one, the reply's calls (if a reply came), none of which ran.
+    """
+    if in_flight is None:
+        return (list(response.tool_calls) if response else []), []
+    calls, runs = in_flight
+    results = [
+        run.result if run is not None else ToolResult(
+            call_id=call.id, name=call.name, ok=False, content="", error_type="cancelled",
+            completed=False,
+        )
+        for call, run in zip(calls, runs, strict=True)
+    ]  # fmt: skip
+    return list(calls), results

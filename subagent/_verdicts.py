@@ -25,8 +25,8 @@ from typing import Any, ClassVar
 
 from subagent._errors import ErrorKind
 from subagent._phases import Trigger
-from subagent._records import ToolResult, TurnOutcome
 from subagent.llm import Message, ToolCall
+from subagent.records import ToolResult, TurnOutcome
 
 __all__ = [
     "Answered",

@@ -62,10 +62,10 @@ from subagent._checks import check_int, check_seconds
 from subagent._conversation import ContextPolicy
 from subagent._errors import ConfigurationError
 from subagent._limits import UsageLimits
-from subagent._records import FailReason, Failure, Step, build_step, step_model
 from subagent._text import shorten
 from subagent.batch import BatchItem, stream_many
 from subagent.llm import LLM, LLMRequest, LLMResponse, Message, RetryPolicy
+from subagent.records import FailReason, Failure, Step, build_step, step_model
 
 if TYPE_CHECKING:
     from types import ModuleType, TracebackType

@@ -32,7 +32,7 @@ from subagent import (
     Tool,
     tool,
 )
-from subagent._state import digest
+from subagent.records import digest
 from subagent.durable import (
     APPROVAL_TOPIC,
     AlreadyDecidedError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from subagent._phases import ACTIVE_PHASES, TABLE, Budget, Phase, Trigger, advance, mermaid_chart
-from subagent._records import FailReason
+from subagent.records import FailReason
 
 
 @pytest.mark.parametrize(("max_turns", "phase"), [(1, Phase.MUST_RETURN), (2, Phase.NORMAL)])

@@ -35,7 +35,7 @@ from subagent import (
     ToolCall,
     TurnType,
 )
-from subagent._records import step_model
+from subagent.records import step_model
 from subagent.parsers import json_parser
 from subagent.testing import ScriptedReply
 from subagent.tools import NestedRunError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from subagent._records import Step
+from subagent.records import Step
 
 __all__ = ["Progress"]
 

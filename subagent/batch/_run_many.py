@@ -26,8 +26,8 @@ from subagent._agent import RunArguments, SubAgent
 from subagent._checks import check_int, check_seconds
 from subagent._errors import ConfigurationError
 from subagent._limits import Ledger, UsageLimits, ledgers_in_scope
-from subagent._records import FailReason, Failure, Step, build_step
 from subagent.batch._progress import Progress
+from subagent.records import FailReason, Failure, Step, build_step
 
 __all__ = ["Batch", "BatchItem", "run_many", "stream_many"]
 

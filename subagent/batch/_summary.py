@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from subagent._records import FailReason, Step, TurnType
 from subagent._stats import Option, fisher_exact, recommend, wilson
 from subagent.llm import StopReason, Usage
+from subagent.records import FailReason, Step, TurnType
 
 __all__ = ["RECOMMENDATION_MARGIN", "BatchSummary", "BudgetSummary", "summarize"]
 

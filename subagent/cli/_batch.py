@@ -10,7 +10,6 @@ from typing import Any
 import anyio
 
 from subagent._agent import SubAgent
-from subagent._records import FailReason, Step
 from subagent.batch import stream_many, summarize
 from subagent.cli._agents import agent_of
 from subagent.cli._batch_files import (
@@ -28,6 +27,7 @@ from subagent.cli._model import chosen_model, opened
 from subagent.cli._run import exit_status
 from subagent.cli._status import EXIT_ERROR, EXIT_INTERRUPTED, UsageError
 from subagent.llm import LLM
+from subagent.records import FailReason, Step
 
 __all__ = ["add_batch_command"]
 

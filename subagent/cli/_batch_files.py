@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from subagent._records import Step
 from subagent.cli._reading import MAX_INPUT_BYTES, decoded, mib, strict_json
 from subagent.cli._status import UsageError
+from subagent.records import Step
 
 __all__ = [
     "Input",

@@ -16,14 +16,13 @@ from typing import Any, TextIO
 import anyio
 
 from subagent._agent import SubAgent
-from subagent._records import FailReason, Failure, Step, build_step
-from subagent._state import Decision, RunState
 from subagent.cli._batch_files import Input, listed
 from subagent.cli._decisions import Given, decision_from_json, decisions_for, read_decisions
 from subagent.cli._resume import check_resumable
 from subagent.cli._show import call_line
 from subagent.cli._status import UsageError
 from subagent.llm import LLM
+from subagent.records import Decision, FailReason, Failure, RunState, Step, build_step
 
 __all__ = ["MAX_LISTED_PAUSED", "Resume", "decided", "report_paused", "resume_all"]
 

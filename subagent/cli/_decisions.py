@@ -17,10 +17,10 @@ from typing import Any
 
 import pydantic
 
-from subagent._state import Decision, PendingCalls, RunState
 from subagent.cli._reading import json_object, read_limited
 from subagent.cli._show import call_line
 from subagent.cli._status import UsageError
+from subagent.records import Decision, PendingCalls, RunState
 
 __all__ = [
     "HOW_TO_DECIDE",

@@ -12,8 +12,6 @@ from subagent._agent import SubAgent
 from subagent._build import check_state
 from subagent._errors import ConfigurationError, InvalidStateError
 from subagent._loading import described
-from subagent._records import Step
-from subagent._state import Decision, RunState
 from subagent.cli._agents import agent_of
 from subagent.cli._decisions import add_decision_flags, decisions_for, flag_decisions
 from subagent.cli._flags import add_agent_flags, run_options
@@ -23,6 +21,7 @@ from subagent.cli._run import exit_status, printed
 from subagent.cli._status import AgentError, UsageError
 from subagent.cli._trace import traced
 from subagent.llm import LLM
+from subagent.records import Decision, RunState, Step
 
 __all__ = ["add_resume_command", "check_resumable", "read_state"]
 

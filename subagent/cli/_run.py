@@ -10,7 +10,6 @@ import anyio
 from subagent._agent import SubAgent
 from subagent._errors import ConfigurationError, TemplateError
 from subagent._loading import described
-from subagent._records import Step
 from subagent.cli._agents import agent_of
 from subagent.cli._flags import add_agent_flags, add_budget_flags, check_prompt, run_options
 from subagent.cli._model import chosen_model, opened
@@ -19,6 +18,7 @@ from subagent.cli._show import turn_table
 from subagent.cli._status import EXIT_DONE, EXIT_FAILED, EXIT_PAUSED, AgentError, UsageError
 from subagent.cli._trace import traced
 from subagent.llm import LLM
+from subagent.records import Step
 
 __all__ = ["add_run_command", "exit_status", "printed"]
 

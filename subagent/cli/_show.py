@@ -6,8 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from subagent._records import Step
 from subagent.llm import ToolCall
+from subagent.records import Step
 
 __all__ = ["call_line", "span_tree", "turn_table"]
 

@@ -23,8 +23,6 @@ from subagent._agent import SubAgent
 from subagent._checks import check_int, check_seconds
 from subagent._conversation import ContextPolicy
 from subagent._errors import ConfigurationError
-from subagent._records import FailReason, Failure, Step, Turn, build_step, step_model
-from subagent._state import Decision
 from subagent.durable._approval import (
     APPROVAL_TOPIC,
     PENDING_EVENT,
@@ -39,6 +37,7 @@ from subagent.durable._approval import (
 from subagent.durable._llm import DurableLLM
 from subagent.durable._tools import durable_tool
 from subagent.llm import LLM, Message, RetryPolicy
+from subagent.records import Decision, FailReason, Failure, Step, Turn, build_step, step_model
 from subagent.tools import split_sources
 
 __all__ = ["DEFAULT_APPROVAL_TIMEOUT", "DurableAgent", "DurableRunArguments"]

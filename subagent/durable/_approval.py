@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, computed_field
 
 from subagent._errors import ConfigurationError
-from subagent._state import Decision, call_digest, digest
 from subagent.llm import ToolCall
+from subagent.records import Decision, call_digest, digest
 
 __all__ = [
     "APPROVAL_TOPIC",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from subagent._records import Step
+from subagent.records import Step
 
 __all__ = ["MEASURED_FIELDS", "comparable"]
 

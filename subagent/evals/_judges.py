@@ -22,9 +22,9 @@ from typing_extensions import TypeVar
 
 from subagent._agent import SubAgent
 from subagent._errors import ConfigurationError
-from subagent._records import Step
 from subagent._text import shorten
 from subagent.evals._cases import Case
+from subagent.records import Step
 
 __all__ = [
     "BUILT_IN_JUDGES",

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from subagent._records import Step, Turn
+from subagent.records import Step, Turn
 
 __all__ = ["Outcome", "normalised", "outcome_from_data", "outcome_from_run", "run_tokens"]
 

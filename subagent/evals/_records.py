@@ -17,7 +17,7 @@ from typing import IO, Any, Final
 from pydantic_core import from_json
 
 from subagent._errors import ConfigurationError
-from subagent._records import Step
+from subagent.records import Step
 
 __all__ = ["MAX_LINE_BYTES", "RecordWriter", "read_records", "record_line", "slot_key"]
 

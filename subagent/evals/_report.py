@@ -361,9 +361,21 @@ class Report:
         Raises:
             ImportError: matplotlib is not installed (the message says how to get it).
         """
-        from subagent.evals._plot import plot_report
+        from subagent.evals._plot import plot_points
 
-        return plot_report(self, Path(path))
+        measure = self.measure
+        points = []
+        for result in self.variants:
+            if measure == "cost":
+                x = result.cost_per_case or 0.0
+            elif measure == "tokens":
+                x = (result.prompt_tokens + result.completion_tokens) / max(result.runs, 1)
+            else:
+                x = result.calls_per_case
+            low, high = result.success_interval
+            points.append((result.variant, x, result.success_rate, low, high))
+        title = f"{self.dataset}: success against cost"
+        return plot_points(title, _UNITS[measure], points, Path(path))
 
     def __str__(self) -> str:
         return self.to_markdown()
@@ -421,3 +433,6 @@ def _in_order(outcomes: Iterable[Outcome]) -> list[Outcome]:
         seen = cases.get(outcome.case)
         cases[outcome.case] = (case, len(cases)) if seen is None else min(seen, (case, seen[1]))
     return sorted(listed, key=lambda o: (variants[o.variant], cases[o.case], o.repeat))
+
+
+_UNITS = {"cost": "cost per case", "tokens": "tokens per case", "calls": "LLM calls per case"}

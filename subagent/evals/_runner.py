@@ -19,7 +19,6 @@ from subagent._agent import SubAgent
 from subagent._checks import check_int
 from subagent._errors import ConfigurationError
 from subagent._limits import Price, UsageLimits
-from subagent._records import FailReason, Step
 from subagent.batch import stream_many
 from subagent.evals._cases import Case
 from subagent.evals._judges import Judge, JudgeContext, VerdictRecord, run_judges
@@ -29,6 +28,7 @@ from subagent.evals._report import Report, Tally
 from subagent.evals._tracing import CaseTracer
 from subagent.evals._variants import Plan, Variants, plan_variants
 from subagent.llm import Usage
+from subagent.records import FailReason, Step
 
 __all__ = ["run_evaluation"]
 

@@ -22,8 +22,8 @@ from pydantic_core import to_jsonable_python
 
 from subagent._agent import RunArguments, SubAgent
 from subagent._errors import ConfigurationError
-from subagent._state import digest
 from subagent.llm import LLMSpec
+from subagent.records import digest
 
 __all__ = ["RUN_ONLY_OPTIONS", "Plan", "Variant", "Variants", "describe", "grid", "plan_variants"]
 

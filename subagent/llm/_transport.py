@@ -13,7 +13,6 @@ from typing import cast
 
 import anyio
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
 
 from subagent._errors import (
     ConfigurationError,
@@ -26,36 +25,7 @@ from subagent._errors import (
 from subagent.llm._allow import ModelRequestsBlockedError
 from subagent.llm._protocol import LLM, LLMRequest, LLMResponse, StreamDelta, StreamingLLM, Usage
 from subagent.llm._retry_policy import RetryPolicy
-
-
-class TransportRetry(BaseModel):
-    """A failed LLM call that was followed by another attempt inside the same turn.
-
-    The next attempt is the same model again after ``delay_s``, or, for a
-    :class:`~subagent.FallbackLLM`, the next of its models (``fallback_to``).
-
-    Attributes:
-        attempt: The 1-based number of the attempt that failed (counted per model).
-        kind: Its classified error.
-        message: The error's message.
-        delay_s: Seconds waited before the next attempt (0 before a fallback).
-        usage: Tokens the failed attempt used, when the server reported any.
-        model: The model that failed, when a :class:`~subagent.FallbackLLM` made the call
-            (``None`` otherwise: the run's model). Left out of the JSON form when ``None``.
-        fallback_to: The model the call moved on to after this failure; ``None`` when the
-            same model was called again. Left out of the JSON form when ``None``.
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    attempt: int
-    kind: ErrorKind
-    message: str
-    delay_s: float
-    usage: Usage = Field(default_factory=Usage)
-    model: str | None = Field(default=None, exclude_if=lambda value: value is None)
-    fallback_to: str | None = Field(default=None, exclude_if=lambda value: value is None)
-
+from subagent.records import TransportRetry
 
 __all__ = ["DeltaHandler", "RetriesItsCalls", "TransportRetry", "call_with_retries"]
 

@@ -16,7 +16,7 @@ tool); see :mod:`subagent.observe._observer`. Implementations:
 
 :func:`observer_for_run` picks a run's observers from its options.
 
-What it may import: the records (``subagent._records``), the LLM room's records and the
+What it may import: the records (``subagent.records``), the LLM room's records and the
 base modules. The run loop reports into it; it never calls back into the loop.
 """
 

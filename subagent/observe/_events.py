@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from subagent._errors import blame_callback
-from subagent._records import FailReason, Step, ToolResult, Turn, TurnOutcome, TurnType
 from subagent.llm import ToolCall, TransportRetry
 from subagent.observe._observer import (
     Observer,
@@ -25,6 +24,7 @@ from subagent.observe._observer import (
     TurnStart,
     refuse_awaitable,
 )
+from subagent.records import FailReason, Step, ToolResult, Turn, TurnOutcome, TurnType
 
 __all__ = [
     "CallRetried",

@@ -45,7 +45,6 @@ from opentelemetry.util.types import AttributeValue
 
 from subagent.__about__ import __version__
 from subagent._errors import LLMError
-from subagent._records import Step, ToolResult, Turn, TurnType
 from subagent.llm import LLMRequest, LLMResponse, ToolCall, TransportRetry
 from subagent.observe._observer import (
     ChatScope,
@@ -56,6 +55,7 @@ from subagent.observe._observer import (
     TurnStart,
 )
 from subagent.observe._otel import UNKNOWN_TOOL
+from subagent.records import Step, ToolResult, Turn, TurnType
 
 __all__ = [
     "AGENT_DURATION",

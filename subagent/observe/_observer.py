@@ -28,8 +28,8 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from subagent._errors import ConfigurationError, blame_callback
-from subagent._records import Step, ToolResult, Turn, TurnType
 from subagent.llm import LLMRequest, LLMResponse, ToolCall, TransportRetry
+from subagent.records import Step, ToolResult, Turn, TurnType
 
 __all__ = [
     "NO_OBSERVER",

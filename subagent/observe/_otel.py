@@ -40,7 +40,6 @@ from opentelemetry.util.types import AttributeValue
 
 from subagent.__about__ import __version__
 from subagent._errors import LLMError
-from subagent._records import FailReason, Step, ToolResult, Turn, TurnOutcome
 from subagent._text import shorten
 from subagent.llm import LLMRequest, LLMResponse, Message, ToolCall, TransportRetry
 from subagent.observe._context import links_to
@@ -52,6 +51,7 @@ from subagent.observe._observer import (
     TurnScope,
     TurnStart,
 )
+from subagent.records import FailReason, Step, ToolResult, Turn, TurnOutcome
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",

@@ -18,8 +18,8 @@ from typing import Any
 from subagent._agent import SubAgent
 from subagent._checks import check_int
 from subagent._errors import ConfigurationError, RunFailedError
-from subagent._records import FailReason, Step, Turn
 from subagent.llm import LLM, Message
+from subagent.records import FailReason, Step, Turn
 
 __all__ = ["ThinkError", "think_with_retry"]
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from subagent._records import ToolResult
 from subagent._templates import TemplateSet
 from subagent.llm import LLMResponse, Message, ToolCall, ToolDefinition, tool_calls_in_text
 from subagent.parsers import OutputContract
 from subagent.protocols._protocol import ProtocolName, Reading
+from subagent.records import ToolResult
 
 __all__ = ["NATIVE", "NativeProtocol", "call_written_as_text"]
 

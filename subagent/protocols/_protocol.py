@@ -12,10 +12,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from subagent._records import ToolResult
 from subagent._templates import TemplateSet
 from subagent.llm import LLMResponse, Message, ToolCall, ToolDefinition
 from subagent.parsers import OutputContract
+from subagent.records import ToolResult
 
 __all__ = ["ProtocolName", "Reading", "ReplyProtocol"]
 

@@ -15,12 +15,12 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from subagent._records import ToolResult
 from subagent._templates import TemplateSet
 from subagent.llm import LLMResponse, Message, ToolCall, ToolDefinition
 from subagent.parsers import OutputContract
 from subagent.protocols._action import read_react_reply
 from subagent.protocols._protocol import ProtocolName, Reading
+from subagent.records import ToolResult
 
 __all__ = ["REACT", "ReactProtocol"]
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from subagent._context import RunContext
-from subagent._records import ToolResult
 from subagent._templates import TemplateSet
 from subagent._text import fence
 from subagent.llm import ToolCall, ToolDefinition
 from subagent.parsers import format_validation_errors
+from subagent.records import ToolResult
 from subagent.tools._source import ToolSourceLostError
 from subagent.tools._tool import (
     NestedRunError,
@@ -141,35 +141,8 @@ class Toolbox:
         started = time.perf_counter()
         try:
             returned = await tool.call(arguments, extras, context)
-        except ToolArgumentsError as exc:
-            if exc.items:
-                errors = exc.items
-            elif exc.validation is not None:
-                errors = format_validation_errors(exc.validation)
-            else:
-                errors = [{"location": "(arguments)", "message": str(exc), "received": ""}]
-            content = self._templates.render(
-                "tool_arguments_invalid", name=call.name, errors=errors,
-                call_again=not last_tool_turn,
-            )  # fmt: skip
-            return ToolRun(self._failed(call, content, "invalid_arguments", started, pruned))
-        except ToolTimeoutError as exc:
-            return ToolRun(self._error(call, str(exc), "timeout", started, pruned))
-        except TimeoutError as exc:
-            # Raised by the tool itself (a socket, urlopen, wait_for inside it): its own
-            # error, not the tool's time limit, and never out of the run.
-            detail = f": {exc}" if str(exc) else ""
-            text = f"TimeoutError{detail} (an operation inside the tool timed out)"
-            return ToolRun(self._error(call, text, "TimeoutError", started, pruned))
-        except NestedRunError as exc:
-            result = self._error(call, str(exc), "agent_failed", started, pruned)
-            return ToolRun(result.model_copy(update={"step": exc.step}))
-        except ToolSourceLostError as exc:
-            result = self._error(call, str(exc), "tool_server_lost", started, pruned)
-            return ToolRun(result, lost=f"tool {call.name!r}: {exc}")
         except Exception as exc:
-            text = f"{type(exc).__name__}: {exc}"
-            return ToolRun(self._error(call, text, type(exc).__name__, started, pruned))
+            return self._raised(call, exc, started, pruned, last_tool_turn)
         output = returned if isinstance(returned, ToolOutput) else None
         value = output.value if output is not None else returned
         try:
@@ -186,6 +159,44 @@ class Toolbox:
         if output.step is not None:
             result = result.model_copy(update={"step": output.step})
         return ToolRun(result, output.final, value, output.extras or None)
+
+    def _raised(
+        self,
+        call: ToolCall,
+        exc: Exception,
+        started: float,
+        pruned: list[str],
+        last_tool_turn: bool,
+    ) -> ToolRun:
+        """What a call that raised comes to: its failed result, told to the model."""
+        if isinstance(exc, ToolArgumentsError):
+            if exc.items:
+                errors = exc.items
+            elif exc.validation is not None:
+                errors = format_validation_errors(exc.validation)
+            else:
+                errors = [{"location": "(arguments)", "message": str(exc), "received": ""}]
+            content = self._templates.render(
+                "tool_arguments_invalid", name=call.name, errors=errors,
+                call_again=not last_tool_turn,
+            )  # fmt: skip
+            return ToolRun(self._failed(call, content, "invalid_arguments", started, pruned))
+        if isinstance(exc, ToolTimeoutError):
+            return ToolRun(self._error(call, str(exc), "timeout", started, pruned))
+        if isinstance(exc, TimeoutError):
+            # Raised by the tool itself (a socket, urlopen, wait_for inside it): its own
+            # error, not the tool's time limit, and never out of the run.
+            detail = f": {exc}" if str(exc) else ""
+            text = f"TimeoutError{detail} (an operation inside the tool timed out)"
+            return ToolRun(self._error(call, text, "TimeoutError", started, pruned))
+        if isinstance(exc, NestedRunError):
+            result = self._error(call, str(exc), "agent_failed", started, pruned)
+            return ToolRun(result.model_copy(update={"step": exc.step}))
+        if isinstance(exc, ToolSourceLostError):
+            result = self._error(call, str(exc), "tool_server_lost", started, pruned)
+            return ToolRun(result, lost=f"tool {call.name!r}: {exc}")
+        text = f"{type(exc).__name__}: {exc}"
+        return ToolRun(self._error(call, text, type(exc).__name__, started, pruned))
 
     def refuse(self, calls: Sequence[ToolCall]) -> tuple[str, list[ToolResult]]:
         """The feedback for calls made where tools are not offered, and their results."""

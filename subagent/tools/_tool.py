@@ -38,9 +38,9 @@ from pydantic_core import to_json
 from subagent._checks import check_seconds
 from subagent._context import RunContext, takes_run_context
 from subagent._errors import ConfigurationError, SubAgentError
-from subagent._records import Step
 from subagent._text import MAX_ARGUMENT_DEPTH, nested_deeper_than, shorten
 from subagent.llm import ToolDefinition
+from subagent.records import Step
 from subagent.tools._patterns import (
     UnsafePatternError,
     compiled_pattern,

@@ -1,40 +1,57 @@
-"""The records of a run: :class:`Step` (the result) and its :class:`Turn` list.
+"""The records a run makes: one recursive family, and the exceptions that carry them.
 
-Both are pydantic models and round-trip through JSON, so a run can be stored, shipped to
-another process, and read back typed (``Step[Answer].model_validate_json(text)``).
+A :class:`Step` holds its :class:`Turn` list, the :class:`ToolResult` of each call (a nested
+agent's Step inside), and, when paused, the :class:`RunState` the run is between two turns
+(which holds turns again).
+
+All are pydantic models (the exceptions aside) and round-trip through JSON, so a run can be
+stored, shipped to another process, and read back typed
+(``Step[Answer].model_validate_json(text)``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import inspect
+import json
 import types
 import typing
+import uuid
 from collections.abc import Iterable
-from enum import StrEnum
 from functools import cached_property
-from typing import Annotated, Any, Generic, Self, TypeVar, cast
+from typing import Annotated, Any, Generic, Literal, Self, TypeVar, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field
 from pydantic_core import PydanticSerializationError
 
-from subagent._errors import ErrorKind, RunFailedError, RunPausedError
-from subagent._state import Decision, PendingCalls, RunState
 from subagent._text import scrub_surrogates
-from subagent.llm import Message, StopReason, ToolCall, TransportRetry, Usage
+from subagent.records._decisions import Decision, PendingCalls
+from subagent.records._kinds import RETRYABLE_KINDS, ErrorKind, FailReason, TurnOutcome, TurnType
+from subagent.records._messages import (
+    Message,
+    StopReason,
+    ToolCall,
+    TransportRetry,
+    Usage,
+    trusted,
+)
 
 __all__ = [
-    "RETRYABLE_KINDS",
-    "FailReason",
+    "STATE_VERSION",
     "Failure",
+    "InvalidStateError",
+    "RunFailedError",
+    "RunPausedError",
+    "RunState",
     "Step",
+    "SubAgentError",
     "ToolResult",
     "Turn",
-    "TurnOutcome",
-    "TurnType",
     "UsageSummary",
+    "build_step",
+    "count_stop_reasons",
     "step_model",
-    "trusted",
-    "user_message",
 ]
 
 OutputT = TypeVar("OutputT")
@@ -43,58 +60,93 @@ OutputT = TypeVar("OutputT")
 # record can be dumped as JSON (UTF-8 has no encoding for a lone surrogate).
 _Text = Annotated[str, AfterValidator(scrub_surrogates)]
 
+STATE_VERSION: Literal[1] = 1
+"""The version of :class:`RunState` this library writes and reads."""
 
-class FailReason(StrEnum):
-    """Why a run failed.
 
-    The state table decides all of them but ``error`` and ``worker_lost``: a batch
-    (``run_many``) records a run that raised an exception (a parser that broke its
-    contract, a script that ran out) as a failed Step with ``error`` and its turns, so its
-    other runs go on; a single ``run()`` raises instead. ``worker_lost``: a run of a batch
-    on Ray (``subagent.ray``) that never finished because the worker process running it
-    died (killed, out of memory, its node lost) and was not resubmitted; running it again
-    may succeed, so its Step is ``retryable``. ``usage_limit``: the run (or its batch,
-    or an agent that ran it as a tool) reached one of its :class:`~subagent.UsageLimits`;
-    not ``retryable``: the same run would spend the same. ``tool_server_lost``: a tool's
-    source (an MCP server) went away during one of the run's tool calls; the turn keeps
-    the calls' results as the model would have read them, and the run ends there.
-    ``retryable``: a restarted server may serve the same run.
+# --- the exceptions that carry a run's records ------------------------------------------
+
+
+class SubAgentError(Exception):
+    """Base class of every exception raised by subagent.
+
+    Attributes:
+        turns: The turns a run made until this error ended it, the turn in progress
+            included (empty when it was raised outside a run).
     """
 
-    BUDGET_EXHAUSTED = "budget_exhausted"
-    EXPLICIT_FAIL = "explicit_fail"
-    LLM_ERROR = "llm_error"
-    TIMEOUT = "timeout"
-    CANCELLED = "cancelled"
-    ERROR = "error"
-    WORKER_LOST = "worker_lost"
-    USAGE_LIMIT = "usage_limit"
-    TOOL_SERVER_LOST = "tool_server_lost"
+    turns: tuple[Turn, ...] = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Errors cross process boundaries with a batch's results (multiprocessing, Ray).
+        # Their constructors take other arguments than the message ``args`` holds, so
+        # they are rebuilt without calling ``__init__``: the message, then the attributes.
+        return (_rebuild_error, (type(self), self.args), self.__dict__)
 
 
-class TurnType(StrEnum):
-    """The phase a turn started in."""
-
-    NORMAL = "normal"
-    MUST_RETURN = "must_return"
-    RETRY = "retry"
+def _rebuild_error(cls: type[SubAgentError], args: tuple[Any, ...]) -> SubAgentError:
+    error = cls.__new__(cls)
+    error.args = args
+    return error
 
 
-class TurnOutcome(StrEnum):
-    """What a turn came to.
+class RunFailedError(SubAgentError):
+    """Raised by :meth:`Step.raise_for_failure` for a failed run.
 
-    ``continue``: a tool turn that went through; ``success``: a valid return; ``error``: an
-    invalid return, a refused or failed tool call, or a cut-off reply (fed back as feedback);
-    ``fail``: the run ended here (explicit fail or an LLM error); ``paused``: the reply
-    called a tool that needs approval, and the run paused before running any call (the
-    turn is completed, with its own outcome, when the run resumes).
+    Attributes:
+        reason: The :class:`~subagent.FailReason`.
     """
 
-    CONTINUE = "continue"
-    SUCCESS = "success"
-    ERROR = "error"
-    FAIL = "fail"
-    PAUSED = "paused"
+    def __init__(self, step: Step[Any]):
+        failure = step.failure
+        assert failure is not None
+        super().__init__(f"run failed ({failure.reason.value}): {failure.message}")
+        self.step = step
+        self.reason = failure.reason
+
+
+class RunPausedError(SubAgentError):
+    """Raised by :meth:`Step.raise_for_failure` for a run that paused for approval.
+
+    Attributes:
+        step: The paused Step; ``step.state`` is what to resume from.
+    """
+
+    def __init__(self, step: Step[Any]):
+        state = step.state
+        waiting = len(state.pending.needs_approval) if state and state.pending else 0
+        super().__init__(
+            f"run paused: {waiting} tool call(s) await approval; resume it with "
+            f"agent.resume(step.state, decisions)"
+        )
+        self.step = step
+
+
+class InvalidStateError(SubAgentError, ValueError):
+    """A :class:`~subagent.RunState` that ``resume`` refuses: it is untrusted input.
+
+    Raised before anything runs, naming the field and why: a state whose fields do not fit
+    together (its phase, its pending calls and its turns; budgets beyond what it ran with),
+    a signed state whose signature does not match the key, a state resumed a second time
+    where single use was asked for, or a decision bound to a call the state no longer
+    holds as it was decided.
+
+    Attributes:
+        field: The state's field at fault (``work_remaining``, ``pending.calls``,
+            ``signature``, ``id``...).
+        reason: Why, in words.
+    """
+
+    def __init__(self, field: str, reason: str):
+        super().__init__(f"cannot resume this state: {field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.field, self.reason))
+
+
+# --- the records ------------------------------------------------------------------------
 
 
 class ToolResult(BaseModel):
@@ -207,14 +259,6 @@ class Turn(BaseModel):
     corrected: bool = Field(default=False, exclude_if=lambda value: value is False)
     output_mode: _Text | None = Field(default=None, exclude_if=lambda value: value is None)
     repeated: bool = Field(default=False, exclude_if=lambda value: value is False)
-
-
-RETRYABLE_KINDS: frozenset[ErrorKind] = frozenset(
-    {ErrorKind.RATE_LIMIT, ErrorKind.SERVER_ERROR, ErrorKind.CONNECTION,
-     ErrorKind.INVALID_RESPONSE}
-)  # fmt: skip
-"""The LLM error kinds after which running a whole run again may succeed: the server was
-busy, failing or unreachable, or sent a broken reply, past the transport retries."""
 
 
 _RETRYABLE_REASONS = frozenset({FailReason.WORKER_LOST, FailReason.TOOL_SERVER_LOST})
@@ -498,37 +542,121 @@ def count_stop_reasons(turns: Iterable[Turn]) -> dict[str, int]:
     return counts
 
 
-ModelT = TypeVar("ModelT", bound=BaseModel)
+class RunState(BaseModel):
+    """Everything a run needs to go on from a turn boundary: what ``resume`` starts from.
 
+    Taken after a turn (``run(on_state=...)``) or when a run pauses for approval (the
+    paused :class:`~subagent.Step` carries it as ``state``). ``model_dump_json`` and
+    ``model_validate_json`` round-trip it exactly. Not kept: objects a tool handed to the
+    next tool turn (``ToolOutput.extras``), which are Python objects; their names are in
+    ``dropped_extras``.
 
-def trusted(cls: type[ModelT], fields_set: set[str], values: dict[str, Any]) -> ModelT:
-    """A record built from values that are already valid and complete, without validation.
-
-    The turn loop builds its requests, turns and Steps from typed parts it made itself, at
-    every turn of every run: validating them again would cost more than the rest of a
-    turn. ``values`` must hold every field (defaults included) with a value of its type,
-    text already scrubbed of lone surrogates; ``fields_set`` is shared by every record
-    built the same way (frozen records never change it). A test keeps this equal to
-    validated construction.
+    Attributes:
+        version: The record's version (``1``).
+        id: A random id, new for each state taken: what single-use resumes record.
+        agent: The agent's name.
+        fingerprint: Digests of what must match in the resuming agent, by part: ``output``,
+            ``tools`` (names, schemas, which need approval), ``prompts`` (the task prompt,
+            template overrides, instructions), ``protocol``.
+        phase: The phase the run is in (``normal``, ``must_return``, ``retry`` or
+            ``paused``).
+        work_remaining: Work turns left, the next one included.
+        retries_remaining: Correction turns left.
+        retry_total: The correction budget the run started with.
+        max_turns: The run's work budget.
+        return_retries: The run's correction budget.
+        context_policy: How failed attempts are kept in the context.
+        system_with_tools: The system message sent in turns that offer tools.
+        system_without_tools: The system message sent in the others.
+        history: The conversation kept so far (after the system message).
+        latest_failure: The latest failed attempt and its feedback (``collapse``/``quote``).
+        collapsed: Failed-attempt messages left out so far.
+        turns: The turns taken; when paused, the last one is the paused turn.
+        pending: The calls waiting for decisions, when paused.
+        traceparent: The W3C ``traceparent`` of the run's first ``invoke_agent`` span, when
+            it was traced: the resumed part's span is its child.
+        elapsed_s: Seconds the run has run so far (pauses not counted).
+        dropped_extras: Names of ``ToolOutput.extras`` that could not be kept.
     """
-    record = cls.__new__(cls)
-    _set(record, "__dict__", values)
-    _set(record, "__pydantic_fields_set__", fields_set)
-    _set(record, "__pydantic_extra__", None)
-    _set(record, "__pydantic_private__", None)
-    return record
+
+    version: Literal[1] = STATE_VERSION
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    agent: str
+    fingerprint: dict[str, str]
+    phase: Literal["normal", "must_return", "retry", "paused"]
+    work_remaining: int
+    retries_remaining: int
+    retry_total: int
+    max_turns: int
+    return_retries: int
+    context_policy: Literal["collapse", "accumulate", "quote"]
+    system_with_tools: Message
+    system_without_tools: Message
+    history: list[Message]
+    latest_failure: list[Message] = Field(default_factory=list)
+    collapsed: int = 0
+    turns: list[Turn] = Field(default_factory=list)
+    pending: PendingCalls | None = None
+    traceparent: str | None = None
+    elapsed_s: float = 0.0
+    dropped_extras: list[str] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @cached_property
+    def usage(self) -> Usage:
+        """Tokens of the turns so far, nested agents included (computed when read)."""
+        total = Usage()
+        for turn in self.turns:
+            total = total + turn.usage
+            for result in turn.tool_results:
+                if result.step is not None:
+                    total = total + result.step.usage.total
+        return total
+
+    @property
+    def paused(self) -> bool:
+        """Whether the run is waiting for decisions about tool calls."""
+        return self.phase == "paused"
+
+    def signed(self, key: bytes) -> str:
+        """The state as signed JSON: ``resume(text, key=key)`` checks it was not changed.
+
+        For states kept outside the process (a file, a queue, a browser): an HMAC-SHA256
+        of the state's JSON with ``key``, which the application keeps secret, as signed
+        cookies are. The state itself is not encrypted: do not put secrets in a run's
+        messages.
+        """
+        text = self.model_dump_json()
+        return json.dumps({"subagent_state": STATE_VERSION, "state": text, "hmac": _mac(key, text)})
+
+    @classmethod
+    def from_signed(cls, signed: str | bytes, key: bytes) -> RunState:
+        """The state of :meth:`signed` JSON, its signature checked with ``key``.
+
+        Raises:
+            InvalidStateError: The text is not a signed state, or its signature does not
+                match ``key`` (the state was changed, or signed with another key).
+        """
+        try:
+            envelope = json.loads(signed)
+        except ValueError:
+            envelope = None
+        text = envelope.get("state") if isinstance(envelope, dict) else None
+        mac = envelope.get("hmac") if isinstance(envelope, dict) else None
+        if not isinstance(text, str) or not isinstance(mac, str):
+            raise InvalidStateError("signature", "not a signed state (RunState.signed)")
+        if not hmac.compare_digest(mac, _mac(key, text)):
+            raise InvalidStateError(
+                "signature", "does not match the key: the state was changed after it was "
+                "signed, or signed with another key"
+            )  # fmt: skip
+        return cls.model_validate_json(text)
 
 
-_set = object.__setattr__
-_USER_FIELDS = {"role", "content"}
-
-
-def user_message(text: str) -> Message:
-    """A user message of the runtime's own making (a task, a notice, feedback), trusted."""
-    return trusted(Message, _USER_FIELDS, {
-        "role": "user", "content": scrub_surrogates(text), "tool_calls": (),
-        "tool_call_id": None, "name": None,
-    })  # fmt: skip
+def _mac(key: bytes, text: str) -> str:
+    if not isinstance(key, bytes | bytearray) or not key:
+        raise TypeError("a state's signing key must be non-empty bytes")
+    return hmac.new(bytes(key), text.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 def build_step(
@@ -553,8 +681,7 @@ def build_step(
 # ToolResult refers to Step (an agent run as a tool), which is defined after it.
 ToolResult.model_rebuild()
 Turn.model_rebuild()
-# RunState (in _state, below this module) names Turn by forward reference.
-RunState.model_rebuild(_types_namespace={"Turn": Turn})
+RunState.model_rebuild()
 Step.model_rebuild(force=True)
 _ANY_STEP = Step[Any]
 _STEP_FIELDS = set(Step.model_fields)
