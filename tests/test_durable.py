@@ -32,7 +32,6 @@ from subagent import (
     Tool,
     tool,
 )
-from subagent.records import digest
 from subagent.durable import (
     APPROVAL_TOPIC,
     AlreadyDecidedError,
@@ -45,6 +44,7 @@ from subagent.durable import (
 )
 from subagent.durable._tools import _Recorded
 from subagent.llm import LLMRequest, LLMResponse, Message, ToolCall
+from subagent.records import digest
 from subagent.testing import ScriptedLLM
 
 

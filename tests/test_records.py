@@ -35,8 +35,8 @@ from subagent import (
     ToolCall,
     TurnType,
 )
-from subagent.records import step_model
 from subagent.parsers import json_parser
+from subagent.records import step_model
 from subagent.testing import ScriptedReply
 from subagent.tools import NestedRunError
 
