@@ -3,7 +3,9 @@ the report and its reproduction from the records, traces."""
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +37,9 @@ from subagent.evals import (
     FieldsMatch,
     JudgeContext,
     Report,
+    System,
+    SystemReply,
+    SystemRun,
     Variant,
     grid,
     judge,
@@ -357,13 +362,15 @@ def test_grid_spans_every_combination_named_after_its_values() -> None:
     assert variants[1].options == {"return_retries": 1, "llm": model}
 
 
-def test_variant_options_must_be_run_options_or_agent_fields() -> None:
+async def test_variant_options_must_be_run_options_or_agent_fields() -> None:
+    model = CoinModel()
     with pytest.raises(
-        ConfigurationError, match=r"'retries' is not a run option .*'return_retries'"
+        ConfigurationError, match=r"variant 'x': 'retries' is not a run option .*'return_retries'"
     ):
-        Variant("x", {"retries": 1})
+        await sums(2).evaluate(adder, [Variant("x", {"retries": 1})], llm=model)
     with pytest.raises(ConfigurationError, match="per case"):
-        Variant("x", {"messages": []})
+        await sums(2).evaluate(adder, {"x": {"messages": []}}, llm=model)
+    assert model.calls == 0
 
 
 def test_a_model_named_by_a_string_is_made_once_per_variant_and_named() -> None:
@@ -401,6 +408,7 @@ async def test_each_run_is_one_record_line_with_its_step(tmp_path: Path) -> None
         "repeat",
         "variant",
         "variant_digest",
+        "agent",
         "options",
         "model",
         "cost",
@@ -408,7 +416,7 @@ async def test_each_run_is_one_record_line_with_its_step(tmp_path: Path) -> None
         "verdicts",
         "step",
     }
-    assert first["dataset"] == "sums" and first["model"] == "coin"
+    assert first["dataset"] == "sums" and first["model"] == "coin" and first["agent"] == "adder"
     assert {(r["variant"], r["options"]["return_retries"]) for r in records} == {
         ("r0", 0),
         ("r1", 1),
@@ -520,6 +528,232 @@ async def test_the_evaluations_usage_limit_leaves_the_rest_for_a_resume(tmp_path
     assert resumed.variant("default").runs == 12 and resumed.pending == 0
 
 
+# --- agents per case, systems that are not agents, runs made elsewhere ---
+
+
+def two_agents() -> tuple[dict[str, SubAgent[Answer]], Dataset[Answer]]:
+    """An adder and a doubler, and cases naming one or the other."""
+    doubler = SubAgent(name="doubler", prompt="Double {{a}} and add {{b}}.", output=Answer,
+                       max_turns=1)  # fmt: skip
+    cases = [
+        Case(name=f"add-{n}", context={"a": n, "b": 1}, expected=Answer(value=n + 1),
+             agent="adder")
+        for n in range(3)
+    ] + [
+        Case(name=f"double-{n}", context={"a": n, "b": 0}, expected=Answer(value=2 * n),
+             agent="doubler")
+        for n in range(2)
+    ]  # fmt: skip
+    return {"adder": adder, "doubler": doubler}, Dataset(cases, [EqualsExpected()], name="two")
+
+
+def answering(request: LLMRequest) -> LLMResponse:
+    """Adds, or doubles and adds, as the task asks; right the first time."""
+    task = str(request.messages[1].content)
+    a, b = (int(n) for n in re.findall(r"\d+", task)[:2])
+    return LLMResponse(text=json.dumps({"value": 2 * a + b if "Double" in task else a + b}))
+
+
+async def test_cases_name_their_agent_and_each_runs_with_its_own(tmp_path: Path) -> None:
+    agents, dataset = two_agents()
+    out = tmp_path / "records.jsonl"
+    model = ScriptedLLM([answering] * 20)
+    report = await dataset.evaluate(agents, BUDGETS, out=out, llm=model, concurrency=1)
+    assert {v.variant: (v.runs, v.correct) for v in report.variants} == {
+        "r0": (5, 5),
+        "r1": (5, 5),
+    }
+    assert {(r["case"], r["agent"]) for r in lines(out)} == {
+        *((f"add-{n}", "adder") for n in range(3)),
+        *((f"double-{n}", "doubler") for n in range(2)),
+    }
+    again = ScriptedLLM([])
+    await dataset.evaluate(agents, BUDGETS, out=out, llm=again)
+    assert again.requests == []  # every run recorded: nothing made again
+    assert Report.read(out).to_data() == report.to_data()
+
+
+async def test_a_case_naming_an_agent_the_evaluation_lacks_is_refused_before_any_run() -> None:
+    agents, dataset = two_agents()
+    model = CoinModel()
+    with pytest.raises(ConfigurationError, match="case 'double-0' names agent 'doubler'; the "
+                       "agents are: adder"):  # fmt: skip
+        await dataset.evaluate({"adder": adder}, llm=model)
+    with pytest.raises(ConfigurationError, match="case 'double-0' names agent 'doubler', but "
+                       "the evaluation runs agent 'adder'"):  # fmt: skip
+        await dataset.evaluate(adder, llm=model)
+    with pytest.raises(ConfigurationError, match="case 'sum-0' names no agent"):
+        await sums(1).evaluate(agents, llm=model)
+    with pytest.raises(ConfigurationError, match="agent 'adder': must be a SubAgent"):
+        await dataset.evaluate({"adder": "adder", "doubler": adder}, llm=model)  # type: ignore[dict-item]
+    assert model.calls == 0
+
+
+async def test_a_function_of_the_case_makes_the_agent_of_each_run(tmp_path: Path) -> None:
+    made: list[str] = []
+
+    def agent_for(case: Case[Any]) -> SubAgent[Answer]:
+        made.append(case.name)
+        # what the agent says depends on the case: its own prompt
+        prompt = "What is {{a}} + {{b}}? (" + case.name + ")"
+        return SubAgent(name=f"for-{case.name}", prompt=prompt, output=Answer, max_turns=1)
+
+    out = tmp_path / "records.jsonl"
+    model = CoinModel(first=1.0)
+    report = await sums(3).evaluate(agent_for, BUDGETS, out=out, llm=model, concurrency=1)
+    assert report.variant("r1").correct == 3
+    # the options checked on the first case's agent, then one agent per run
+    assert made == ["sum-0"] + [name for name in ("sum-0", "sum-1", "sum-2") for _ in BUDGETS]
+    assert [r["agent"] for r in lines(out)][:2] == ["for-sum-0", "for-sum-0"]
+    made.clear()
+    again = CoinModel()
+    await sums(3).evaluate(agent_for, BUDGETS, out=out, llm=again)
+    assert again.calls == 0 and made == ["sum-0"]  # recorded: only the options' check
+    with pytest.raises(ConfigurationError, match=r"variant 'bad': .*'retries' is not a run option"):
+        await sums(3).evaluate(agent_for, {"bad": {"retries": 1}}, llm=again)
+    with pytest.raises(ConfigurationError, match="the agent made for case 'sum-0' is not a"):
+        await sums(3).evaluate(lambda case: "adder", llm=again)
+    assert again.calls == 0
+
+
+async def add_by_hand(case: Case[Any], *, off: int = 0, fail: bool = False) -> SystemRun:
+    """A system that is not an agent: answers the adder's cases itself, in two replies."""
+    if fail:
+        raise RuntimeError("the server is down")
+    total = case.context["a"] + case.context["b"] + off
+    replies = [
+        SystemReply(text="many", error="not a number"),  # refused: the next is a correction
+        SystemReply(text=json.dumps({"value": total}), stop_reason="stop"),
+    ]
+    return SystemRun(output={"value": total}, replies=replies, input_tokens=30, output_tokens=4)
+
+
+async def test_a_system_that_is_not_an_agent_is_judged_recorded_and_reported(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "records.jsonl"
+    variants = {"right": {}, "off by one": {"off": 1}, "down": {"fail": True}}
+    report = await sums(4).evaluate(System(add_by_hand), variants, out=out)
+    right, off, down = (report.variant(name) for name in variants)
+    assert (right.runs, right.correct, right.calls, right.prompt_tokens) == (4, 4, 8, 120)
+    assert (right.corrected, right.salvaged, right.correction_turns) == (4, 4, 4)
+    assert right.repeated_corrections == 0 and right.stop_reasons == {"stop": 4}
+    assert (off.valid, off.correct, off.valid_but_wrong) == (4, 0, 4)
+    assert (down.valid, down.correct, down.failed) == (0, 0, {"error": 4})
+    records = lines(out)
+    assert {tuple(sorted(set(r) & {"run", "step"})) for r in records} == {("run",)}
+    assert records[0]["agent"].endswith("add_by_hand")
+    failed = next(r for r in records if r["variant"] == "down")
+    assert failed["run"]["failure"] == "error"
+    assert failed["run"]["message"] == "RuntimeError: the server is down"
+    assert failed["verdicts"] == []  # a failed run is never judged
+    assert Report.read(out).to_data() == report.to_data()
+    again = await sums(4).evaluate(System(add_by_hand), variants, out=out)
+    assert again.to_data() == report.to_data()  # recorded: nothing made again
+
+
+async def test_a_systems_options_are_its_functions_keyword_arguments() -> None:
+    with pytest.raises(ConfigurationError, match=r"variant 'x': system .*add_by_hand' does not "
+                       "take it: got an unexpected keyword argument 'offset'"):  # fmt: skip
+        await sums(1).evaluate(System(add_by_hand), {"x": {"offset": 1}})
+    with pytest.raises(ConfigurationError, match="a system needs a name"):
+        System(add_by_hand, name=" ")
+    named = System(functools.partial(add_by_hand, off=2))
+    assert named.name == f"{__name__}.add_by_hand"
+
+
+async def test_runs_made_elsewhere_are_judged_recorded_and_not_made_again(tmp_path: Path) -> None:
+    out = tmp_path / "records.jsonl"
+    elsewhere = await sums(3).evaluate(adder, BUDGETS, llm=CoinModel(first=0.0, fix=1.0))
+    steps = {}
+    for case in sums(3).cases:  # the same runs, made outside the evaluation
+        for name, options in BUDGETS.items():
+            steps[(case.name, name)] = await adder.run(
+                case.context, llm=CoinModel(first=0.0, fix=1.0), **options
+            )
+    runs = [(case, variant, step) for (case, variant), step in steps.items()]
+    written = await sums(3).import_runs(adder, BUDGETS, runs, out=out, llm=CoinModel())
+    assert written == 6
+    assert await sums(3).import_runs(adder, BUDGETS, runs, out=out, llm=CoinModel()) == 0
+    model = CoinModel()
+    report = await sums(3).evaluate(adder, BUDGETS, out=out, llm=model)
+    assert model.calls == 0  # the imported runs are the evaluation's
+    assert timeless(report) == timeless(elsewhere)
+    summary = SystemRun(output={"value": 0}, replies=[SystemReply(text='{"value": 0}')])
+    await sums(1).import_runs(adder, BUDGETS, [("sum-0", "r0", summary)], out=tmp_path / "s.jsonl",
+                              llm=CoinModel())  # fmt: skip
+    (record,) = lines(tmp_path / "s.jsonl")
+    assert record["correct"] is True and record["run"]["output"] == {"value": 0}
+    with pytest.raises(ConfigurationError, match="no case 'sum-9'"):
+        await sums(1).import_runs(adder, BUDGETS, [("sum-9", "r0", summary)], out=out, llm=model)
+    with pytest.raises(ConfigurationError, match="case 'sum-0': no variant 'r7'"):
+        await sums(1).import_runs(adder, BUDGETS, [("sum-0", "r7", summary)], out=out, llm=model)
+
+
+async def test_a_correction_is_the_turn_after_a_refused_answer_in_any_phase() -> None:
+    two_turns = SubAgent(name="adder", prompt="What is {{a}} + {{b}}?", output=Answer,
+                         max_turns=2)  # fmt: skip
+    model = CoinModel(first=0.0, fix=1.0)  # refused in the normal turn, right in the next
+    report = await sums(5, start=1).evaluate(two_turns, llm=model)
+    result = report.variant("default")
+    assert (result.corrected, result.salvaged, result.correction_turns) == (5, 5, 5)
+    # A failed tool call is work, not a refused answer: the turn after it is no correction.
+    tools_then_answer = {
+        "step": {
+            "turns": [
+                {"type": "normal", "reply": "", "outcome": "error", "error_type": "tool_error"},
+                {"type": "normal", "reply": '{"value": 1}', "outcome": "success"},
+            ],
+            "failure": None,
+            "duration_s": 0.1,
+        },
+        "case": "c", "case_digest": "d", "variant": "v", "correct": True,
+    }  # fmt: skip
+    assert outcome_from_data(tools_then_answer).corrected is False
+
+
+def test_a_repeated_correction_repeats_the_calls_as_well_as_the_text() -> None:
+    def call(x: int) -> dict[str, Any]:
+        return {"id": f"c{x}", "name": "f", "arguments": {"x": x}}
+
+    def record(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> dict[str, Any]:
+        turns = [
+            {"type": "must_return", "reply": "", "tool_calls": first, "outcome": "error"},
+            {"type": "retry", "reply": " ", "tool_calls": second, "outcome": "error"},
+        ]
+        step = {"turns": turns, "failure": {"reason": "budget_exhausted"}, "duration_s": 0.1}
+        return {"case": "c", "case_digest": "d", "variant": "v", "correct": False, "step": step}
+
+    assert outcome_from_data(record([call(1)], [call(2)])).repeated_corrections == 0
+    again = {**call(1), "id": "other"}  # the same call under another id
+    assert outcome_from_data(record([call(1)], [again])).repeated_corrections == 1
+
+
+async def test_the_report_of_a_tag_counts_only_its_cases_runs() -> None:
+    cases = [Case(name=f"sum-{n}", context={"a": n, "b": 2 * n}, expected=Answer(value=3 * n),
+                  tags=("even" if n % 2 == 0 else "odd", "all")) for n in range(6)]  # fmt: skip
+    report = await Dataset(cases, [EqualsExpected()]).evaluate(adder, BUDGETS, llm=CoinModel())
+    assert report.tags() == ["even", "all", "odd"]
+    even = report.tagged("even")
+    assert [v.runs for v in even.variants] == [3, 3]
+    assert {o.case for o in even.outcomes} == {"sum-0", "sum-2", "sum-4"}
+    assert report.tagged("even", "odd").to_data() == report.tagged("all").to_data()
+    assert report.tagged("none").variants == []
+
+
+async def test_a_case_whose_metadata_changed_runs_again(tmp_path: Path) -> None:
+    out = tmp_path / "records.jsonl"
+    case = Case(name="one", context={"a": 1, "b": 2}, metadata={"judge": "strict"})
+    await Dataset([case]).evaluate(adder, out=out, llm=CoinModel(first=1.0))
+    edited = Case(name="one", context={"a": 1, "b": 2}, metadata={"judge": "lenient"})
+    assert edited.digest != case.digest
+    assert Case(name="x", context={"a": 1}).digest == Case(name="x", context={"a": 1},
+                                                           metadata={}).digest  # fmt: skip
+    model = CoinModel(first=1.0)
+    await Dataset([edited]).evaluate(adder, out=out, llm=model)
+    assert model.calls == 1
+
+
 # --- dataset files ---
 
 
@@ -528,7 +762,12 @@ def test_a_dataset_round_trips_through_its_file(tmp_path: Path, suffix: str) -> 
     dataset = Dataset(
         [
             Case(name="a", context={"a": 1, "b": 2}, expected=Answer(value=3), tags=("easy",)),
-            Case(name="m", messages=[{"role": "user", "content": "hi"}], metadata={"k": [1]}),
+            Case(
+                name="m",
+                messages=[{"role": "user", "content": "hi"}],
+                metadata={"k": [1]},
+                agent="chat",
+            ),
         ],
         [EqualsExpected(), FieldsMatch(["value"]), lambda ctx: True],
         name="mine",
@@ -542,6 +781,7 @@ def test_a_dataset_round_trips_through_its_file(tmp_path: Path, suffix: str) -> 
     ]
     assert [c.digest for c in back.cases] == [c.digest for c in dataset.cases]
     assert back.cases[0].tags == ("easy",) and back.cases[1].metadata == {"k": [1]}
+    assert (back.cases[0].agent, back.cases[1].agent) == (None, "chat")
 
 
 def test_a_bad_dataset_line_is_named_with_its_field(tmp_path: Path) -> None:

@@ -11,8 +11,12 @@ What lives here:
 
 - ``_cases``: :class:`Case`; ``_dataset``: :class:`Dataset` (files, ``evaluate``).
 - ``_judges``: :class:`Verdict`, :class:`Judge` and the built-in judges.
-- ``_variants``: :class:`Variant`, :func:`grid`, and a variant made ready to run.
-- ``_runner``: the evaluation's runs, through the batch room's ``stream_many``.
+- ``_variants``: :class:`Variant`, :func:`grid`, and each variant made ready to run for
+  one agent, agents by name, a function making each case's agent, or a system.
+- ``_systems``: :class:`System` (a function that is not a subagent agent, evaluated
+  beside them) and what its run comes to, :class:`SystemRun`.
+- ``_runner``: the evaluation's runs, through the batch room's ``stream_many``; runs made
+  elsewhere imported into its records.
 - ``_records``: the records file (one JSON line per run), read and appended.
 - ``_outcomes``: what one record counts for; ``_report``: :class:`Report`;
   ``_compare``: comparisons with a baseline and the recommendation; ``_plot``: the plot
@@ -44,6 +48,7 @@ from subagent.evals._judges import (
 )
 from subagent.evals._outcomes import Outcome
 from subagent.evals._report import CaseResult, Report, VariantResult
+from subagent.evals._systems import System, SystemReply, SystemRun
 from subagent.evals._variants import Variant, grid
 
 __all__ = [
@@ -62,6 +67,9 @@ __all__ = [
     "Outcome",
     "Recommendation",
     "Report",
+    "System",
+    "SystemReply",
+    "SystemRun",
     "Variant",
     "VariantResult",
     "Verdict",

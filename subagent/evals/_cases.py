@@ -36,8 +36,10 @@ class Case(Generic[OutputT]):
             or besides the prompt.
         expected: The output a correct run produces, for the judges that compare with it
             (``EqualsExpected``, ``FieldsMatch``); ``None``: no expected output.
-        tags: Labels to group or filter cases by.
+        tags: Labels to group or filter cases by (``Dataset.tagged``, ``Report.tagged``).
         metadata: Anything else a judge may want (``ctx.case.metadata``).
+        agent: The name of the agent that runs the case, when an evaluation is given
+            several (``Dataset.evaluate({"name": agent, ...})``); ``None``: the one agent.
 
     Raises:
         ConfigurationError: The name is empty or a field has the wrong type.
@@ -49,6 +51,7 @@ class Case(Generic[OutputT]):
     expected: OutputT | None = None
     tags: tuple[str, ...] = ()
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    agent: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -63,11 +66,25 @@ class Case(Generic[OutputT]):
         object.__setattr__(self, "tags", tuple(self.tags))
         if not isinstance(self.metadata, Mapping):
             raise ConfigurationError("metadata", f"{where}: must be a mapping")
+        if self.agent is not None and (not isinstance(self.agent, str) or not self.agent.strip()):
+            raise ConfigurationError(
+                "agent", f"{where}: must be the name of an agent, got {self.agent!r}"
+            )
 
     @property
     def digest(self) -> str:
-        """A digest of what the case gives the agent and expects (not its name or tags)."""
-        given = {"context": self.context, "messages": self.messages, "expected": self.expected}
+        """A digest of what the case gives the agent and expects, and what its judges read.
+
+        Its context, messages, expected output and metadata (judges read it); not its
+        name, tags or agent (the agent is part of the variant's own digest).
+        """
+        given: dict[str, Any] = {
+            "context": self.context,
+            "messages": self.messages,
+            "expected": self.expected,
+        }
+        if self.metadata:  # left out when empty: the digests of cases without any stay
+            given["metadata"] = self.metadata
         # Plain data straight to JSON; models and other objects by their JSON form.
         text = json.dumps(given, sort_keys=True, ensure_ascii=False, default=_json_form)
         return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
@@ -105,6 +122,7 @@ class _CaseData(BaseModel):
     expected: Any = None
     tags: list[str] = []
     metadata: dict[str, Any] = {}
+    agent: str | None = None
 
 
 def case_from_data(data: object, where: str) -> Case[Any]:
@@ -125,7 +143,7 @@ def case_from_data(data: object, where: str) -> Case[Any]:
     try:
         return Case(name=stored.name, context=stored.context, messages=stored.messages,
                     expected=stored.expected, tags=tuple(stored.tags),
-                    metadata=stored.metadata)  # fmt: skip
+                    metadata=stored.metadata, agent=stored.agent)  # fmt: skip
     except ConfigurationError as exc:
         raise ConfigurationError(exc.field, f"{where}: {exc.message}") from None
 
@@ -134,7 +152,8 @@ def case_to_data(case: Case[Any]) -> dict[str, Any]:
     """The stored form of ``case``: a JSON object (fields left at their default omitted)."""
     data: dict[str, Any] = {"name": case.name}
     values = {"context": case.context, "messages": case.messages, "expected": case.expected,
-              "tags": list(case.tags), "metadata": dict(case.metadata)}  # fmt: skip
+              "tags": list(case.tags), "metadata": dict(case.metadata),
+              "agent": case.agent}  # fmt: skip
     for key, value in values.items():
         if value is not None and value != [] and value != {}:
             data[key] = to_jsonable_python(value)

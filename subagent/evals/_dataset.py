@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic
 
@@ -27,7 +27,8 @@ from subagent.evals._cases import Case, case_from_data, case_to_data, check_case
 from subagent.evals._judges import Judge, as_judge
 from subagent.evals._records import MAX_LINE_BYTES
 from subagent.evals._report import Report
-from subagent.evals._runner import run_evaluation
+from subagent.evals._runner import ImportedRun, import_runs, run_evaluation
+from subagent.evals._systems import System
 from subagent.evals._variants import Variants
 
 __all__ = ["Dataset"]
@@ -164,7 +165,10 @@ class Dataset(Generic[OutputT]):
 
     async def evaluate(
         self,
-        agent: SubAgent[OutputT],
+        agent: SubAgent[OutputT]
+        | Mapping[str, SubAgent[Any]]
+        | Callable[[Case[OutputT]], SubAgent[Any]]
+        | System,
         variants: Variants = None,
         *,
         out: str | Path | None = None,
@@ -178,7 +182,12 @@ class Dataset(Generic[OutputT]):
         """Run ``agent`` on every case under every variant, judge the runs, report.
 
         Args:
-            agent: The agent evaluated.
+            agent: What runs the cases: one agent; agents by name (``{"person":
+                person_agent, ...}``), each case naming its own (``Case.agent``); a
+                function of a case making the agent that runs it (tools or validators made
+                from the case's data), called once per run; or a :class:`System`, a
+                function that is not a subagent agent (a raw model call, another
+                framework) returning a :class:`SystemRun`. Variants apply to each agent.
             variants: The settings compared: ``{"name": {run options}}``, a list of
                 :class:`Variant` (:func:`grid` spans combinations), or ``None`` for the
                 agent as it is. A variant's options are ``run()``'s keyword arguments
@@ -204,7 +213,8 @@ class Dataset(Generic[OutputT]):
             The report of every run recorded (with ``out``: every run in the file).
 
         Raises:
-            ConfigurationError: A variant or option is invalid (before any run).
+            ConfigurationError: A variant or option is invalid, or a case names an agent
+                the evaluation was not given (before any run).
         """
         return await run_evaluation(
             dataset=self.name,
@@ -223,7 +233,10 @@ class Dataset(Generic[OutputT]):
 
     def evaluate_sync(
         self,
-        agent: SubAgent[OutputT],
+        agent: SubAgent[OutputT]
+        | Mapping[str, SubAgent[Any]]
+        | Callable[[Case[OutputT]], SubAgent[Any]]
+        | System,
         variants: Variants = None,
         *,
         backend: str = "asyncio",
@@ -232,6 +245,55 @@ class Dataset(Generic[OutputT]):
         """:meth:`evaluate` from synchronous code (starts and stops an event loop)."""
         call = functools.partial(self.evaluate, agent, variants, **arguments)
         return anyio.run(call, backend=backend)
+
+    async def import_runs(
+        self,
+        agent: SubAgent[OutputT]
+        | Mapping[str, SubAgent[Any]]
+        | Callable[[Case[OutputT]], SubAgent[Any]]
+        | System,
+        variants: Variants,
+        runs: Iterable[ImportedRun],
+        *,
+        out: str | Path,
+        prices: Price | Mapping[str, Price] | None = None,
+        **options: Any,
+    ) -> int:
+        """Record runs made elsewhere (an older harness, a log) as ``evaluate`` would have.
+
+        Each run is planned as ``evaluate(agent, variants, **options)`` plans it (the same
+        variant digest), judged by the dataset's judges, and appended to ``out``: the
+        evaluation then counts it, and does not make it again. Runs ``out`` already holds
+        are skipped.
+
+        Args:
+            agent: As for :meth:`evaluate`.
+            variants: As for :meth:`evaluate`.
+            runs: ``(case name, variant name, result)`` or ``(case name, variant name,
+                result, repetition)``; a result is a :class:`~subagent.Step` or a
+                :class:`SystemRun` (a run summarised without its Step).
+            out: The records file.
+            prices: As for :meth:`evaluate`.
+            **options: As for :meth:`evaluate`: they make the variants' digests.
+
+        Returns:
+            How many runs were recorded.
+
+        Raises:
+            ConfigurationError: A run names a case or a variant the evaluation does not
+                have, or is neither a Step nor a SystemRun (the runs before it are kept).
+        """
+        return await import_runs(
+            dataset=self.name,
+            cases=self.cases,
+            judges=self.judges,
+            agent=agent,
+            variants=variants,
+            runs=runs,
+            out=out,
+            prices=prices,
+            options=options,
+        )
 
 
 def _read_jsonl(path: Path) -> tuple[dict[str, Any], list[Case[Any]]]:

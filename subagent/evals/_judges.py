@@ -24,6 +24,7 @@ from subagent._agent import SubAgent
 from subagent._errors import ConfigurationError
 from subagent._text import shorten
 from subagent.evals._cases import Case
+from subagent.evals._systems import SystemRun
 from subagent.records import Step
 
 __all__ = [
@@ -73,14 +74,18 @@ class JudgeContext(Generic[OutputT]):
     Attributes:
         case: The case.
         output: The run's output (the run succeeded: judges see only runs that did).
-        step: The run's whole Step (turns, usage, timing).
+        step: The run's whole Step (turns, usage, timing); ``None`` for a system that is
+            not a subagent agent (its run is ``run``).
         variant: The name of the variant it ran under.
+        run: A system's run (:class:`~subagent.evals.SystemRun`: its replies and cost);
+            ``None`` for an agent's.
     """
 
     case: Case[Any]
     output: OutputT
-    step: Step[OutputT]
+    step: Step[OutputT] | None
     variant: str
+    run: SystemRun | None = None
 
     @property
     def expected(self) -> Any:

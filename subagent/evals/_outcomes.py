@@ -2,7 +2,17 @@
 
 An outcome is read from a record's JSON (a file of records, ``subagent eval report``) or
 from the live objects of a run (an evaluation without a file): both through the same
-:func:`_outcome`, so the two never count differently.
+:func:`_outcome`, so the two never count differently. A record holds an agent's Step
+(``"step"``) or, for a system that is not a subagent agent, its :class:`SystemRun`
+(``"run"``): both come to the same outcome.
+
+**Corrections.** A turn is a correction when the turn before it gave an answer the run
+refused (its outcome ``error``, for anything but a failed tool call: an invalid or cut
+answer, calls made where an answer was due), so the model was told what was wrong and
+answered again; a ``retry`` turn always is. With ``max_turns=1`` the corrections are
+exactly the ``retry`` turns; with more work turns, an answer refused in a ``normal`` turn
+is corrected in the next turn, paid from the work budget. A correction *repeats* when its
+reply is the refused one again: the same text (whitespace aside) and the same calls.
 """
 
 from __future__ import annotations
@@ -11,9 +21,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from subagent.records import Step, Turn
+from subagent.evals._systems import SystemRun
+from subagent.records import Step, Turn, TurnOutcome
 
-__all__ = ["Outcome", "normalised", "outcome_from_data", "outcome_from_run", "run_tokens"]
+__all__ = [
+    "Outcome",
+    "normalised",
+    "outcome_from_data",
+    "outcome_from_run",
+    "outcome_from_system",
+    "run_tokens",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,10 +47,11 @@ class Outcome:
         correct: Whether it was valid and every judge passed it.
         failure: The failure reason of a failed run.
         judge_errors: How many judges raised on it.
-        corrected: Whether a correction turn ran (the first answer failed validation).
-        correction_turns: Correction (``retry``) turns.
-        repeated_corrections: Correction turns whose reply repeated the failed reply before
-            it (whitespace aside).
+        corrected: Whether a correction turn ran (an answer was refused and the model
+            answered again; see the module's docstring).
+        correction_turns: Correction turns.
+        repeated_corrections: Correction turns whose reply repeated the refused reply
+            before it (whitespace aside, the same calls).
         calls: LLM calls (turns).
         input_tokens: Prompt tokens, nested agents included.
         output_tokens: Completion tokens, nested agents included.
@@ -41,6 +60,8 @@ class Outcome:
         variant_index: Where its variant stood in the evaluation that made it.
         case_index: Where its case stood in its dataset. The two order a report's variants
             and cases, however the runs finished.
+        tags: The case's tags (``Report.tagged`` selects by them).
+        stop_reasons: How many of its replies ended for each stop reason.
     """
 
     case: str
@@ -61,6 +82,8 @@ class Outcome:
     duration_s: float
     variant_index: int = 0
     case_index: int = 0
+    tags: tuple[str, ...] = ()
+    stop_reasons: tuple[tuple[str, int], ...] = ()
 
     @property
     def salvaged(self) -> bool:
@@ -78,26 +101,50 @@ def normalised(text: str) -> str:
     return " ".join(text.split())
 
 
+# One turn as the counting below reads it: its type (``retry``...), its reply, its calls
+# (objects or JSON, compared only when needed), whether the run refused its answer, the
+# loop's own repeat flag (None when it has none), and its stop reason.
+_TurnView = tuple[str | None, str, Sequence[Any], bool, "bool | None", str | None]
+
+
+def _call_key(call: Any) -> tuple[Any, Any]:
+    if isinstance(call, Mapping):
+        return call.get("name"), call.get("arguments")
+    return call.name, call.arguments
+
+
+def _repeats(reply: str, calls: Sequence[Any], before: str, calls_before: Sequence[Any]) -> bool:
+    if normalised(reply) != normalised(before) or len(calls) != len(calls_before):
+        return False
+    return all(_call_key(a) == _call_key(b) for a, b in zip(calls, calls_before, strict=True))
+
+
 def _outcome(
     head: Mapping[str, Any],
     *,
     ok: bool,
     failure: str | None,
-    turns: Iterable[tuple[str, str, bool | None]],
+    turns: Iterable[_TurnView],
     tokens: tuple[int, int],
     duration_s: float,
+    calls: int | None = None,
 ) -> Outcome:
-    correction_turns = repeated = calls = 0
-    previous: str | None = None
-    for kind, reply, flagged in turns:
-        calls += 1
-        if kind == "retry":
+    correction_turns = repeated = counted = 0
+    stops: dict[str, int] = {}
+    before: tuple[str, Sequence[Any]] | None = None
+    refused = False
+    for kind, reply, tool_calls, refused_now, flagged, stop in turns:
+        counted += 1
+        if stop is not None:
+            stops[stop] = stops.get(stop, 0) + 1
+        if refused or kind == "retry":
             correction_turns += 1
             if flagged is not None:  # the loop's own flag (Turn.repeated), when it has one
                 repeated += flagged
-            elif previous is not None and normalised(reply) == normalised(previous):
+            elif before is not None and _repeats(reply, tool_calls, *before):
                 repeated += 1
-        previous = reply
+        before = (reply, tool_calls)
+        refused = refused_now
     verdicts = head.get("verdicts") or ()
     return Outcome(
         case=head["case"],
@@ -111,13 +158,15 @@ def _outcome(
         corrected=correction_turns > 0,
         correction_turns=correction_turns,
         repeated_corrections=repeated,
-        calls=calls,
+        calls=counted if calls is None else calls,
         input_tokens=tokens[0],
         output_tokens=tokens[1],
         cost=head.get("cost"),
         duration_s=duration_s,
         variant_index=head.get("variant_index", 0),
         case_index=head.get("case_index", 0),
+        tags=tuple(head.get("tags") or ()),
+        stop_reasons=tuple(stops.items()),
     )
 
 
@@ -161,8 +210,18 @@ def _data_tokens(turns: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
     return prompt, completion
 
 
+def _refused(outcome: str | None, error_type: str | None) -> bool:
+    """Whether a turn's answer was refused (not a failed tool call: that is work)."""
+    return outcome == "error" and error_type != "tool_error"
+
+
 def outcome_from_data(record: Mapping[str, Any]) -> Outcome:
-    """The outcome of a record read from JSON (its ``step`` a Step's JSON form)."""
+    """The outcome of a record read from JSON.
+
+    Its ``step`` is a Step's JSON form, or its ``run`` a system's run.
+    """
+    if "run" in record and "step" not in record:
+        return outcome_from_system(record, record["run"])
     step = record["step"]
     failure = step.get("failure")
     turns = step["turns"]
@@ -170,7 +229,17 @@ def outcome_from_data(record: Mapping[str, Any]) -> Outcome:
         record,
         ok=failure is None and step.get("state") is None,
         failure=None if failure is None else failure["reason"],
-        turns=((turn["type"], turn.get("reply", ""), turn.get("repeated")) for turn in turns),
+        turns=(
+            (
+                turn["type"],
+                turn.get("reply", ""),
+                turn.get("tool_calls") or (),
+                _refused(turn.get("outcome"), turn.get("error_type")),
+                turn.get("repeated"),
+                turn.get("stop_reason"),
+            )
+            for turn in turns
+        ),
         tokens=_data_tokens(turns),
         duration_s=step.get("duration_s", 0.0),
     )
@@ -184,14 +253,47 @@ def outcome_from_run(
     ``tokens``: the run's :func:`run_tokens`, when the caller counted them already.
     """
     flagged = _TURNS_FLAG_REPEATS
+    error = TurnOutcome.ERROR
     return _outcome(
         head,
         ok=step.ok,
         failure=None if step.failure is None else step.failure.reason.value,
         turns=(
-            (turn.type.value, turn.reply, getattr(turn, "repeated", None) if flagged else None)
+            (
+                turn.type.value,
+                turn.reply,
+                turn.tool_calls,
+                turn.outcome is error and turn.error_type != "tool_error",
+                getattr(turn, "repeated", None) if flagged else None,
+                None if turn.stop_reason is None else turn.stop_reason.value,
+            )
             for turn in step.turns
         ),
         tokens=run_tokens(step.turns) if tokens is None else tokens,
         duration_s=step.duration_s,
+    )
+
+
+def outcome_from_system(head: Mapping[str, Any], run: SystemRun | Mapping[str, Any]) -> Outcome:
+    """The outcome of a system's run (a :class:`SystemRun`, or its JSON form)."""
+    data = run.model_dump() if isinstance(run, SystemRun) else run
+    replies = data.get("replies") or ()
+    return _outcome(
+        head,
+        ok=data.get("failure") is None,
+        failure=data.get("failure"),
+        turns=(
+            (
+                None,
+                reply.get("text") or "",
+                reply.get("tool_calls") or (),
+                reply.get("error") is not None,
+                None,
+                reply.get("stop_reason"),
+            )
+            for reply in replies
+        ),
+        tokens=(data.get("input_tokens") or 0, data.get("output_tokens") or 0),
+        duration_s=data.get("duration_s") or 0.0,
+        calls=data.get("calls"),
     )

@@ -1,8 +1,10 @@
 """An evaluation's records: one JSON line per finished run, appended as it finishes.
 
 A record names its case (and the digest of the case's inputs and expected output), its
-repetition, its variant (and the digest of its options, agent and model), the model, the
-cost of its tokens, the judges' verdicts, and the run's whole Step. Everything a report
+repetition, its variant (and the digest of its options, agent and model), the agent (or
+system) that ran it, the model, the cost of its tokens, the judges' verdicts, and the run's
+whole Step (``"step"``), or, for a system that is not a subagent agent, its
+:class:`~subagent.evals.SystemRun` (``"run"``). Everything a report
 shows is computed from these lines, and a record is what makes a run count as done when
 an evaluation resumes: a killed evaluation loses only the runs in flight.
 """
@@ -17,9 +19,17 @@ from typing import IO, Any, Final
 from pydantic_core import from_json
 
 from subagent._errors import ConfigurationError
+from subagent.evals._systems import SystemRun
 from subagent.records import Step
 
-__all__ = ["MAX_LINE_BYTES", "RecordWriter", "read_records", "record_line", "slot_key"]
+__all__ = [
+    "MAX_LINE_BYTES",
+    "RecordWriter",
+    "read_records",
+    "record_line",
+    "run_line",
+    "slot_key",
+]
 
 MAX_LINE_BYTES: Final = 64 * 1024 * 1024
 """The longest line of a records file (or a dataset file) read, in bytes (64 MiB)."""
@@ -38,6 +48,11 @@ def record_line(head: dict[str, Any], step: Step[Any]) -> str:
     """
     step_json = step.model_dump_json(exclude=_DERIVED)
     return json.dumps(head, ensure_ascii=False)[:-1] + ', "step": ' + step_json + "}"
+
+
+def run_line(head: dict[str, Any], run: SystemRun) -> str:
+    """A system's record as a JSON line (no newline): ``head``'s fields, then ``"run"``."""
+    return json.dumps(head, ensure_ascii=False)[:-1] + ', "run": ' + run.model_dump_json() + "}"
 
 
 def slot_key(record: dict[str, Any]) -> tuple[str, str, str, str, int]:
@@ -86,10 +101,14 @@ def read_records(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def _record(data: Any) -> dict[str, Any]:
-    """``data`` if it has a record's shape: its keys and a Step's JSON form with usage."""
+    """``data`` if it has a record's shape: its keys, and a Step's JSON form or a run's."""
     if not isinstance(data, dict):
         raise TypeError(f"a JSON {type(data).__name__}, not an object")
     slot_key(data)
+    if "step" not in data and isinstance(data.get("run"), dict):
+        if not isinstance(data["run"].get("replies", []), list):
+            raise TypeError("its run's replies are not a list")
+        return data
     if not isinstance(data["step"]["turns"], list):
         raise TypeError("its step has no turns")
     return data

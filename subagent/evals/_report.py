@@ -67,7 +67,9 @@ class VariantResult(BaseModel):
         cost_per_case: Cost per run; ``cost_per_success`` per correct run.
         wall_s: The runs' wall time summed; ``wall_per_case_s`` per run,
             ``wall_per_success_s`` per correct run, ``wall_p50_s`` / ``wall_p95_s`` its
-            percentiles.
+            percentiles (the median, and the nearest-rank 95th percentile).
+        stop_reasons: How many replies ended for each stop reason (``stop``, ``length``:
+            cut at the token limit, ``tool_calls``...), most frequent first.
     """
 
     variant: str
@@ -99,6 +101,7 @@ class VariantResult(BaseModel):
     wall_per_success_s: float | None = None
     wall_p50_s: float = 0.0
     wall_p95_s: float = 0.0
+    stop_reasons: dict[str, int] = {}
 
     @classmethod
     def of(
@@ -117,6 +120,9 @@ class VariantResult(BaseModel):
         cost = None if any(c is None for c in costs) else sum(c or 0.0 for c in costs)
         durations = [o.duration_s for o in outcomes]
         wall = sum(durations)
+        stops: Counter[str] = Counter()
+        for outcome in outcomes:
+            stops.update(dict(outcome.stop_reasons))
         return cls(
             variant=variant,
             options=options,
@@ -147,6 +153,7 @@ class VariantResult(BaseModel):
             wall_per_success_s=wall / correct if correct else None,
             wall_p50_s=statistics.median(durations) if durations else 0.0,
             wall_p95_s=percentile(durations, 0.95),
+            stop_reasons=dict(sorted(stops.items(), key=lambda item: (-item[1], item[0]))),
         )
 
     def row(self) -> str:
@@ -221,8 +228,8 @@ class Report:
         self.outcomes: list[Outcome] = _in_order(outcomes)
         self.pending = 0
         self._grouped = by_variant(self.outcomes)
-        options = options or {}
-        models = models or {}
+        options = self._options = dict(options or {})
+        models = self._models = dict(models or {})
         self.variants = [
             VariantResult.of(name, group, dict(options.get(name, {})), models.get(name))
             for name, group in self._grouped.items()
@@ -240,6 +247,16 @@ class Report:
         for record in read_records(path):
             tally.add(outcome_from_data(record), record)
         return tally.report(path.stem)
+
+    def tagged(self, *tags: str) -> Report:
+        """The report of the runs whose case has any of ``tags`` (per category, say)."""
+        wanted = set(tags)
+        chosen = [o for o in self.outcomes if wanted.intersection(o.tags)]
+        return Report(self.dataset, chosen, self._options, self._models)
+
+    def tags(self) -> list[str]:
+        """The cases' tags, in the order they first appear."""
+        return list(dict.fromkeys(tag for outcome in self.outcomes for tag in outcome.tags))
 
     @property
     def measure(self) -> str:

@@ -5,6 +5,10 @@ A variant's options are the keyword arguments of ``SubAgent.run`` (``max_turns``
 definition (``prompt``, ``prompts``, ``instructions``, ``protocol``...), which a variant
 applies to a copy of the agent. Any run option the library gains later is a variant's
 option too, unchanged. :func:`grid` spans every combination of a few axes.
+
+An evaluation runs one agent, agents by name (each case names its own), a function making
+each case's agent, or a :class:`~subagent.evals.System`: :class:`Planner` makes each
+variant's :class:`Plan` for each of them, checked before any run.
 """
 
 from __future__ import annotations
@@ -13,19 +17,32 @@ import dataclasses
 import difflib
 import inspect
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, cast
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 from subagent._agent import RunArguments, SubAgent
 from subagent._errors import ConfigurationError
+from subagent.evals._cases import Case
+from subagent.evals._systems import System
 from subagent.llm import LLMSpec
 from subagent.records import digest
 
-__all__ = ["RUN_ONLY_OPTIONS", "Plan", "Variant", "Variants", "describe", "grid", "plan_variants"]
+__all__ = [
+    "RUN_ONLY_OPTIONS",
+    "AgentFactory",
+    "Plan",
+    "Planner",
+    "Target",
+    "Variant",
+    "Variants",
+    "describe",
+    "grid",
+    "plan_variants",
+]
 
 _RUN_OPTIONS: Final = tuple(name for name in RunArguments.__annotations__ if name != "messages")
 _AGENT_FIELDS: Final = tuple(
@@ -43,11 +60,13 @@ class Variant:
     Args:
         name: What the report calls it (unique in the evaluation).
         options: Run options (``max_turns=2``, ``llm=...``) and agent fields
-            (``prompt=...``) over the agent's own.
+            (``prompt=...``) over the agent's own; for a :class:`System`, its function's
+            keyword arguments. Checked when the evaluation plans its runs, before any
+            runs: an option that is neither a run option nor a field of the agent is
+            refused, the message suggesting the nearest.
 
     Raises:
-        ConfigurationError: The name is empty, or an option is neither a run option nor a
-            field of the agent (the message suggests the nearest).
+        ConfigurationError: The name is empty or the options are not a mapping.
     """
 
     name: str
@@ -60,16 +79,20 @@ class Variant:
             raise ConfigurationError(
                 "variants", f"variant {self.name!r}: options must be a mapping"
             )
-        known = (*_RUN_OPTIONS, *_AGENT_FIELDS)
-        for key in self.options:
-            if key not in known:
-                close = difflib.get_close_matches(str(key), known, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                where = "per case (Case.messages)" if key == "messages" else "not a run option"
-                raise ConfigurationError(
-                    "variants",
-                    f"variant {self.name!r}: {key!r} is {where} nor a field of the agent{hint}",
-                )
+
+
+def _check_agent_options(variant: Variant) -> None:
+    """Refuse an option that is neither a run option nor a field of the agent."""
+    known = (*_RUN_OPTIONS, *_AGENT_FIELDS)
+    for key in variant.options:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            where = "per case (Case.messages)" if key == "messages" else "not a run option"
+            raise ConfigurationError(
+                "variants",
+                f"variant {variant.name!r}: {key!r} is {where} nor a field of the agent{hint}",
+            )
 
 
 Variants: TypeAlias = "Mapping[str, Mapping[str, Any]] | Iterable[Variant] | None"
@@ -155,24 +178,62 @@ def _agent_digest(agent: SubAgent[Any]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """A variant made ready to run: its agent, its run options, its identity.
+    """A variant made ready to run: its agent (or system), its run options, its identity.
 
     Attributes:
         name: The variant's name.
-        agent: The agent it runs (the evaluation's, with the variant's agent fields).
-        options: The run options of each run (the evaluation's, then the variant's).
+        agent: The agent it runs (the evaluation's, with the variant's agent fields);
+            ``None`` when an agent is made per case (``factory``) or a system runs.
+        options: The run options of each run (the evaluation's, then the variant's); a
+            system's keyword arguments.
         model: The model's name (``model_name``), if the model says it.
         described: The variant's options in a stable JSON form (stored in each record).
-        digest: A digest of the agent, the options and the model: a record made under
-            another digest is not this variant's, and the run is made again.
+        digest: A digest of the agent (or factory, or system), the options and the model:
+            a record made under another digest is not this variant's, and the run is made
+            again.
+        changes: The variant's agent fields, applied to each agent ``factory`` makes.
+        factory: Makes the agent of each case (an evaluation given a function of a case).
+        system: The system run instead of an agent.
+        index: Where the variant stands in the evaluation.
     """
 
     name: str
-    agent: SubAgent[Any]
+    agent: SubAgent[Any] | None
     options: dict[str, Any]
     model: str | None
     described: dict[str, Any]
     digest: str
+    changes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    factory: AgentFactory | None = None
+    system: System | None = None
+    index: int = 0
+
+    def agent_for(self, case: Case[Any]) -> SubAgent[Any]:
+        """The agent that runs ``case`` under this variant.
+
+        Raises:
+            ConfigurationError: A factory returned something that is not a SubAgent.
+        """
+        if self.agent is not None:
+            return self.agent
+        assert self.factory is not None
+        made = self.factory(case)
+        if not isinstance(made, SubAgent):
+            raise ConfigurationError(
+                "agent", f"the agent made for case {case.name!r} is not a SubAgent: {made!r:.80}"
+            )
+        return dataclasses.replace(made, **self.changes) if self.changes else made
+
+
+AgentFactory: TypeAlias = "Callable[[Case[Any]], SubAgent[Any]]"
+"""A function of a case that makes the agent running it (tools or validators of its own)."""
+
+Target: TypeAlias = (
+    "SubAgent[Any] | Mapping[str, SubAgent[Any]] | Callable[[Case[Any]], SubAgent[Any]] | System"
+)
+"""What an evaluation runs: one agent; agents by name (each case names its own,
+``Case.agent``); a function making each case's agent; or a :class:`System` that is not a
+subagent agent."""
 
 
 def _variants(variants: Variants) -> list[Variant]:
@@ -199,6 +260,54 @@ def _variants(variants: Variants) -> list[Variant]:
     return listed
 
 
+def _listed(variants: Variants) -> list[Variant]:
+    """The variants, checked: at least one, names unique."""
+    listed = _variants(variants)
+    if not listed:
+        raise ConfigurationError("variants", "no variant to run")
+    seen: set[str] = set()
+    for variant in listed:
+        if variant.name in seen:
+            raise ConfigurationError("variants", f"two variants are named {variant.name!r}")
+        seen.add(variant.name)
+    return listed
+
+
+def _model_name(model: object) -> str | None:
+    name = getattr(model, "model_name", None)
+    return name if isinstance(name, str) else None
+
+
+def _split(variant: Variant, common: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any],
+                                                                  dict[str, Any]]:  # fmt: skip
+    """A variant's run options, its agent fields, and its identity (what its digest covers)."""
+    _check_agent_options(variant)
+    merged = {**common, **variant.options}
+    options = {key: value for key, value in merged.items() if key in _RUN_OPTIONS}
+    changes = {key: value for key, value in merged.items() if key not in _RUN_OPTIONS}
+    if isinstance(options.get("llm"), str):
+        options["llm"] = LLMSpec(options["llm"], field=f"variant {variant.name!r}: llm")
+    identity = {key: describe(value) for key, value in merged.items()
+                if key not in RUN_ONLY_OPTIONS}  # fmt: skip
+    return options, changes, identity
+
+
+def _described(variant: Variant) -> dict[str, Any]:
+    return {key: describe(value) for key, value in variant.options.items()
+            if key not in RUN_ONLY_OPTIONS}  # fmt: skip
+
+
+def _checked(agent: SubAgent[Any], variant: Variant, options: dict[str, Any],
+             changes: dict[str, Any]) -> SubAgent[Any]:  # fmt: skip
+    """``agent`` with the variant's fields, its options checked as ``run()`` would."""
+    try:
+        planned = dataclasses.replace(agent, **changes) if changes else agent
+        planned.check_options(**options)
+    except ConfigurationError as exc:
+        raise ConfigurationError(exc.field, f"variant {variant.name!r}: {exc.message}") from None
+    return planned
+
+
 def plan_variants(
     agent: SubAgent[Any], variants: Variants, common: Mapping[str, Any]
 ) -> list[Plan]:
@@ -212,49 +321,144 @@ def plan_variants(
         ConfigurationError: Two variants share a name, an option is invalid for the agent
             (as ``run()`` would say), or no variant was given.
     """
-    listed = _variants(variants)
-    if not listed:
-        raise ConfigurationError("variants", "no variant to run")
     plans: list[Plan] = []
-    seen: set[str] = set()
     base_digest = _agent_digest(agent)
-    for variant in listed:
-        if variant.name in seen:
-            raise ConfigurationError("variants", f"two variants are named {variant.name!r}")
-        seen.add(variant.name)
-        merged = {**common, **variant.options}
-        options = {key: value for key, value in merged.items() if key in _RUN_OPTIONS}
-        changes = {key: value for key, value in merged.items() if key not in _RUN_OPTIONS}
-        if isinstance(options.get("llm"), str):
-            options["llm"] = LLMSpec(options["llm"], field=f"variant {variant.name!r}: llm")
-        try:
-            planned = dataclasses.replace(agent, **changes) if changes else agent
-            planned.check_options(**options)
-        except ConfigurationError as exc:
-            raise ConfigurationError(
-                exc.field, f"variant {variant.name!r}: {exc.message}"
-            ) from None
-        model = options.get("llm") or planned.llm
-        model_name = getattr(model, "model_name", None)
-        described = {key: describe(value) for key, value in variant.options.items()
-                     if key not in RUN_ONLY_OPTIONS}  # fmt: skip
-        identity = {key: describe(value) for key, value in merged.items()
-                    if key not in RUN_ONLY_OPTIONS}  # fmt: skip
+    for index, variant in enumerate(_listed(variants)):
+        options, changes, identity = _split(variant, common)
+        planned = _checked(agent, variant, options, changes)
+        model_name = _model_name(options.get("llm") or planned.llm)
         plans.append(
             Plan(
                 name=variant.name,
                 agent=planned,
                 options=options,
-                model=model_name if isinstance(model_name, str) else None,
-                described=described,
+                model=model_name,
+                described=_described(variant),
                 digest=digest(
                     [
                         base_digest,
                         identity,
                         _agent_digest(planned) if changes else None,
-                        model_name if isinstance(model_name, str) else None,
+                        model_name,
                     ]
                 ),
+                index=index,
             )
         )
     return plans
+
+
+def _factory_plans(
+    factory: AgentFactory, variants: Variants, common: Mapping[str, Any], first: Case[Any] | None
+) -> list[Plan]:
+    """The variants of an evaluation whose agents are made per case, by ``factory``.
+
+    The options are checked against the agent made for the first case. A plan's digest
+    covers the factory (by its qualified name: what it makes follows from the case, whose
+    own digest covers it), the options and the model.
+    """
+    sample = None if first is None else factory(first)
+    if sample is not None and not isinstance(sample, SubAgent):
+        raise ConfigurationError(
+            "agent", f"the agent made for case {first.name!r} is not a SubAgent: "
+            f"{sample!r:.80}"
+        )  # fmt: skip
+    made_by = describe(factory)
+    plans = []
+    for index, variant in enumerate(_listed(variants)):
+        options, changes, identity = _split(variant, common)
+        model: object = options.get("llm")
+        if sample is not None:
+            model = model or _checked(sample, variant, options, changes).llm
+        model_name = _model_name(model)
+        plans.append(Plan(
+            name=variant.name, agent=None, options=options, model=model_name,
+            described=_described(variant), digest=digest([made_by, identity, model_name]),
+            changes=changes, factory=factory, index=index,
+        ))  # fmt: skip
+    return plans
+
+
+def _system_plans(system: System, variants: Variants, common: Mapping[str, Any]) -> list[Plan]:
+    """The variants of an evaluation of a system: its function's keyword arguments."""
+    plans = []
+    for index, variant in enumerate(_listed(variants)):
+        options = {key: value for key, value in {**common, **variant.options}.items()
+                   if key not in RUN_ONLY_OPTIONS}  # fmt: skip
+        system.check_options(variant.name, options)
+        model_name = _model_name(options.get("llm"))
+        identity = {key: describe(value) for key, value in options.items()}
+        plans.append(Plan(
+            name=variant.name, agent=None, options=options, model=model_name,
+            described=_described(variant),
+            digest=digest(["system", system.name, identity, model_name]),
+            system=system, index=index,
+        ))  # fmt: skip
+    return plans
+
+
+class Planner:
+    """The plans of every variant for each case of an evaluation, made before any run.
+
+    One agent, agents by name, a factory or a system (see :data:`Target`); every
+    variant's options are checked first (a factory's against the agent it makes for the
+    first case), and every case's agent name against the agents given.
+
+    Raises:
+        ConfigurationError: As :func:`plan_variants`; a case names no agent, or one the
+            evaluation was not given; the target is none of the above.
+    """
+
+    def __init__(self, target: object, variants: Variants, common: Mapping[str, Any],
+                 cases: Sequence[Case[Any]]):  # fmt: skip
+        self._by_agent: dict[str, list[Plan]] = {}
+        self._plans: list[Plan] = []
+        if isinstance(target, System):
+            self._plans = _system_plans(target, variants, common)
+        elif isinstance(target, SubAgent):
+            self._plans = plan_variants(target, variants, common)
+            for case in cases:
+                if case.agent is not None and case.agent != target.name:
+                    raise ConfigurationError(
+                        "agent", f"case {case.name!r} names agent {case.agent!r}, but the "
+                        f"evaluation runs agent {target.name!r} (give agents by name to run "
+                        "several)"
+                    )  # fmt: skip
+        elif isinstance(target, Mapping):
+            if not target:
+                raise ConfigurationError("agent", "no agent given")
+            for name, agent in target.items():
+                if not isinstance(agent, SubAgent):
+                    raise ConfigurationError(
+                        "agent", f"agent {name!r}: must be a SubAgent, got {agent!r:.80}"
+                    )
+                self._by_agent[name] = plan_variants(agent, variants, common)
+            for case in cases:
+                if case.agent not in target:
+                    named = "names no agent" if case.agent is None else (
+                        f"names agent {case.agent!r}"
+                    )  # fmt: skip
+                    raise ConfigurationError(
+                        "agent", f"case {case.name!r} {named}; the agents are: "
+                        f"{', '.join(map(str, target))}"
+                    )  # fmt: skip
+        elif callable(target):
+            self._plans = _factory_plans(
+                cast(AgentFactory, target), variants, common, cases[0] if cases else None
+            )
+        else:
+            raise ConfigurationError(
+                "agent", "must be a SubAgent, a mapping of names to agents, a function of a "
+                f"case making its agent, or a System; got {target!r:.80}"
+            )  # fmt: skip
+
+    @property
+    def variants(self) -> list[Plan]:
+        """One plan per variant, in order (for a mapping of agents: the first agent's)."""
+        return self._plans or next(iter(self._by_agent.values()))
+
+    def plans(self, case: Case[Any]) -> list[Plan]:
+        """The plans of ``case``, one per variant, in order."""
+        if self._by_agent:
+            return self._by_agent[case.agent or ""]
+        return self._plans
