@@ -1,17 +1,34 @@
-"""The evaluation's configurations: which tasks run, with which budgets and options.
+"""The evaluation's configurations: ``subagent.evals`` variants, in groups by the tasks they run.
 
-Every configuration runs at temperature 0 with a fixed seed, so a configuration's runs are
-the same on every machine with the same model files and server.
+A configuration is a :class:`~subagent.evals.Variant`: a name and the options of its runs
+(run options such as ``max_turns``, ``return_retries``, ``context_policy``, ``settings``,
+and agent fields such as ``protocol`` and ``correct_cut_replies``). A run option the
+library gains later (the correction settings) is one more key of a variant's mapping,
+nothing else. Every configuration runs at temperature 0 with a fixed seed.
+
+The configurations that run the same tasks form a :class:`Group`: one evaluation (one
+records file per model), so its report compares like with like (its recommendation among
+them included).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tasks import Task
+from subagent.evals import Case, Variant
 
-__all__ = ["CONFIGS", "MAX_TOKENS", "SEED", "TIGHT_MAX_TOKENS", "Config", "config_named"]
+__all__ = [
+    "CONFIGS",
+    "GROUPS",
+    "MAX_TOKENS",
+    "SEED",
+    "TIGHT_MAX_TOKENS",
+    "Group",
+    "config_named",
+    "options",
+]
 
 SEED = 7
 MAX_TOKENS = 160
@@ -19,106 +36,95 @@ MAX_TOKENS = 160
 TIGHT_MAX_TOKENS = 24
 """The cut-reply comparison: a bare JSON answer fits, one with a fence or prose around it
 usually does not."""
+TIMEOUT = 180
 
-_WITHOUT_TOOLS = ("extract", "arithmetic", "plan", "trap")
+
+def options(
+    *,
+    max_turns: int = 1,
+    return_retries: int = 0,
+    context_policy: str = "collapse",
+    protocol: str = "native",
+    max_tokens: int = MAX_TOKENS,
+    correct_cut_replies: bool = True,
+) -> dict[str, Any]:
+    """A configuration's options: every run option and agent field it sets, spelled out."""
+    return {
+        "max_turns": max_turns,
+        "return_retries": return_retries,
+        "context_policy": context_policy,
+        "settings": {"temperature": 0, "seed": SEED, "max_tokens": max_tokens},
+        "timeout": TIMEOUT,
+        "protocol": protocol,
+        "correct_cut_replies": correct_cut_replies,
+    }
 
 
 @dataclass(frozen=True)
-class Config:
-    """One configuration of the evaluation.
+class Group:
+    """Configurations that run the same tasks: one evaluation, one records file per model.
 
     Attributes:
-        name: A stable name (it keys the stored results).
-        title: What the report calls it.
-        categories: The task categories it runs.
-        max_turns: The work budget.
-        return_retries: The correction budget.
-        context_policy: ``"collapse"`` (the default) or ``"accumulate"``.
-        protocol: ``"native"`` tool calls or ``"react"`` text.
-        max_tokens: The completion limit of every call.
-        correct_cut_replies: The agent's option: a reply cut at ``max_tokens`` gets
-            feedback without being parsed (``True``, the default) or is parsed like any
-            reply (``False``).
-        only_length_tasks: Run only the tasks marked for the cut-reply comparison.
+        name: The group's name (its records are ``eval/results/<model>/<name>.jsonl``).
+        tags: The tasks it runs: those with any of these tags (a category, or ``length``).
+        variants: Its configurations.
     """
 
     name: str
-    title: str
-    categories: tuple[str, ...] = _WITHOUT_TOOLS
-    max_turns: int = 1
-    return_retries: int = 0
-    context_policy: str = "collapse"
-    protocol: str = "native"
-    max_tokens: int = MAX_TOKENS
-    correct_cut_replies: bool = True
-    only_length_tasks: bool = False
+    tags: tuple[str, ...]
+    variants: tuple[Variant, ...]
 
-    def selects(self, task: Task) -> bool:
-        """Whether the configuration runs ``task``."""
-        if self.only_length_tasks and not task.length:
-            return False
-        return task.category in self.categories
+    def selects(self, case: Case[Any]) -> bool:
+        """Whether the group runs ``case``."""
+        return not set(self.tags).isdisjoint(case.tags)
 
-    def agent_changes(self) -> dict[str, Any]:
-        """Definition-level changes to the task's agent."""
-        return {"protocol": self.protocol, "correct_cut_replies": self.correct_cut_replies}
-
-    def run_options(self) -> dict[str, Any]:
-        """The options of ``SubAgent.run`` (besides the model)."""
-        return {
-            "max_turns": self.max_turns,
-            "return_retries": self.return_retries,
-            "context_policy": self.context_policy,
-            "settings": {"temperature": 0, "seed": SEED, "max_tokens": self.max_tokens},
-            "timeout": 180,
-        }
+    def cases(self, cases: Sequence[Case[Any]]) -> list[Case[Any]]:
+        """The cases of ``cases`` the group runs, in order."""
+        return [case for case in cases if self.selects(case)]
 
 
-CONFIGS: tuple[Config, ...] = (
-    *(
-        Config(name=f"retries-{n}", title=f"max_turns=1, return_retries={n}", return_retries=n)
-        for n in range(4)
-    ),
-    Config(
-        name="accumulate-3",
-        title="return_retries=3, failed attempts accumulated",
-        return_retries=3,
-        context_policy="accumulate",
+GROUPS: tuple[Group, ...] = (
+    Group(
+        "budgets",
+        ("extract", "arithmetic", "plan", "trap"),
+        (
+            *(Variant(f"retries-{n}", options(return_retries=n)) for n in range(4)),
+            Variant("accumulate-3", options(return_retries=3, context_policy="accumulate")),
+        ),
     ),
     # A lookup needs a tool turn and then an answer: two work turns. With three, the turn
     # after the tool result is a normal one rather than the must-return turn (with its
     # "final turn" warning).
-    *(
-        Config(
-            name=f"tools-{protocol}{'' if max_turns == 2 else f'-{max_turns}'}",
-            title=f"lookup, {title} (max_turns={max_turns}, return_retries=2)",
-            categories=("lookup",),
-            max_turns=max_turns,
-            return_retries=2,
-            protocol=protocol,
-        )
-        for max_turns in (2, 3)
-        for protocol, title in (("native", "native tool calls"), ("react", "ReAct text"))
+    Group(
+        "tools",
+        ("lookup",),
+        tuple(
+            Variant(
+                f"tools-{protocol}{'' if max_turns == 2 else f'-{max_turns}'}",
+                options(max_turns=max_turns, return_retries=2, protocol=protocol),
+            )
+            for max_turns in (2, 3)
+            for protocol in ("native", "react")
+        ),
     ),
-    Config(
-        name="tight-corrected",
-        title=f"max_tokens={TIGHT_MAX_TOKENS}, cut replies corrected (return_retries=2)",
-        return_retries=2,
-        max_tokens=TIGHT_MAX_TOKENS,
-        only_length_tasks=True,
-    ),
-    Config(
-        name="tight-parsed",
-        title=f"max_tokens={TIGHT_MAX_TOKENS}, cut replies parsed (return_retries=2)",
-        return_retries=2,
-        max_tokens=TIGHT_MAX_TOKENS,
-        correct_cut_replies=False,
-        only_length_tasks=True,
+    Group(
+        "tight",
+        ("length",),
+        (
+            Variant("tight-corrected", options(return_retries=2, max_tokens=TIGHT_MAX_TOKENS)),
+            Variant(
+                "tight-parsed",
+                options(return_retries=2, max_tokens=TIGHT_MAX_TOKENS, correct_cut_replies=False),
+            ),
+        ),
     ),
 )
 
+CONFIGS: tuple[Variant, ...] = tuple(variant for group in GROUPS for variant in group.variants)
+"""Every configuration, in the report's order."""
 
-def config_named(name: str) -> Config:
+
+def config_named(name: str) -> Variant:
     """The configuration called ``name``.
 
     Raises:

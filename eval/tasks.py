@@ -1,11 +1,16 @@
-"""The evaluation's tasks: their agents, their data (``eval/tasks.jsonl``) and their judges.
+"""The evaluation's tasks: their agents, their data (``eval/tasks.jsonl``) and their judge.
 
-A task is one prompt context for one of the agents below, with the answer known in advance
-and a judge that decides whether a valid output is also *correct*. Valid means the run
-ended ``done`` (the output contract and validators accepted it); correct means the judge
-accepts the output against the known answer. A task's ``answer`` holds only what is judged:
-for ``fields`` tasks the expected value of each judged field (free-text fields are left
-out), for ``plan`` tasks a reference plan that passes the judge.
+``eval/tasks.jsonl`` is a ``subagent.evals`` dataset file: one case per line, each naming
+its agent (one of :data:`AGENTS`), its prompt context, its expected output (what is
+judged), its category as its first tag (``length`` as another marks the cut-reply
+comparison's tasks) and how it is judged (``metadata.judge``). :func:`load_tasks` reads it
+as a :class:`~subagent.evals.Dataset` judged by :class:`TaskJudge`.
+
+*Valid* means the run ended ``done`` (the output contract and validators accepted it);
+*correct* means the judge accepts the output against the known answer. A case's
+``expected`` holds only what is judged: for ``fields`` tasks the expected value of each
+judged field (free-text fields are left out), for ``plan`` tasks a reference plan that
+passes the judge.
 
 Categories:
 
@@ -21,28 +26,26 @@ Categories:
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import hashlib
-import json
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import to_jsonable_python
 
 from subagent import SubAgent, Validation, sections_parser, tool
+from subagent.evals import Case, Dataset, Judge, JudgeContext, Verdict
 
 __all__ = [
     "AGENTS",
     "CATEGORIES",
     "TASKS_FILE",
-    "Task",
-    "agent_for",
-    "judge",
+    "TaskJudge",
+    "category",
+    "is_correct",
     "load_tasks",
 ]
 
@@ -220,64 +223,30 @@ AGENTS: dict[str, SubAgent[Any]] = {
 }
 
 
-def agent_for(task: Task, **changes: Any) -> SubAgent[Any]:
-    """The task's agent, with definition-level changes (``protocol``, ``correct_cut_replies``)."""
-    agent = AGENTS[task.agent]
-    return dataclasses.replace(agent, **changes) if changes else agent
+# --- the dataset and its judge ------------------------------------------------------------
 
 
-# --- tasks and judges ---------------------------------------------------------------------
+def category(case: Case[Any]) -> str:
+    """A task's category: its first tag."""
+    return case.tags[0] if case.tags else ""
 
 
-@dataclass(frozen=True)
-class Task:
-    """One task: an agent, its prompt context, the known answer and how to judge it.
-
-    Attributes:
-        id: A unique, stable name (``extract-person-01``).
-        category: One of :data:`CATEGORIES`.
-        agent: The name of its agent in :data:`AGENTS`.
-        context: The prompt variables.
-        answer: What is judged (see the module's docstring).
-        judge: The judge and its parameters: ``{"kind": "fields"}``, ``{"kind": "list"}``
-            or ``{"kind": "plan", "steps": 3, "keywords": [...]}``.
-        length: Part of the tight ``max_tokens`` comparison (cut replies).
-    """
-
-    id: str
-    category: str
-    agent: str
-    context: dict[str, Any]
-    answer: Any
-    judge: dict[str, Any]
-    length: bool = False
-    digest: str = field(default="", compare=False)
-
-
-def load_tasks(path: Path = TASKS_FILE) -> list[Task]:
-    """Read the task file: one JSON object per line.
+def load_tasks(path: Path = TASKS_FILE) -> Dataset[Any]:
+    """The tasks as a dataset judged by :class:`TaskJudge`.
 
     Raises:
-        ValueError: A line is not a well-formed task (the message names the line).
+        ConfigurationError: A line is not a case (naming the file, line and field).
+        ValueError: A case's category, agent or judge is unknown (naming the case).
     """
-    tasks: list[Task] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-            task = Task(**data)
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"{path.name}:{number}: not a task: {exc}") from exc
-        if task.category not in CATEGORIES or task.agent not in AGENTS:
-            raise ValueError(f"{path.name}:{number}: unknown category or agent in {task.id}")
-        canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
-        digest = hashlib.sha256(canonical.encode()).hexdigest()[:16]
-        tasks.append(Task(**data, digest=digest))
-    ids = [task.id for task in tasks]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"{path.name}: duplicate task ids")
-    return tasks
+    dataset = Dataset.from_file(path, judges=[TaskJudge()], name="tasks")
+    for case in dataset:
+        kind = case.metadata.get("judge", {}).get("kind")
+        if category(case) not in CATEGORIES or case.agent not in AGENTS or kind not in _JUDGES:
+            raise ValueError(
+                f"{path.name}: case {case.name!r}: unknown category {category(case)!r}, agent "
+                f"{case.agent!r} or judge {kind!r}"
+            )
+    return dataset
 
 
 def _same(expected: Any, got: Any) -> bool:
@@ -295,48 +264,62 @@ def _norm(text: str) -> str:
     return " ".join(text.casefold().split()).strip(" .")
 
 
-def _judge_fields(task: Task, output: Any) -> bool:
+def _judge_fields(case: Case[Any], output: Any) -> str | None:
     if not isinstance(output, Mapping):
-        return False
-    return all(key in output and _same(value, output[key]) for key, value in task.answer.items())
+        return f"not an object: {output!r:.80}"
+    wrong = [key for key, value in case.expected.items()
+             if key not in output or not _same(value, output[key])]  # fmt: skip
+    return f"wrong: {', '.join(wrong)}" if wrong else None
 
 
-def _judge_list(task: Task, output: Any) -> bool:
-    return (
-        isinstance(output, list)
-        and len(output) == len(task.answer)
-        and all(_same(want, got) for want, got in zip(task.answer, output, strict=True))
-    )
+def _judge_list(case: Case[Any], output: Any) -> str | None:
+    expected = case.expected
+    if not isinstance(output, list) or len(output) != len(expected):
+        return f"not a list of {len(expected)}: {output!r:.80}"
+    wrong = [str(n) for n, (want, got) in enumerate(zip(expected, output, strict=True))
+             if not _same(want, got)]  # fmt: skip
+    return f"wrong items: {', '.join(wrong)}" if wrong else None
 
 
-def _judge_plan(task: Task, output: Any) -> bool:
+def _judge_plan(case: Case[Any], output: Any) -> str | None:
     if not isinstance(output, Mapping) or any(
         not isinstance(output.get(header), str) or not output[header].strip()
         for header in PLAN_HEADERS
     ):
-        return False
-    goal = _norm(output["[Goal]"])
+        return "a section is missing or empty"
+    rule = case.metadata["judge"]
     steps = numbered_steps(output["[Steps]"])
-    return len(steps) == task.judge["steps"] and all(
-        _norm(keyword) in goal for keyword in task.judge["keywords"]
-    )
+    if len(steps) != rule["steps"]:
+        return f"{len(steps)} steps, not {rule['steps']}"
+    goal = _norm(output["[Goal]"])
+    missing = [keyword for keyword in rule["keywords"] if _norm(keyword) not in goal]
+    return f"the goal lacks: {', '.join(missing)}" if missing else None
 
 
-_JUDGES: dict[str, Callable[[Task, Any], bool]] = {
+_JUDGES: dict[str, Callable[[Case[Any], Any], str | None]] = {
     "fields": _judge_fields,
     "list": _judge_list,
     "plan": _judge_plan,
 }
 
 
-def judge(task: Task, output: Any) -> bool:
-    """Whether ``output`` (a run's output as JSON data) is the task's correct answer.
+def is_correct(case: Case[Any], output: Any) -> bool:
+    """Whether ``output`` (a valid output, or its JSON data) is the task's correct answer."""
+    return _JUDGES[case.metadata["judge"]["kind"]](case, to_jsonable_python(output)) is None
 
-    Args:
-        task: The task.
-        output: The validated output, as JSON data (``model_dump(mode="json")``); ``None``
-            for a failed run, which is never correct.
+
+class TaskJudge(Judge):
+    """Judges a run's output against its task's known answer, as its ``metadata.judge`` says.
+
+    ``fields``: every expected field has the expected value (strings compared by case and
+    spacing, numbers within 1e-6); ``list``: the same items in the same order; ``plan``:
+    every section filled, the number of steps asked for, the goal's keywords in the goal.
     """
-    if output is None:
-        return False
-    return _JUDGES[task.judge["kind"]](task, output)
+
+    name = "task"
+
+    async def judge(self, ctx: JudgeContext[Any]) -> Verdict:
+        """Judge the output's JSON form by the task's rule; the reason says what differs."""
+        rule = _JUDGES[ctx.case.metadata["judge"]["kind"]]
+        wrong = rule(ctx.case, to_jsonable_python(ctx.output))
+        return Verdict(wrong is None, wrong)

@@ -690,6 +690,31 @@ async def test_runs_made_elsewhere_are_judged_recorded_and_not_made_again(tmp_pa
         await sums(1).import_runs(adder, BUDGETS, [("sum-0", "r7", summary)], out=out, llm=model)
 
 
+async def test_pending_counts_the_runs_an_evaluation_has_still_to_make(tmp_path: Path) -> None:
+    out = tmp_path / "records.jsonl"
+    model = CoinModel(first=1.0)
+    assert sums(4).pending(adder, BUDGETS, out=out, llm=model) == 8
+    await sums(3).evaluate(adder, BUDGETS, out=out, llm=model)
+    calls = model.calls
+    assert sums(4).pending(adder, BUDGETS, out=out, llm=model) == 2
+    assert sums(4).pending(adder, BUDGETS, out=out, llm=model, repeat=2) == 10
+    assert model.calls == calls  # nothing ran
+    with pytest.raises(ConfigurationError, match="variant 'bad'"):
+        sums(4).pending(adder, {"bad": {"retries": 1}}, out=out, llm=model)
+
+
+async def test_a_report_read_for_the_cases_as_they_are_leaves_the_others_out(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "records.jsonl"
+    await sums(4).evaluate(adder, out=out, llm=CoinModel(first=1.0))
+    edited = Case(name="sum-1", context={"a": 1, "b": 5}, expected=Answer(value=6))
+    now = [*sums(1).cases, edited, *sums(1, start=3).cases]  # sum-2 removed, sum-1 edited
+    report = Report.read(out, cases=now)
+    assert sorted(o.case for o in report.outcomes) == ["sum-0", "sum-3"]
+    assert Report.read(out).variant("default").runs == 4
+
+
 async def test_a_correction_is_the_turn_after_a_refused_answer_in_any_phase() -> None:
     two_turns = SubAgent(name="adder", prompt="What is {{a}} + {{b}}?", output=Answer,
                          max_turns=2)  # fmt: skip

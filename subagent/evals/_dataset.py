@@ -27,7 +27,7 @@ from subagent.evals._cases import Case, case_from_data, case_to_data, check_case
 from subagent.evals._judges import Judge, as_judge
 from subagent.evals._records import MAX_LINE_BYTES
 from subagent.evals._report import Report
-from subagent.evals._runner import ImportedRun, import_runs, run_evaluation
+from subagent.evals._runner import ImportedRun, count_pending, import_runs, run_evaluation
 from subagent.evals._systems import System
 from subagent.evals._variants import Variants
 
@@ -245,6 +245,29 @@ class Dataset(Generic[OutputT]):
         """:meth:`evaluate` from synchronous code (starts and stops an event loop)."""
         call = functools.partial(self.evaluate, agent, variants, **arguments)
         return anyio.run(call, backend=backend)
+
+    def pending(
+        self,
+        agent: SubAgent[OutputT]
+        | Mapping[str, SubAgent[Any]]
+        | Callable[[Case[OutputT]], SubAgent[Any]]
+        | System,
+        variants: Variants = None,
+        *,
+        out: str | Path,
+        repeat: int = 1,
+        **options: Any,
+    ) -> int:
+        """How many runs ``evaluate`` (with the same arguments) has still to make.
+
+        Nothing runs: the variants are planned and checked, and the runs ``out`` records
+        are left out. What to know before starting what the runs need (a model server).
+
+        Raises:
+            ConfigurationError: As :meth:`evaluate` (an invalid variant or option).
+        """
+        return count_pending(cases=self.cases, agent=agent, variants=variants, out=out,
+                             repeat=repeat, options=options)  # fmt: skip
 
     async def import_runs(
         self,

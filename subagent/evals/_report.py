@@ -17,6 +17,7 @@ from typing import Any, Final
 from pydantic import BaseModel
 
 from subagent._stats import percentile, wilson
+from subagent.evals._cases import Case
 from subagent.evals._compare import (
     Comparison,
     Recommendation,
@@ -236,16 +237,24 @@ class Report:
         ]
 
     @classmethod
-    def read(cls, path: str | Path) -> Report:
+    def read(cls, path: str | Path, cases: Iterable[Case[Any]] | None = None) -> Report:
         """The report of a file of records (``subagent eval report FILE``).
+
+        Args:
+            path: The records file.
+            cases: Count only the records of these cases as they are now (the same name
+                and digest): the records of a case since edited or removed are left out.
+                Default: every record.
 
         Raises:
             ConfigurationError: A line is not a record (naming the file and line).
         """
         path = Path(path)
+        current = None if cases is None else {(case.name, case.digest) for case in cases}
         tally = Tally()
         for record in read_records(path):
-            tally.add(outcome_from_data(record), record)
+            if current is None or (record["case"], record["case_digest"]) in current:
+                tally.add(outcome_from_data(record), record)
         return tally.report(path.stem)
 
     def tagged(self, *tags: str) -> Report:

@@ -39,7 +39,7 @@ from subagent.evals._variants import Plan, Planner, Variants
 from subagent.llm import Usage
 from subagent.records import FailReason, Failure, Step, build_step
 
-__all__ = ["import_runs", "run_evaluation"]
+__all__ = ["count_pending", "import_runs", "run_evaluation"]
 
 Prices = Price | Mapping[str, Price]
 _Slot = tuple[str, str, str, str, int]
@@ -237,6 +237,22 @@ def _recorded(path: Path | None, tally: Tally) -> set[_Slot]:
             done.add(slot_key(record))
             tally.add(outcome_from_data(record), record)
     return done
+
+
+def count_pending(
+    *,
+    cases: Sequence[Case[Any]],
+    agent: object,
+    variants: Variants,
+    out: str | Path,
+    repeat: int,
+    options: Mapping[str, Any],
+) -> int:
+    """The runs an evaluation would make: planned, and not in ``out``."""
+    _checked_start(cases, repeat, options)
+    planner = Planner(agent, variants, options, cases)
+    done = {slot_key(record) for record in read_records(Path(out))}
+    return len(_Planned(cases, [case.digest for case in cases], repeat, planner, done))
 
 
 def _checked_start(cases: Sequence[Case[Any]], repeat: int, options: Mapping[str, Any]) -> None:

@@ -432,7 +432,12 @@ class Planner:
                     raise ConfigurationError(
                         "agent", f"agent {name!r}: must be a SubAgent, got {agent!r:.80}"
                     )
-                self._by_agent[name] = plan_variants(agent, variants, common)
+            used = {case.agent for case in cases}
+            for name, agent in target.items():
+                if name in used:  # an agent no case names does not run: not planned
+                    self._by_agent[name] = plan_variants(agent, variants, common)
+            if not self._by_agent:  # no case: the variants are still checked
+                self._by_agent[""] = plan_variants(next(iter(target.values())), variants, common)
             for case in cases:
                 if case.agent not in target:
                     named = "names no agent" if case.agent is None else (

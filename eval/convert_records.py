@@ -1,0 +1,162 @@
+"""The records of the harnesses before ``subagent.evals``, converted once into its records.
+
+    python eval/convert_records.py [FOLDER ...]     # default: every folder under eval/results
+
+Until 2026-11-26 ``make eval`` wrote ``eval/results/<model>.jsonl`` (one line per run:
+``model``, ``config``, ``task``, the task line's ``digest``, the whole ``step``) and
+``make eval-bfcl`` wrote ``eval/results/bfcl*/<system>@<set-up>.jsonl`` (one line per case:
+``system``, ``setup``, ``category``, ``id``, ``digest``, and a compact ``outcome``: the calls,
+the first attempt's calls, each reply's text, calls and feedback, the totals). Both runners
+now go through ``subagent.evals``, whose records this script writes from the old ones
+through ``Dataset.import_runs``: each run is planned as the runner plans it (the same case
+and variant digests, so the runner resumes from the converted records), judged by the
+evals judges, and written in the old file's order.
+
+- ``make eval``: ``<model>.jsonl`` becomes ``<model>/<group>.jsonl`` (one per group of
+  configurations, ``configs.GROUPS``), each record holding the run's whole Step as before;
+  ``<model>.meta.json`` becomes ``<model>/meta.json``.
+- BFCL: each file keeps its name; each record holds a
+  :class:`~subagent.evals.SystemRun` made from the compact outcome (those records never
+  held a Step): the output is the calls (``None`` when the run failed), each reply its
+  text, its calls and, when the run refused it, the feedback as its ``error``. Retry
+  sampling's records (``results/retry-sampling/``) likewise.
+
+Every old record is checked against the case it names as the data is now (the task line,
+BFCL's case and answer): a record of a case that changed since is refused, naming it.
+Converting is deterministic and done once: the old files are removed; a folder already
+converted has nothing left to convert. Records copied in later from a run of the old
+harness (``eval/results/bfcl-qwen1.5b/``) are converted by naming their folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from configs import GROUPS
+from run_eval import RESULTS_DIR, local_chat, records_path, run_options
+from tasks import AGENTS, category, load_tasks
+
+from subagent import Step
+from subagent.evals import Case, Dataset
+
+__all__ = ["convert_eval_file", "convert_folder", "old_lines", "old_task_digest"]
+
+
+def old_lines(path: Path) -> Iterator[dict[str, Any]]:
+    """The whole lines of an old records file (a last line cut short by a kill is left out)."""
+    data = path.read_bytes()
+    for line in data[: data.rfind(b"\n") + 1].decode("utf-8").split("\n"):
+        if line.strip():
+            yield json.loads(line)
+
+
+def old_task_digest(case: Case[Any]) -> str:
+    """The digest the old harness gave a task: of its line in the old ``tasks.jsonl`` form."""
+    line = {
+        "id": case.name,
+        "category": category(case),
+        "agent": case.agent,
+        "context": case.context,
+        "answer": case.expected,
+        "judge": case.metadata["judge"],
+        "length": "length" in case.tags,
+    }
+    canonical = json.dumps(line, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _group_of(config: str) -> str:
+    for group in GROUPS:
+        if any(variant.name == config for variant in group.variants):
+            return group.name
+    raise ValueError(f"no configuration {config!r}")
+
+
+def _old_eval_runs(
+    path: Path, tasks: Dataset[Any]
+) -> tuple[str, dict[str, list[tuple[str, str, Step[Any]]]]]:
+    """The model and, per group, the runs of an old ``make eval`` records file."""
+    by_name = {case.name: case for case in tasks}
+    runs: dict[str, list[tuple[str, str, Step[Any]]]] = {}
+    model = ""
+    for number, record in enumerate(old_lines(path), 1):
+        case = by_name.get(record["task"])
+        if case is None or old_task_digest(case) != record["digest"]:
+            raise ValueError(f"{path}:{number}: task {record['task']!r} changed since it ran")
+        model = record["model"]
+        step = Step[Any].model_validate(record["step"])
+        runs.setdefault(_group_of(record["config"]), []).append((case.name, record["config"], step))
+    return model, runs
+
+
+def _retire(path: Path, folder: Path) -> None:
+    """Remove an old records file once converted; its provenance goes beside the new ones."""
+    meta = path.with_suffix(".meta.json")
+    if meta.exists():
+        meta.replace(folder / "meta.json")
+    path.unlink()
+
+
+async def convert_eval_file(path: Path, results: Path) -> dict[str, int]:
+    """Convert one model's old ``make eval`` records; return the runs written per group.
+
+    Raises:
+        ValueError: A record names a task that is gone or changed since it ran, or a
+            configuration that is gone.
+    """
+    tasks = load_tasks()
+    model, runs = _old_eval_runs(path, tasks)
+    written = {}
+    for group in GROUPS:
+        if group.name not in runs:
+            continue
+        dataset = Dataset(group.cases(tasks.cases), tasks.judges, name=group.name)
+        written[group.name] = await dataset.import_runs(
+            AGENTS, group.variants, runs[group.name], out=records_path(results, model, group.name),
+            **run_options(local_chat()),
+        )  # fmt: skip
+    _retire(path, results / model)
+    return written
+
+
+def _is_old_eval_file(path: Path) -> bool:
+    first = next(old_lines(path), None)
+    return first is not None and {"model", "config", "task", "digest", "step"} <= set(first)
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.jsonl"))
+
+
+async def convert_folder(folder: Path) -> dict[str, int]:
+    """Convert every old records file of ``folder``; return the runs written per file."""
+    written: dict[str, int] = {}
+    for path in _files(folder):
+        if _is_old_eval_file(path):
+            for group, count in (await convert_eval_file(path, folder)).items():
+                written[f"{path.stem}/{group}"] = count
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", nargs="*", type=Path)
+    args = parser.parse_args(argv)
+    folders = args.folders or [RESULTS_DIR, *sorted(p for p in RESULTS_DIR.iterdir() if p.is_dir())]
+    for folder in folders:
+        for name, count in anyio.run(convert_folder, folder).items():
+            print(f"{folder / name}: {count} records", flush=True)
+
+
+if __name__ == "__main__":
+    main()
