@@ -20,6 +20,14 @@ OpenAI handlers do). Nothing else of the package is replaced.
 **The sample.** Each category's cases are ordered by the SHA-256 of their ``id`` and the
 first :data:`SAMPLE_SIZE` are taken (all of them when the category is smaller): the same
 sample on every machine, spread over the whole category, and stable when BFCL appends cases.
+
+**As a ``subagent.evals`` dataset.** A BFCL question is a :class:`~subagent.evals.Case`:
+its name is BFCL's id, its messages the question, its context the function docs
+(``{"functions": [...]}``: what the systems build their tools and prompts from), its
+expected output BFCL's ground truth (``None`` on irrelevance categories, where calling
+nothing is right), its tag the category. :class:`BfclChecker` is BFCL's checker as an evals
+judge: an output's calls graded by ``ast_checker``. A failed run is never judged, so never
+correct: on ``irrelevance``, no answer is not the answer "no call".
 """
 
 from __future__ import annotations
@@ -31,19 +39,27 @@ import json
 import sys
 import types
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from pydantic_core import to_jsonable_python
+
+from subagent.evals import Case, Dataset, Judge, JudgeContext, Verdict
 
 __all__ = [
     "DEFAULT_CATEGORIES",
     "GRADING_MODEL",
     "SAMPLE_SIZE",
-    "Case",
+    "BfclChecker",
     "bfcl_version",
+    "calls_of",
+    "category",
     "checker",
+    "dataset",
+    "expects_no_call",
     "function_names",
+    "functions",
     "grade",
     "load_cases",
     "openai_tools",
@@ -58,39 +74,28 @@ GRADING_MODEL = "subagent-local-harness"
 GORILLA_TO_JSON_SCHEMA_FALLBACK = "string"
 
 
-@dataclass(frozen=True)
-class Case:
-    """One BFCL question.
+def category(case: Case[Any]) -> str:
+    """The BFCL category of a case: its tag."""
+    return case.tags[0]
 
-    Attributes:
-        category: The BFCL category (``simple_python``, ``irrelevance``, ...).
-        id: BFCL's id of the case.
-        messages: The question as chat messages (the first and only user turn).
-        functions: BFCL's function docs, as given.
-        answer: The ground truth (``None`` for irrelevance categories: no call is right).
-        digest: A digest of the case's lines, so an edited case runs again.
-    """
 
-    category: str
-    id: str
-    messages: tuple[Mapping[str, str], ...]
-    functions: tuple[Mapping[str, Any], ...]
-    answer: tuple[Mapping[str, Any], ...] | None
-    digest: str
+def functions(case: Case[Any]) -> list[Mapping[str, Any]]:
+    """BFCL's function docs of a case, as given."""
+    return list(case.context["functions"])  # type: ignore[index]
 
-    @property
-    def expects_no_call(self) -> bool:
-        """Irrelevance cases: correct when no function is called."""
-        return "irrelevance" in self.category
 
-    @property
-    def language(self) -> str:
-        """The language BFCL grades the arguments in."""
-        if self.category.endswith("java"):
-            return "java"
-        if self.category.endswith("javascript"):
-            return "javascript"
-        return "python"
+def expects_no_call(case: Case[Any]) -> bool:
+    """Irrelevance cases: correct when no function is called."""
+    return "irrelevance" in category(case)
+
+
+def _language(case: Case[Any]) -> str:
+    """The language BFCL grades the arguments in."""
+    if category(case).endswith("java"):
+        return "java"
+    if category(case).endswith("javascript"):
+        return "javascript"
+    return "python"
 
 
 def _package_dir() -> Path:
@@ -108,21 +113,24 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
-def load_cases(category: str, sample_size: int | None = SAMPLE_SIZE) -> list[Case]:
+def load_cases(name: str, sample_size: int | None = SAMPLE_SIZE) -> list[Case[Any]]:
     """The category's fixed sample (``sample_size=None``: every case), in sample order.
+
+    Each case's metadata keeps ``bfcl_digest``, a digest of its lines in BFCL's files (the
+    harness keyed its records by it before ``subagent.evals``).
 
     Raises:
         ValueError: BFCL has no such single-turn category.
     """
     data = _package_dir() / "data"
-    path = data / f"BFCL_v4_{category}.json"
-    if not path.exists() or category.startswith(("multi_turn", "memory", "web_search")):
+    path = data / f"BFCL_v4_{name}.json"
+    if not path.exists() or name.startswith(("multi_turn", "memory", "web_search")):
         available = sorted(
             p.name.removeprefix("BFCL_v4_").removesuffix(".json")
             for p in data.glob("BFCL_v4_*.json")
             if not p.name.startswith(("BFCL_v4_multi_turn", "BFCL_v4_memory", "BFCL_v4_web"))
         )
-        raise ValueError(f"no single-turn BFCL category {category!r}; there are: {available}")
+        raise ValueError(f"no single-turn BFCL category {name!r}; there are: {available}")
     answers: dict[str, dict[str, Any]] = {}
     answer_path = data / "possible_answer" / path.name
     if answer_path.exists():
@@ -133,16 +141,29 @@ def load_cases(category: str, sample_size: int | None = SAMPLE_SIZE) -> list[Cas
         raw = json.dumps([line, truth], sort_keys=True)
         cases.append(
             Case(
-                category=category,
-                id=line["id"],
-                messages=tuple(line["question"][0]),
-                functions=tuple(line["function"]),
-                answer=tuple(truth["ground_truth"]) if truth else None,
-                digest=hashlib.sha256(raw.encode()).hexdigest()[:16],
+                name=line["id"],
+                context={"functions": line["function"]},
+                messages=list(line["question"][0]),
+                expected=truth["ground_truth"] if truth else None,
+                tags=(name,),
+                metadata={"bfcl_digest": hashlib.sha256(raw.encode()).hexdigest()[:16]},
             )
         )
-    cases.sort(key=lambda case: hashlib.sha256(case.id.encode()).hexdigest())
+    cases.sort(key=lambda case: hashlib.sha256(case.name.encode()).hexdigest())
     return cases if sample_size is None else cases[:sample_size]
+
+
+def dataset(name: str, cases: int | None = SAMPLE_SIZE, offset: int = 0) -> Dataset[Any]:
+    """A category's cases as a dataset judged by BFCL's checker.
+
+    ``cases`` cases of its fixed order after the first ``offset`` (``cases=None``: all of
+    them).
+
+    Raises:
+        ValueError: BFCL has no such single-turn category.
+    """
+    chosen = load_cases(name, None if cases is None else offset + cases)[offset:]
+    return Dataset(chosen, [BfclChecker()], name="bfcl")
 
 
 # --- function docs as OpenAI tools ---------------------------------------------------------
@@ -195,9 +216,9 @@ def openai_tools(functions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
     return tools
 
 
-def function_names(case: Case) -> list[str]:
+def function_names(case: Case[Any]) -> list[str]:
     """The names the case's functions go by as tools."""
-    return [tool_name(function["name"]) for function in case.functions]
+    return [tool_name(function["name"]) for function in functions(case)]
 
 
 # --- grading --------------------------------------------------------------------------------
@@ -220,7 +241,7 @@ def checker() -> Callable[..., dict[str, Any]]:
     return ast_checker  # type: ignore[no-any-return]
 
 
-def grade(case: Case, calls: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
+def grade(case: Case[Any], calls: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
     """Whether ``calls`` answer ``case``, by BFCL's checker, and why not.
 
     Args:
@@ -230,7 +251,7 @@ def grade(case: Case, calls: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
     Returns:
         ``(correct, error)``; an irrelevance case is correct when no function was called.
     """
-    if case.expects_no_call:
+    if expects_no_call(case):
         return (not calls, "" if not calls else "a function was called")
     if not calls:
         return (False, "no function was called")
@@ -240,18 +261,52 @@ def grade(case: Case, calls: Sequence[Mapping[str, Any]]) -> tuple[bool, str]:
         "python": Language.PYTHON,
         "java": Language.JAVA,
         "javascript": Language.JAVASCRIPT,
-    }[case.language]
+    }[_language(case)]
     output = [{call["name"]: call.get("arguments") or {}} for call in calls]
     try:
         result = checker()(
-            list(case.functions),
+            functions(case),
             output,
-            list(case.answer or ()),
+            list(case.expected or ()),
             language,
-            case.category,
+            category(case),
             GRADING_MODEL,
         )
     except Exception as exc:  # the checker's own failure on malformed output is a wrong answer
         return (False, f"checker: {type(exc).__name__}: {exc}")
     errors = result.get("error") or []
     return (bool(result.get("valid")), "; ".join(str(e) for e in errors)[:300])
+
+
+def calls_of(output: Any) -> list[dict[str, Any]]:
+    """The calls an output makes.
+
+    A list of calls (or one call) as models or JSON data, or the JSON text of one; anything
+    else (prose, ``None``) calls nothing.
+    """
+    data = to_jsonable_python(output, fallback=repr)
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except ValueError:
+            return []
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list):
+        return []
+    return [dict(call) for call in data if isinstance(call, dict) and "name" in call]
+
+
+class BfclChecker(Judge):
+    """BFCL's checker as a judge.
+
+    The output's calls (:func:`calls_of`) graded by ``ast_checker``; on an irrelevance case,
+    correct when it calls nothing. The reason is the checker's finding.
+    """
+
+    name = "bfcl_checker"
+
+    async def judge(self, ctx: JudgeContext[Any]) -> Verdict:
+        """Grade the calls of ``ctx.output``."""
+        correct, why = grade(ctx.case, calls_of(ctx.output))
+        return Verdict(correct, why or None)

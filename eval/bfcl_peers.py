@@ -8,37 +8,41 @@ case's functions from their JSON schemas (pydantic-ai's ``Tool.from_schema``, th
 SDK's ``FunctionTool``; the SDK's strict-schema mode is turned off, as BFCL's schemas are
 not strict), sends the question, and answers with the tool calls of the model's first
 response, which is what BFCL grades (a call, not its result): the tools are never run.
+Each answers with a :class:`~subagent.evals.SystemRun` (its calls as the output, the first
+response as its one reply, the peer's own usage); a peer that raises is a failed run,
+recorded as such and never graded as an answer (not even "no call" on ``irrelevance``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from bfcl_data import Case, openai_tools
-from bfcl_systems import MAX_TOKENS, SEED, TEMPERATURE, Outcome, Server, decoded_arguments
+from bfcl_data import Case, functions, openai_tools
+from bfcl_systems import MAX_TOKENS, SEED, TEMPERATURE, Server, decoded_arguments
+
+from subagent.evals import SystemReply, SystemRun
 
 __all__ = ["run_peer"]
 
 
-def _split(case: Case) -> tuple[str | None, str]:
+def _split(case: Case[Any]) -> tuple[str | None, str]:
     system = "\n\n".join(m["content"] for m in case.messages if m["role"] == "system") or None
     user = "\n\n".join(m["content"] for m in case.messages if m["role"] != "system")
     return system, user
 
 
-def _first_response(calls: list[dict[str, Any]], text: str, usage: Any) -> Outcome:
-    """The outcome of a peer's first response (``usage``: the peer's own usage record)."""
-    return Outcome(
-        calls=calls,
-        text=text,
-        llm_calls=usage.requests,
-        prompt_tokens=usage.input_tokens,
-        completion_tokens=usage.output_tokens,
-        turns=[{"text": text, "calls": calls}],
+def _first_response(calls: list[dict[str, Any]], text: str, usage: Any) -> SystemRun:
+    """The run of a peer's first response (``usage``: the peer's own usage record)."""
+    return SystemRun(
+        output=calls,
+        replies=[SystemReply(text=text, tool_calls=calls)],
+        calls=usage.requests,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
     )
 
 
-async def _pydantic_ai(case: Case, server: Server) -> Outcome:
+async def _pydantic_ai(case: Case[Any], server: Server) -> SystemRun:
     from pydantic_ai import Agent, Tool
     from pydantic_ai.messages import TextPart, ToolCallPart
     from pydantic_ai.models.openai import OpenAIChatModel
@@ -54,7 +58,7 @@ async def _pydantic_ai(case: Case, server: Server) -> Outcome:
             description=t["function"].get("description"),
             json_schema=t["function"]["parameters"],
         )
-        for t in openai_tools(case.functions)
+        for t in openai_tools(functions(case))
     ]
     provider = OpenAIProvider(base_url=server.base_url, api_key="local")
     # pydantic-ai sends its max_tokens setting as `max_completion_tokens`, which
@@ -85,7 +89,9 @@ async def _pydantic_ai(case: Case, server: Server) -> Outcome:
     return _first_response(calls, text, usage)
 
 
-async def _openai_agents(case: Case, server: Server, tool_choice: str | None = None) -> Outcome:
+async def _openai_agents(
+    case: Case[Any], server: Server, tool_choice: str | None = None
+) -> SystemRun:
     from agents import (
         Agent,
         FunctionTool,
@@ -110,7 +116,7 @@ async def _openai_agents(case: Case, server: Server, tool_choice: str | None = N
             on_invoke_tool=never_run,
             strict_json_schema=False,
         )
-        for t in openai_tools(case.functions)
+        for t in openai_tools(functions(case))
     ]
     client = AsyncOpenAI(base_url=server.base_url, api_key="local")
     system, user = _split(case)
@@ -148,7 +154,7 @@ async def _openai_agents(case: Case, server: Server, tool_choice: str | None = N
     return _first_response(calls, text, usage)
 
 
-async def run_peer(name: str, case: Case, server: Server) -> Outcome:
+async def run_peer(name: str, case: Case[Any], server: Server) -> SystemRun:
     """Run ``case`` through the peer called ``name``."""
     if name == "pydantic-ai":
         return await _pydantic_ai(case, server)

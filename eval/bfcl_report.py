@@ -1,13 +1,27 @@
-"""`make eval-report` (BFCL part): the records of ``eval/results/bfcl/`` graded and tabled.
+"""`make eval-report` (BFCL part): the records of ``eval/results/bfcl/`` through the evals report.
 
-Every recorded outcome is graded again with BFCL's checker (``bfcl_data.grade``), so the
-report needs no model. Per category and system: accuracy with a 95% Wilson interval, mean
-LLM calls and prompt tokens per case, tokens (prompt and completion) per correct case, and
-the salvage rate: of the cases whose first attempt was wrong, the share that ended correct.
-``raw-lenient`` is graded from the ``raw`` records: the same replies, their text read as a
-JSON call when the server returned no native call. ``subagent-choose-r1`` is graded from the
-records of its two parts (``bfcl_systems.CHOOSE_PARTS``) on the cases both ran: the answer
-``bfcl_systems.chosen_calls`` picks, at the cost of both runs.
+    python eval/bfcl_report.py [--results DIR] [--print-only] [--no-plot]
+
+Every record is a ``subagent.evals`` record (``run_bfcl.py``), graded when it ran by BFCL's
+checker as an evals judge; the figures are ``subagent.evals.Report``'s, per category
+(``Report.tagged``) and system (its variant, ``<system>@<set-up>``): accuracy with its 95%
+Wilson interval, LLM calls and prompt tokens per case, tokens per correct case, *corrected,
+then right* (the evals report's salvage: of the cases whose answer was refused, so a
+correction turn ran, those that ended correct) and the repeated corrections. What this
+module adds are BFCL's own views, thin layers on those outcomes:
+
+- derived systems, graded here from the records alone: ``raw-lenient`` (and
+  ``raw-prompted-lenient``), the same replies as ``raw``'s, their text read as a JSON call
+  when the server returned no native call; ``subagent-choose-r1``, the answer
+  ``bfcl_systems.chosen_calls`` picks from its two parts' records
+  (``bfcl_systems.CHOOSE_PARTS``) on the cases both ran, at the cost of both runs;
+- *salvaged*: of the cases whose first attempt was wrong (graded by the checker, valid or
+  not), those that ended correct (systems that can correct themselves only);
+- on ``irrelevance``, the answers apart from the failures: a failed run is never scored as
+  an answer, so "answered with no call" (correct) is counted apart from "no call because
+  the run failed" (wrong, for every system alike: a raw call's or a peer's failure is an
+  exception it raised, a subagent run's its failure reason);
+- the case-for-case tables (the systems on the cases all of them ran) and the plot.
 
 Writes the part of ``docs/evaluation.md`` between the ``bfcl-report`` markers, and
 ``docs/images/bfcl.png``.
@@ -16,9 +30,8 @@ Writes the part of ``docs/evaluation.md`` between the ``bfcl-report`` markers, a
 from __future__ import annotations
 
 import argparse
-import itertools
+import dataclasses
 import json
-import math
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,23 +41,31 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bfcl_data import Case, function_names, grade, load_cases  # noqa: E402
-from bfcl_systems import CHOOSE_PARTS, calls_in_text, chosen_calls  # noqa: E402
-from run_bfcl import RESULTS, read_lines  # noqa: E402
+from bfcl_data import category, function_names, grade, load_cases  # noqa: E402
+from bfcl_systems import (  # noqa: E402
+    CHOOSE_PARTS,
+    SYSTEMS,
+    calls_in_text,
+    chosen_calls,
+    first_attempt,
+)
+from run_bfcl import RESULTS  # noqa: E402
+
+from subagent.evals import Case, Outcome, Report, VariantResult, read_records  # noqa: E402
 
 __all__ = [
     "AGAINST_PEERS",
     "HEAD_TO_HEAD",
     "PAGE",
+    "Graded",
     "Row",
-    "chosen_records",
+    "graded",
     "head_to_head",
     "render",
     "render_head_to_head",
     "rows_from",
     "section",
     "update_page",
-    "wilson",
     "write_report",
 ]
 
@@ -52,137 +73,138 @@ PAGE = ROOT / "docs" / "evaluation.md"
 PLOT = ROOT / "docs" / "images" / "bfcl.png"
 START = "<!-- bfcl-report:start (make eval-report writes this part) -->"
 END = "<!-- bfcl-report:end -->"
-
-
-def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The 95% Wilson score interval of a proportion, as (low, high)."""
-    if n == 0:
-        return (0.0, 0.0)
-    p = successes / n
-    denominator = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denominator
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return (max(0.0, centre - half), min(1.0, centre + half))
+CHOSEN = "subagent-choose-r1"
+_CORRECTING = {system.name for system in SYSTEMS if system.corrects}
 
 
 @dataclass
-class Row:
-    """One (system, category) cell of the report."""
+class Graded:
+    """The records of a folder, graded: an outcome per record and per derived system.
 
-    system: str
+    Attributes:
+        outcomes: Every outcome counted (the records' own, then the derived systems').
+        first_wrong: Per (variant, category): cases whose first attempt the checker failed,
+            of the systems that can correct themselves.
+        first_wrong_salvaged: Of those, the cases that ended correct.
+        records: Records read (derived ones not included).
+        seconds: Their runs' wall time, summed.
+    """
+
+    outcomes: list[Outcome] = field(default_factory=list)
+    first_wrong: dict[tuple[str, str], int] = field(default_factory=dict)
+    first_wrong_salvaged: dict[tuple[str, str], int] = field(default_factory=dict)
+    records: int = 0
+    seconds: float = 0.0
+
+
+def _system(variant: str) -> str:
+    return variant.rsplit("@", 1)[0]
+
+
+def _answer(record: Mapping[str, Any]) -> tuple[bool, list[dict[str, Any]], str, list[Any]]:
+    """A record's answer: (ok, calls, the first reply's text, its calls)."""
+    from bfcl_data import calls_of
+
+    if "run" in record:
+        run = record["run"]
+        replies = run.get("replies") or [{}]
+        ok = run.get("failure") is None
+        output, first = run.get("output"), replies[0]
+        return ok, calls_of(output) if ok else [], first.get("text", ""), first.get("tool_calls")
+    step = record["step"]
+    ok = step.get("failure") is None
+    turns = step["turns"] or [{}]
+    first = turns[0]
+    return (ok, calls_of(step.get("output")) if ok else [], first.get("reply", ""),
+            first.get("tool_calls") or [])  # fmt: skip
+
+
+def _derived(outcome: Outcome, variant: str, correct: bool) -> Outcome:
+    return dataclasses.replace(outcome, variant=variant, correct=correct)
+
+
+def graded(records: Iterable[Mapping[str, Any]], cases: Mapping[str, Case[Any]]) -> Graded:
+    """Grade ``records`` into outcomes, the derived systems' included.
+
+    ``cases``: the cases as they are now, by name; the records of others are left out.
+    """
+    result = Graded()
+    native_name, listed_name = CHOOSE_PARTS
+    parts: dict[tuple[str, str], dict[str, tuple[Mapping[str, Any], Outcome]]] = {}
+    for record in records:
+        case = cases.get(record["case"])
+        if case is None or case.digest != record["case_digest"]:
+            continue  # an edited or removed case: its old record is left out
+        outcome = Outcome.from_record(record)
+        result.outcomes.append(outcome)
+        result.records += 1
+        result.seconds += outcome.duration_s
+        system, setup = outcome.variant.rsplit("@", 1)
+        ok, calls, text, first_calls = _answer(record)
+        if system in ("raw", "raw-prompted"):
+            lenient = calls or calls_in_text(text, function_names(case))
+            result.outcomes.append(_derived(outcome, f"{system}-lenient@{setup}",
+                                            ok and grade(case, lenient)[0]))  # fmt: skip
+        if system in _CORRECTING:
+            first = first_attempt(text, first_calls, function_names(case))
+            if not grade(case, first)[0]:
+                key = (outcome.variant, category(case))
+                result.first_wrong[key] = result.first_wrong.get(key, 0) + 1
+                result.first_wrong_salvaged[key] = (
+                    result.first_wrong_salvaged.get(key, 0) + outcome.correct
+                )
+        if system in CHOOSE_PARTS:
+            parts.setdefault((setup, case.name), {})[system] = (record, outcome)
+    for (setup, name), both in parts.items():
+        if len(both) < 2:
+            continue
+        (native, native_outcome), (listed, listed_outcome) = both[native_name], both[listed_name]
+        native_ok, native_calls, _, _ = _answer(native)
+        _, listed_calls, _, _ = _answer(listed)
+        chosen = chosen_calls(native_calls, listed_calls)
+        result.outcomes.append(dataclasses.replace(
+            native_outcome,
+            variant=f"{CHOSEN}@{setup}",
+            correct=native_ok and grade(cases[name], chosen)[0],
+            corrected=False, correction_turns=0, repeated_corrections=0,
+            calls=native_outcome.calls + listed_outcome.calls,
+            input_tokens=native_outcome.input_tokens + listed_outcome.input_tokens,
+            output_tokens=native_outcome.output_tokens + listed_outcome.output_tokens,
+            duration_s=0.0,  # the parts' records count the time
+        ))  # fmt: skip
+    return result
+
+
+@dataclass(frozen=True)
+class Row:
+    """One (system, category) cell of the report.
+
+    The evals report's result of it, and BFCL's first-attempt salvage.
+    """
+
     category: str
-    n: int = 0
-    correct: int = 0
-    llm_calls: int = 0
-    prompt_tokens: int = 0
-    tokens: int = 0
-    first_wrong: int = 0
-    salvaged: int = 0
-    corrected: int = 0
-    corrected_right: int = 0
-    repeats: int = 0
-    corrections: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
+    result: VariantResult
+    first_wrong: int | None = None
+    first_wrong_salvaged: int = 0
 
     @property
-    def accuracy(self) -> float:
-        """Correct cases over cases."""
-        return self.correct / self.n if self.n else 0.0
+    def system(self) -> str:
+        """``system@set-up``."""
+        return self.result.variant
 
 
-def _cases_by_key(categories: Iterable[str]) -> dict[tuple[str, str], Case]:
-    cases: dict[tuple[str, str], Case] = {}
-    for category in categories:
-        for case in load_cases(category, None):
-            cases[(category, case.id)] = case
-    return cases
-
-
-def _lenient(outcome: Mapping[str, Any], case: Case) -> list[dict[str, Any]]:
-    if outcome["calls"]:
-        return list(outcome["calls"])
-    return calls_in_text(outcome.get("text") or "", function_names(case))
-
-
-def _verbatim_repeats(turns: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
-    """(correction turns that repeat the previous reply verbatim, correction turns)."""
-    later = list(itertools.pairwise(turns))
-    return sum(1 for a, b in later if a.get("text") and a.get("text") == b.get("text")), len(later)
-
-
-CHOSEN = "subagent-choose-r1"
-
-
-def chosen_records(records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """``subagent-choose-r1``'s records, made from its two parts' records of the same cases.
-
-    Its calls are :func:`bfcl_systems.chosen_calls` of the parts' calls; its cost (LLM
-    calls, tokens, time) is both runs'. It keeps no turns and no first attempt: each part's
-    own row counts those.
-    """
-    native_name, listed_name = CHOOSE_PARTS
-    by_system: dict[str, dict[tuple[str, str, str, str], Mapping[str, Any]]] = {}
-    for record in records:
-        key = (record["setup"], record["category"], record["id"], record["digest"])
-        by_system.setdefault(record["system"], {})[key] = record
-    listed_records = by_system.get(listed_name, {})
-    chosen = []
-    for key, native in by_system.get(native_name, {}).items():
-        listed = listed_records.get(key)
-        if listed is None:
-            continue
-        a, b = native["outcome"], listed["outcome"]
-        outcome = {
-            "calls": chosen_calls(a["calls"], b["calls"]),
-            "first_calls": None,
-            "text": "",
-            "turns": [],
-            "error": None,
-            **{k: a[k] + b[k] for k in ("llm_calls", "prompt_tokens", "completion_tokens")},
-            "seconds": 0.0,  # the parts' records count the time
-        }
-        chosen.append({**native, "system": CHOSEN, "outcome": outcome})
-    return chosen
-
-
-def rows_from(records: Iterable[Mapping[str, Any]]) -> list[Row]:
-    """Grade ``records`` into one row per (system@setup, category), raw-lenient included.
-
-    Derived systems (``subagent-choose-r1``) are graded when their records are among
-    ``records`` (:func:`section` adds them once, from :func:`chosen_records`).
-    """
-    records = list(records)
-    cases = _cases_by_key({r["category"] for r in records})
-    rows: dict[tuple[str, str], Row] = {}
-    for record in records:
-        case = cases.get((record["category"], record["id"]))
-        if case is None or case.digest != record["digest"]:
-            continue  # an edited or removed case: its old record is left out
-        outcome = record["outcome"]
-        for name, calls in _graded_calls(record, case):
-            row = rows.setdefault((name, case.category), Row(name, case.category))
-            ok, _ = grade(case, calls)
-            row.n += 1
-            row.correct += ok
-            row.llm_calls += outcome["llm_calls"]
-            row.prompt_tokens += outcome["prompt_tokens"]
-            row.tokens += outcome["prompt_tokens"] + outcome["completion_tokens"]
-            if outcome.get("error"):
-                kind = outcome["error"].split(":", 1)[0]
-                row.errors[kind] = row.errors.get(kind, 0) + 1
-            first = outcome.get("first_calls")
-            if first is not None:  # a system that may correct itself
-                first_ok, _ = grade(case, first)
-                if not first_ok:
-                    row.first_wrong += 1
-                    row.salvaged += ok
-                if outcome["llm_calls"] > 1:  # the first answer was invalid: corrections ran
-                    row.corrected += 1
-                    row.corrected_right += ok
-            repeats, corrections = _verbatim_repeats(outcome.get("turns") or [])
-            row.repeats += repeats
-            row.corrections += corrections
-    return sorted(rows.values(), key=lambda r: (r.category, r.system))
+def rows_from(graded_records: Graded) -> list[Row]:
+    """One row per (category, system@set-up), by category then system."""
+    report = Report("bfcl", graded_records.outcomes)
+    rows = []
+    for name in sorted(report.tags()):
+        for result in report.tagged(name).variants:
+            key = (result.variant, name)
+            corrects = _system(result.variant) in _CORRECTING
+            rows.append(Row(name, result,
+                            graded_records.first_wrong.get(key, 0) if corrects else None,
+                            graded_records.first_wrong_salvaged.get(key, 0)))  # fmt: skip
+    return sorted(rows, key=lambda row: (row.category, row.system))
 
 
 HEAD_TO_HEAD: tuple[str, ...] = (
@@ -208,40 +230,24 @@ AGAINST_PEERS: tuple[str, ...] = (
 case for case (on the cases the peers ran)."""
 
 
-def _graded_calls(record: Mapping[str, Any], case: Case) -> list[tuple[str, list[Any]]]:
-    """(system@setup, calls) of one record: raw records are also read leniently."""
-    outcome = record["outcome"]
-    variants = [(f"{record['system']}@{record['setup']}", outcome["calls"])]
-    if record["system"] in ("raw", "raw-prompted"):
-        lenient = f"{record['system']}-lenient@{record['setup']}"
-        variants.append((lenient, _lenient(outcome, case)))
-    return variants
-
-
 def head_to_head(
-    records: Iterable[Mapping[str, Any]], systems: Sequence[str] = HEAD_TO_HEAD
+    outcomes: Iterable[Outcome], systems: Sequence[str] = HEAD_TO_HEAD
 ) -> dict[str, tuple[int, dict[str, int]]]:
     """Per category: the cases every one of ``systems`` ran, and each system's correct ones.
 
     Samples are prefixes of one fixed order (``bfcl_data``), so the common cases are the
     first ``min(n)`` of the category: the comparison is paired, case for case.
     """
-    records = list(records)
-    cases = _cases_by_key({r["category"] for r in records})
     right: dict[tuple[str, str], dict[str, bool]] = {}
-    for record in records:
-        case = cases.get((record["category"], record["id"]))
-        if case is None or case.digest != record["digest"]:
-            continue
-        for name, calls in _graded_calls(record, case):
-            if name in systems:
-                right.setdefault((name, case.category), {})[case.id] = grade(case, calls)[0]
+    for outcome in outcomes:
+        if outcome.variant in systems:
+            right.setdefault((outcome.variant, outcome.tags[0]), {})[outcome.case] = outcome.correct
     table: dict[str, tuple[int, dict[str, int]]] = {}
-    for category in sorted({category for _, category in right}):
-        graded = [right.get((name, category), {}) for name in systems]
-        common = set.intersection(*(set(g) for g in graded))
-        table[category] = (len(common), {
-            name: sum(g[i] for i in common) for name, g in zip(systems, graded, strict=True)
+    for name in sorted({name for _, name in right}):
+        graded_by = [right.get((system, name), {}) for system in systems]
+        common = set.intersection(*(set(g) for g in graded_by))
+        table[name] = (len(common), {
+            system: sum(g[i] for i in common) for system, g in zip(systems, graded_by, strict=True)
         })  # fmt: skip
     return table
 
@@ -255,50 +261,75 @@ def render_head_to_head(
              "| --- | --- |" + " --- |" * len(systems)]  # fmt: skip
     totals = dict.fromkeys(systems, 0)
     count = 0
-    for category, (n, correct) in table.items():
+    for name, (n, correct) in table.items():
         count += n
         cells = []
-        for name in systems:
-            totals[name] += correct[name]
-            cells.append(f"{correct[name] / n:.0%}" if n else "n/a")
-        lines.append(f"| {category} | {n} | " + " | ".join(cells) + " |")
+        for system in systems:
+            totals[system] += correct[system]
+            cells.append(f"{correct[system] / n:.0%}" if n else "n/a")
+        lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
     if count:
-        cells = [f"**{totals[name] / count:.0%}** ({totals[name]}/{count})" for name in systems]
+        cells = [f"**{totals[s] / count:.0%}** ({totals[s]}/{count})" for s in systems]
         lines.append(f"| all | {count} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+def _share(part: int, whole: int | None) -> str:
+    return "n/a" if whole is None else (f"{part}/{whole}" if whole else "-")
+
+
 def _fmt(row: Row) -> str:
-    low, high = wilson(row.correct, row.n)
-    per_correct = f"{row.tokens / row.correct:,.0f}" if row.correct else "n/a"
-    salvage = f"{row.salvaged}/{row.first_wrong}" if row.first_wrong else "n/a"
-    corrected = f"{row.corrected_right}/{row.corrected}" if row.corrected else "-"
-    repeats = f"{row.repeats}/{row.corrections}" if row.corrections else "-"
+    r = row.result
+    low, high = r.success_interval
+    tokens = r.prompt_tokens + r.completion_tokens
+    per_correct = f"{tokens / r.correct:,.0f}" if r.correct else "n/a"
+    salvage = "n/a" if row.first_wrong is None else (
+        f"{row.first_wrong_salvaged}/{row.first_wrong}" if row.first_wrong else "n/a"
+    )  # fmt: skip
     return (
-        f"| {row.category} | `{row.system}` | {row.correct}/{row.n} | "
-        f"{row.accuracy:.0%} ({low:.0%}-{high:.0%}) | {row.llm_calls / row.n:.2f} | "
-        f"{row.prompt_tokens / row.n:,.0f} | {per_correct} | {salvage} | {corrected} | {repeats} |"
+        f"| {row.category} | `{r.variant}` | {r.correct}/{r.runs} | "
+        f"{r.success_rate:.0%} ({low:.0%}-{high:.0%}) | {r.calls_per_case:.2f} | "
+        f"{r.prompt_tokens / r.runs:,.0f} | {per_correct} | {salvage} | "
+        f"{_share(r.salvaged, r.corrected)} | "
+        f"{_share(r.repeated_corrections, r.correction_turns)} |"
     )
 
 
+def render_irrelevance(rows: Sequence[Row]) -> str:
+    """On irrelevance: correct answers (no call) apart from calls and from failed runs."""
+    lines = [
+        "| system@set-up | cases | answered with no call (correct) | called a function | "
+        "no call because the run failed |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        if row.category != "irrelevance":
+            continue
+        r = row.result
+        failed = r.runs - r.valid
+        lines.append(f"| `{r.variant}` | {r.runs} | {r.correct} | {r.valid - r.correct} | "
+                     f"{failed} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def render(
-    rows: Sequence[Row], meta: Mapping[str, Any] | None, cases: int = 0, seconds: float = 0.0
+    rows: Sequence[Row], meta: Mapping[str, Any] | None, records: int = 0, seconds: float = 0.0
 ) -> str:
-    """The report's Markdown (``cases`` records whose runs took ``seconds`` in all)."""
+    """The report's Markdown (``records`` records whose runs took ``seconds`` in all)."""
     lines = []
     if meta:
         lines.append(
             f"- Model: `{meta['file']}`, SHA-256 `{meta['sha256']}`; llama-cpp-python "
             f"{meta['llama_cpp_python']}; bfcl-eval {meta['bfcl_eval']} (checker: "
             f"`bfcl_eval.eval_checker.ast_eval.ast_checker.ast_checker`); subagent "
-            f"{meta['subagent']}; last run {meta['date']}; {cases} cases recorded, "
+            f"{meta['subagent']}; last run {meta['date']}; {records} cases recorded, "
             f"{seconds / 3600:.1f} h of runs in all (each case's wall time, summed)."
         )
         lines.append("")
     lines.append(
         "| category | system@set-up | correct | accuracy (95% CI) | LLM calls / case | "
         "prompt tokens / case | tokens / correct | salvaged | corrected, then right | "
-        "verbatim repeats |"
+        "repeated corrections |"
     )
     lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     lines += [_fmt(row) for row in rows]
@@ -313,11 +344,11 @@ def _plot(rows: Sequence[Row], path: Path) -> None:
 
     categories = sorted({r.category for r in rows})
     systems = sorted({r.system for r in rows})
-    by = {(r.system, r.category): r for r in rows}
+    by = {(r.system, r.category): r.result for r in rows}
     width = 0.8 / max(1, len(systems))
     figure, axes = plt.subplots(figsize=(11, 4.5))
     for index, system in enumerate(systems):
-        values = [by[(system, c)].accuracy if (system, c) in by else 0 for c in categories]
+        values = [by[(system, c)].success_rate if (system, c) in by else 0 for c in categories]
         positions = [i + index * width for i in range(len(categories))]
         axes.bar(positions, values, width, label=system, color=plt.cm.tab20(index % 20))
     axes.set_xticks([i + 0.4 - width / 2 for i in range(len(categories))], categories)
@@ -331,16 +362,31 @@ def _plot(rows: Sequence[Row], path: Path) -> None:
     plt.close(figure)
 
 
+def _cases(names: Iterable[str]) -> dict[str, Case[Any]]:
+    return {case.name: case for name in names for case in load_cases(name, None)}
+
+
+def read(results: Path = RESULTS) -> Graded:
+    """Every record under ``results``, graded."""
+    records = [r for path in sorted(results.glob("*.jsonl")) for r in read_records(path)]
+    categories = {tag for r in records for tag in r.get("tags", [])[:1]}
+    return graded(records, _cases(categories))
+
+
 def section(results: Path = RESULTS) -> tuple[str, list[Row]]:
     """The page's BFCL part from the records under ``results``, and its rows."""
-    records = [r for path in sorted(results.glob("*.jsonl")) for r in read_lines(path)]
-    seconds = sum(float(r["outcome"].get("seconds") or 0.0) for r in records)
-    recorded = len(records)
-    records += chosen_records(records)
-    rows = rows_from(records)
+    graded_records = read(results)
+    rows = rows_from(graded_records)
     meta_path = results / "meta.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else None
-    text = render(rows, meta, recorded, seconds)
+    text = render(rows, meta, graded_records.records, graded_records.seconds)
+    if any(row.category == "irrelevance" for row in rows):
+        text += (
+            "\n\nOn `irrelevance`, the answers apart from the failures: a failed run is no "
+            "answer, so it is not \"no call\" (a raw call's or a peer's failure is an "
+            "exception it raised, a subagent run's its failure reason):\n\n"
+            + render_irrelevance(rows)
+        )
     present = {row.system for row in rows}
     for names, heading in (
         (HEAD_TO_HEAD, "Case for case: the accuracy of each system on the cases all of them "
@@ -350,9 +396,11 @@ def section(results: Path = RESULTS) -> tuple[str, list[Row]]:
                         "(on the cases the peers ran):"),
     ):  # fmt: skip
         systems = [name for name in names if name in present]
-        if names is AGAINST_PEERS and not any(name.endswith("@tools") for name in systems):
+        if names is AGAINST_PEERS and not any(
+            name.endswith("@tools") and not name.startswith("raw") for name in systems
+        ):
             continue  # no peer ran
-        paired = head_to_head(records, systems) if len(systems) > 1 else {}
+        paired = head_to_head(graded_records.outcomes, systems) if len(systems) > 1 else {}
         if paired:
             text += f"\n\n{heading}\n\n" + render_head_to_head(paired, systems)
     return text, rows

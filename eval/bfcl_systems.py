@@ -1,15 +1,17 @@
-"""The systems `make eval-bfcl` compares, each a short adapter from a BFCL case to its calls.
+"""The systems `make eval-bfcl` compares, as ``subagent.evals`` variants or systems.
+
+Variants where they are subagent runs, evals systems where they are not.
 
 Every system gets the same case (the question's messages, the function docs as OpenAI tools
 or as JSON in the prompt), the same server, model, temperature, seed and ``max_tokens``, and
-answers with :class:`Outcome`: the calls it ends with (what BFCL grades), the calls of its
-first attempt (for the salvage rate), and what it cost.
+ends with the calls BFCL grades: a subagent agent's output (a :class:`Calls`), a raw call's
+or a peer's native calls (a :class:`~subagent.evals.SystemRun`).
 
 - ``raw``: one chat completion with the functions as native ``tools``; the answer is the
   reply's native tool calls. The report also grades the same reply's *text* read leniently
   as a JSON call (``raw-lenient``: the floor a user writes in a few lines).
 - ``subagent-rN``: a ``SubAgent`` whose output *is* the call: ``max_turns=1`` (one work
-  turn: the answer), ``return_retries=N``, the functions in the system prompt, the answer a
+  turn: the answer), ``return_retries=N``, the functions in its instructions, the answer a
   JSON list of calls validated against the functions' JSON schemas (an unknown function, a
   missing or mistyped argument, a value outside an enum is named in the feedback of a
   correction turn).
@@ -24,29 +26,50 @@ first attempt (for the salvage rate), and what it cost.
 - ``pydantic-ai`` and ``openai-agents``: the peers with their defaults, the functions
   declared from their JSON schemas; the answer is the tool calls of the first model
   response (run in the peers' venv: see ``bfcl_peers.py``).
+
+A subagent system is a variant (its run options, in :attr:`BfclSystem.options`) of an
+agent made per case (:class:`ContractAgent`, :class:`ToolsAgent`, :class:`TextToolsAgent`:
+the tools and validators come from the case's functions). A raw call and a peer are
+:class:`~subagent.evals.System` functions returning a :class:`~subagent.evals.SystemRun`;
+their variants' options are the functions' keyword arguments. A failed run is never
+graded as an answer (on ``irrelevance``, no answer is not "no call").
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from bfcl_data import Case, function_names, grade, openai_tools
+from bfcl_data import Case, expects_no_call, functions, grade, openai_tools
 from pydantic import BaseModel, Field, RootModel, field_validator, model_validator
 
+from subagent import SubAgent
+from subagent.evals import System, SystemReply, SystemRun, Variant
+
 __all__ = [
+    "CALLS_PROMPT",
+    "CHOOSE_PARTS",
+    "CONTRACT_PROMPT",
     "MAX_TOKENS",
     "SEED",
+    "SETTINGS",
     "SYSTEMS",
-    "Outcome",
+    "BfclSystem",
+    "Calls",
+    "ContractAgent",
     "Server",
-    "System",
+    "TextToolsAgent",
+    "ToolsAgent",
     "calls_in_text",
+    "chosen_calls",
     "decoded_arguments",
+    "first_attempt",
+    "oracle_feedback",
+    "run_raw",
     "system_named",
 ]
 
@@ -55,6 +78,8 @@ MAX_TOKENS = 256
 SEED = 7
 TEMPERATURE = 0.0
 CALL_TIMEOUT = 300.0
+SETTINGS: dict[str, Any] = {"temperature": TEMPERATURE, "seed": SEED, "max_tokens": MAX_TOKENS}
+"""The sampling settings every system sends."""
 
 
 @dataclass(frozen=True)
@@ -68,38 +93,7 @@ class Server:
     @property
     def settings(self) -> dict[str, Any]:
         """The sampling settings every system sends."""
-        return {"temperature": TEMPERATURE, "seed": SEED, "max_tokens": MAX_TOKENS}
-
-
-@dataclass
-class Outcome:
-    """What one system did with one case.
-
-    Attributes:
-        calls: The calls it ended with, ``{"name": ..., "arguments": {...}}`` each.
-        first_calls: The calls of its first attempt (``None``: a single attempt).
-        text: The last reply's text.
-        llm_calls: Requests sent to the model.
-        prompt_tokens: Prompt tokens over all requests.
-        completion_tokens: Completion tokens over all requests.
-        turns: One compact record per model reply: its text, its calls, the feedback.
-        error: Why the system failed, if it did (a failed run is graded as no call).
-        seconds: Wall time of the case.
-    """
-
-    calls: list[dict[str, Any]] = field(default_factory=list)
-    first_calls: list[dict[str, Any]] | None = None
-    text: str = ""
-    llm_calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    turns: list[dict[str, Any]] = field(default_factory=list)
-    error: str | None = None
-    seconds: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        """The outcome as a JSON object."""
-        return asdict(self)
+        return dict(SETTINGS)
 
 
 def decoded_arguments(raw: Any) -> Any:
@@ -144,14 +138,14 @@ def calls_in_text(text: str, names: Sequence[str]) -> list[dict[str, Any]]:
 
 
 async def run_raw(
-    case: Case, server: Server, client: httpx.AsyncClient, system: str | None = None
-) -> Outcome:
+    case: Case[Any], *, server: Server, client: httpx.AsyncClient, system: str | None = None
+) -> SystemRun:
     """One chat completion with the functions as native tools (and ``system``, if given)."""
     prompt = [] if system is None else [{"role": "system", "content": system}]
     body: dict[str, Any] = {
         "model": server.model,
-        "messages": [*prompt, *case.messages],
-        "tools": openai_tools(case.functions),
+        "messages": [*prompt, *case.messages],  # type: ignore[misc]
+        "tools": openai_tools(functions(case)),
         **server.settings,
     }
     if server.setup == "tools":
@@ -161,7 +155,8 @@ async def run_raw(
     response = await client.post(f"{server.base_url}/chat/completions", json=body)
     response.raise_for_status()
     data = response.json()
-    message = data["choices"][0]["message"]
+    choice = data["choices"][0]
+    message = choice["message"]
     calls = [
         {
             "name": call["function"]["name"],
@@ -171,13 +166,11 @@ async def run_raw(
     ]
     usage = data.get("usage") or {}
     text = message.get("content") or ""
-    return Outcome(
-        calls=calls,
-        text=text,
-        llm_calls=1,
-        prompt_tokens=usage.get("prompt_tokens", 0),
-        completion_tokens=usage.get("completion_tokens", 0),
-        turns=[{"text": text, "calls": calls}],
+    return SystemRun(
+        output=calls,
+        replies=[SystemReply(text=text, tool_calls=calls, stop_reason=choice.get("finish_reason"))],
+        input_tokens=usage.get("prompt_tokens", 0),
+        output_tokens=usage.get("completion_tokens", 0),
     )
 
 
@@ -258,10 +251,10 @@ def _schema_problems(call: Call, schemas: Mapping[str, Mapping[str, Any]]) -> li
     return problems
 
 
-def _validator(case: Case) -> Callable[[Any], Any]:
+def _validator(case: Case[Any]) -> Callable[[Any], Any]:
     schemas = {
         tool["function"]["name"]: tool["function"]["parameters"]
-        for tool in openai_tools(case.functions)
+        for tool in openai_tools(functions(case))
     }
 
     def check_calls(calls: Calls) -> Any:
@@ -273,7 +266,7 @@ def _validator(case: Case) -> Callable[[Any], Any]:
     return check_calls
 
 
-def oracle_feedback(case: Case, calls: Sequence[Mapping[str, Any]]) -> str | None:
+def oracle_feedback(case: Case[Any], calls: Sequence[Mapping[str, Any]]) -> str | None:
     """What BFCL's checker finds wrong with ``calls`` against the ground truth (``None``: right).
 
     The feedback of the oracle run (``subagent-oracle-r1``): it knows the answer, which no
@@ -283,15 +276,15 @@ def oracle_feedback(case: Case, calls: Sequence[Mapping[str, Any]]) -> str | Non
     correct, error = grade(case, calls)
     if correct:
         return None
-    if case.expects_no_call:
+    if expects_no_call(case):
         return "none of the functions does what the user asks: call none, answer []"
-    needed = len(case.answer or ())
+    needed = len(case.expected or ())
     if not calls or error.startswith("Wrong number of functions"):
         return f"the request needs {needed} function call(s); you made {len(calls)}"
     return f"the answer is wrong: {error}"
 
 
-def _oracle(case: Case) -> Callable[[Any], Any]:
+def _oracle(case: Case[Any]) -> Callable[[Any], Any]:
     def check_against_the_answer(calls: Calls) -> Any:
         from subagent import Validation
 
@@ -310,85 +303,55 @@ CONTRACT_PROMPT = (
 )
 
 
-def _compact_functions(case: Case) -> str:
-    return "\n".join(json.dumps(tool["function"]) for tool in openai_tools(case.functions))
+def _compact_functions(case: Case[Any]) -> str:
+    return "\n".join(json.dumps(tool["function"]) for tool in openai_tools(functions(case)))
 
 
-def _native_calls(tool_calls: Sequence[Any]) -> list[dict[str, Any]]:
-    """A turn's tool calls as ``{"name": ..., "arguments": {...}}``."""
-    return [{"name": c.name, "arguments": decoded_arguments(c.arguments)} for c in tool_calls]
+def first_attempt(
+    text: str, tool_calls: Sequence[Any], names: Sequence[str]
+) -> list[dict[str, Any]]:
+    """The calls a first reply made (or wrote), whether or not they were valid.
 
-
-def _step_outcome(
-    step: Any, calls: list[dict[str, Any]], first_calls: list[dict[str, Any]] | None
-) -> Outcome:
-    """A subagent run's outcome: ``calls`` it ended with, every turn compacted, its cost."""
-    turns = [
-        {"phase_after": turn.phase_after, "text": turn.reply,
-         "calls": _native_calls(turn.tool_calls), "feedback": turn.feedback or turn.error}
-        for turn in step.turns
-    ]  # fmt: skip
-    return Outcome(
-        calls=calls,
-        first_calls=first_calls,
-        text=step.turns[-1].reply if step.turns else "",
-        llm_calls=len(step.turns),
-        prompt_tokens=sum(turn.usage.input_tokens for turn in step.turns),
-        completion_tokens=sum(turn.usage.output_tokens for turn in step.turns),
-        turns=turns,
-        error=None if step.failure is None else f"{step.failure.reason}: {step.failure.message}",
-    )
-
-
-def _output_calls(step: Any) -> list[dict[str, Any]]:
-    """The calls of a run whose output is :class:`Calls` (none when it failed)."""
-    return [c.model_dump() for c in step.output.root] if step.output is not None else []
-
-
-def _first_attempt(step: Any, names: Sequence[str]) -> list[dict[str, Any]]:
-    """The calls the first turn's reply made (or wrote), whether or not they were valid."""
-    if not step.turns:
-        return []
-    first = step.turns[0]
-    if first.tool_calls:
-        return _native_calls(first.tool_calls)
+    Its native calls (objects or ``{"name", "arguments"}`` data), else a list of calls (or
+    one call) written as JSON, else any call written as JSON in its text.
+    """
+    if tool_calls:
+        return [{"name": c["name"], "arguments": decoded_arguments(c.get("arguments"))}
+                if isinstance(c, Mapping) else
+                {"name": c.name, "arguments": decoded_arguments(c.arguments)}
+                for c in tool_calls]  # fmt: skip
     from subagent.parsers import extract_json
 
-    found = extract_json(first.reply)
+    found = extract_json(text)
     if found.ok:
         try:
             return [c.model_dump() for c in Calls.model_validate(found.value).root]
         except ValueError:
             pass
-    return calls_in_text(first.reply, names)
+    return calls_in_text(text, names)
 
 
-async def run_subagent_contract(
-    case: Case, server: Server, llm: Any, *, return_retries: int, context_policy: str = "collapse"
-) -> Outcome:
-    """The call as the agent's output: one work turn, ``return_retries`` corrections."""
-    from subagent import SubAgent
+@dataclass(frozen=True)
+class ContractAgent:
+    """Makes each case's agent whose output *is* the call (``subagent-rN``).
 
-    agent: SubAgent[Calls] = SubAgent(
-        name="function_caller",
-        output=Calls,
-        validators=[_validator(case)],
-        max_turns=1,
-        return_retries=return_retries,
-        context_policy=context_policy,  # type: ignore[arg-type]
-        settings=server.settings,
-        timeout=CALL_TIMEOUT,
-    )
-    functions = _compact_functions(case)
-    system = CONTRACT_PROMPT.replace("{{functions}}", functions)
-    messages = [{"role": "system", "content": system}, *case.messages]
-    step = await agent.run(llm=llm, messages=messages)
-    first = _first_attempt(step, function_names(case)) if return_retries else None
-    return _step_outcome(step, _output_calls(step), first)
+    The functions go in its instructions, as JSON (:data:`CONTRACT_PROMPT`): a system
+    message after subagent's own system prompt; the answer is a JSON list of calls,
+    validated against the functions' schemas. Budgets come from the variant.
+    """
+
+    def __call__(self, case: Case[Any]) -> SubAgent[Calls]:
+        """The agent of ``case``."""
+        return SubAgent(
+            name="function_caller",
+            output=Calls,
+            validators=[_validator(case)],
+            instructions=CONTRACT_PROMPT.replace("{{functions}}", _compact_functions(case)),
+        )
 
 
 def _recording_tools(
-    case: Case, final_value: Callable[[list[dict[str, Any]]], Any], *, final: bool = True
+    case: Case[Any], final_value: Callable[[list[dict[str, Any]]], Any], *, final: bool = True
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """The case's functions as schema tools that record each call (and end the run).
 
@@ -420,7 +383,7 @@ def _recording_tools(
             function=recorder(tool["function"]["name"]),
             run_in_thread=False,
         )
-        for tool in openai_tools(case.functions)
+        for tool in openai_tools(functions(case))
     ]
     return tools, made
 
@@ -433,72 +396,63 @@ CALLS_PROMPT = (
 )
 
 
-async def run_subagent_tools(
-    case: Case,
-    server: Server,
-    llm: Any,
-    *,
-    protocol: str,
-    return_retries: int,
-    system: str | None = None,
-    system_template: str | None = None,
-    oracle: bool = False,
-) -> Outcome:
-    """The functions as tools; the first valid call(s) end the run as its output.
+@dataclass(frozen=True)
+class ToolsAgent:
+    """Makes each case's agent with the functions as tools.
 
-    ``system`` is a system message put before the case's messages; ``system_template``
-    replaces subagent's own system prompt (its ``system`` template) instead. ``oracle``
-    adds a validator that checks the answer against the ground truth (:func:`oracle_feedback`).
+    The first valid call(s) end the run as its output (``subagent-tools-rN``,
+    ``-react-rN``, ``-prompted-r1``, ``-calls-r1``, ``-oracle-r1``).
 
     Every call of the turn is recorded before the run judges the first final value, so the
-    output is all of them: the tools hand back the shared list itself, not a copy.
+    output is all of them: the tools hand back the shared list itself, not a copy. The
+    protocol and the budgets come from the variant.
+
+    Attributes:
+        system: A system message's text after subagent's own system prompt.
+        system_template: Replaces subagent's own system prompt (its ``system`` template)
+            with this text: no agent preamble, no tool list, no explicit-fail escape.
+        oracle: A validator that checks the answer against the ground truth
+            (:func:`oracle_feedback`).
     """
-    from subagent import SubAgent
 
-    tools, _ = _recording_tools(case, lambda made: made)
-    agent: SubAgent[Calls] = SubAgent(
-        name="function_caller",
-        output=Calls,
-        tools=tools,
-        validators=[_validator(case), *([_oracle(case)] if oracle else [])],
-        max_turns=2,
-        return_retries=return_retries,
-        settings=server.settings,
-        timeout=CALL_TIMEOUT,
-        protocol=protocol,  # type: ignore[arg-type]
-        # The output instructions are the whole system prompt: no agent preamble, no tool
-        # list (the chat template lists the tools), no explicit-fail escape.
-        prompts={}
-        if system_template is None
-        else {"system": "{{output_instructions}}", "output_json": system_template},
-    )
-    prompt = [] if system is None else [{"role": "system", "content": system}]
-    step = await agent.run(llm=llm, messages=[*prompt, *case.messages])
-    return _step_outcome(step, _output_calls(step), _first_attempt(step, function_names(case)))
+    system: str | None = None
+    system_template: str | None = None
+    oracle: bool = False
+
+    def __call__(self, case: Case[Any]) -> SubAgent[Calls]:
+        """The agent of ``case`` (tools that record its calls, made afresh for each run)."""
+        tools, _ = _recording_tools(case, lambda made: made)
+        return SubAgent(
+            name="function_caller",
+            output=Calls,
+            tools=tools,
+            validators=[_validator(case), *([_oracle(case)] if self.oracle else [])],
+            # The output instructions are the whole system prompt: no agent preamble, no
+            # tool list (the chat template lists the tools), no explicit-fail escape.
+            prompts={}
+            if self.system_template is None
+            else {"system": "{{output_instructions}}", "output_json": self.system_template},
+            instructions=self.system,
+        )
 
 
-async def run_subagent_tools_text(case: Case, server: Server, llm: Any) -> Outcome:
-    """The functions as tools, the answer free text: a call ends the run, prose means none.
+@dataclass(frozen=True)
+class TextToolsAgent:
+    """Makes each case's agent with the functions as tools and a free-text answer.
+
+    ``subagent-tools-text``: a call ends the run (its output is the calls as JSON text),
+    prose means no call.
 
     The model's own way of calling (its template shows it the tools; it writes the call as
     text, which ``text_tool_calls`` reads) with nothing else asked of it: no output schema
-    in the prompt. ``max_turns=3``: a call whose arguments fail the schema is fed back and
-    the model may call again in the next (still ``normal``) turn.
+    in the prompt. With ``max_turns=3`` (the variant's), a call whose arguments fail the
+    schema is fed back and the model may call again in the next (still ``normal``) turn.
     """
-    from subagent import SubAgent
 
-    tools, made = _recording_tools(case, json.dumps)
-    agent: SubAgent[Any] = SubAgent(
-        name="function_caller",
-        tools=tools,
-        max_turns=3,
-        settings=server.settings,
-        timeout=CALL_TIMEOUT,
-    )
-    step = await agent.run(llm=llm, messages=list(case.messages))
-    called = step.ok and made and step.output == json.dumps(made)
-    first = _native_calls(step.turns[0].tool_calls) if step.turns else []
-    return _step_outcome(step, list(made) if called else [], first)
+    def __call__(self, case: Case[Any]) -> SubAgent[Any]:
+        """The agent of ``case``."""
+        tools, _ = _recording_tools(case, json.dumps)
+        return SubAgent(name="function_caller", tools=tools)
 
 
 def distinct_calls(calls: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -534,129 +488,147 @@ CHOOSE_PARTS: tuple[str, str] = ("subagent-prompted-r1", "subagent-r1")
 
 # --- the registry ----------------------------------------------------------------------------
 
-Runner = Callable[[Case, Server, Any], Awaitable[Outcome]]
-
 
 @dataclass(frozen=True)
-class System:
+class BfclSystem:
     """One system of the comparison.
 
     Attributes:
-        name: Its stable name (it keys the records).
+        name: Its stable name (its records file is ``<name>@<set-up>.jsonl``, its variant
+            ``<name>@<set-up>``).
         title: What the report calls it.
-        kind: ``raw``, ``subagent`` or ``peer`` (which client it needs).
-        run: The adapter.
+        kind: ``raw``, ``subagent`` or ``peer``.
+        options: Its variant's options: run options and agent fields for a subagent system,
+            the function's keyword arguments for a raw call or a peer.
+        agent: What makes each case's agent (subagent systems).
         venv: ``main`` (the project's venv) or ``peers`` (``make bench-peers``'s).
+        corrects: Whether it may correct itself (the report's first-attempt salvage).
     """
 
     name: str
     title: str
     kind: str
-    run: Runner
+    options: Mapping[str, Any] = field(default_factory=dict)
+    agent: Callable[[Case[Any]], SubAgent[Any]] | None = None
     venv: str = "main"
+    corrects: bool = False
+
+    def variant(self, setup: str) -> Variant:
+        """The system on one server set-up, as a variant."""
+        return Variant(f"{self.name}@{setup}", self.options)
+
+    def target(self, server: Server, client: Any) -> Any:
+        """What an evaluation runs: the agent factory, or the raw call or peer as a system.
+
+        ``client``: an ``httpx.AsyncClient`` for a raw call (the model adapter of a subagent
+        system goes as the evaluation's ``llm=``).
+        """
+        if self.kind == "subagent":
+            return self.agent
+        if self.kind == "raw":
+            return System(functools.partial(run_raw, server=server, client=client), name="raw")
+        return System(functools.partial(_peer, server=server), name="peers")
 
 
-def _subagent_contract(n: int, policy: str = "collapse") -> System:
-    async def run(case: Case, server: Server, llm: Any) -> Outcome:
-        return await run_subagent_contract(
-            case, server, llm, return_retries=n, context_policy=policy
-        )
+async def _peer(case: Case[Any], *, server: Server, peer: str) -> SystemRun:
+    import bfcl_peers
 
+    return await bfcl_peers.run_peer(peer, case, server)
+
+
+def _subagent(name: str, title: str, agent: Callable[[Case[Any]], SubAgent[Any]], *,
+              max_turns: int, return_retries: int, **options: Any) -> BfclSystem:  # fmt: skip
+    budgets = {"max_turns": max_turns, "return_retries": return_retries}
+    corrects = return_retries > 0 or max_turns > 1
+    return BfclSystem(name, title, "subagent",
+                      {**budgets, **options, "settings": SETTINGS, "timeout": CALL_TIMEOUT},
+                      agent, corrects=corrects)  # fmt: skip
+
+
+def _subagent_contract(n: int, policy: str = "collapse") -> BfclSystem:
     suffix = "" if policy == "collapse" else f"-{policy}"
     title = f"subagent, the call as output, return_retries={n}" + (
         "" if policy == "collapse" else f", context_policy={policy!r}"
     )
-    return System(f"subagent-r{n}{suffix}", title, "subagent", run)
+    policy_option = {} if policy == "collapse" else {"context_policy": policy}
+    return _subagent(f"subagent-r{n}{suffix}", title, ContractAgent(), max_turns=1,
+                     return_retries=n, **policy_option)  # fmt: skip
 
 
-def _subagent_tools(protocol: str, n: int) -> System:
-    async def run(case: Case, server: Server, llm: Any) -> Outcome:
-        return await run_subagent_tools(case, server, llm, protocol=protocol, return_retries=n)
-
+def _subagent_tools(protocol: str, n: int) -> BfclSystem:
     label = "native tool calls" if protocol == "native" else "ReAct"
     prefix = "subagent-tools" if protocol == "native" else "subagent-react"
-    return System(
-        f"{prefix}-r{n}", f"subagent, {label}, max_turns=2, return_retries={n}", "subagent", run
-    )
+    title = f"subagent, {label}, max_turns=2, return_retries={n}"
+    return _subagent(f"{prefix}-r{n}", title, ToolsAgent(), max_turns=2, return_retries=n,
+                     protocol=protocol)  # fmt: skip
 
 
-async def _raw(case: Case, server: Server, client: Any) -> Outcome:
-    return await run_raw(case, server, client)
-
-
-async def _raw_prompted(case: Case, server: Server, client: Any) -> Outcome:
-    return await run_raw(case, server, client, system=CALLS_PROMPT)
-
-
-async def _peer(case: Case, server: Server, name: Any) -> Outcome:
-    import bfcl_peers
-
-    return await bfcl_peers.run_peer(name, case, server)
-
-
-SYSTEMS: tuple[System, ...] = (
-    System("raw", "raw chat completion, native tools", "raw", _raw),
-    System(
+SYSTEMS: tuple[BfclSystem, ...] = (
+    BfclSystem("raw", "raw chat completion, native tools", "raw"),
+    BfclSystem(
         "raw-prompted",
         "raw chat completion, native tools, with subagent-calls-r1's system prompt",
         "raw",
-        _raw_prompted,
+        {"system": CALLS_PROMPT},
     ),
     *(_subagent_contract(n) for n in (0, 1, 2)),
     _subagent_contract(1, "quote"),
     _subagent_tools("native", 1),
-    System(
+    _subagent(
         "subagent-tools-text",
         "subagent, native tool calls read from text, free-text answer, max_turns=3",
-        "subagent",
-        run_subagent_tools_text,
+        TextToolsAgent(),
+        max_turns=3,
+        return_retries=0,
     ),
     _subagent_tools("react", 1),
-    System(
+    _subagent(
         "subagent-prompted-r1",
         "subagent, native tool calls, raw-prompted's prompt as its system prompt, "
         "max_turns=2, return_retries=1",
-        "subagent",
-        lambda case, server, llm: run_subagent_tools(
-            case, server, llm, protocol="native", return_retries=1, system_template=CALLS_PROMPT
-        ),
+        ToolsAgent(system_template=CALLS_PROMPT),
+        max_turns=2,
+        return_retries=1,
+        protocol="native",
     ),
-    System(
+    _subagent(
         "subagent-oracle-r1",
         "subagent-prompted-r1 told by BFCL's checker what is wrong (knows the answer: the "
         "ceiling of a correction turn, not a system a user can run)",
-        "subagent",
-        lambda case, server, llm: run_subagent_tools(
-            case,
-            server,
-            llm,
-            protocol="native",
-            return_retries=1,
-            system_template=CALLS_PROMPT,
-            oracle=True,
-        ),
+        ToolsAgent(system_template=CALLS_PROMPT, oracle=True),
+        max_turns=2,
+        return_retries=1,
+        protocol="native",
     ),
-    System(
+    _subagent(
         "subagent-calls-r1",
         "subagent, native tool calls asked for one per request, max_turns=2, return_retries=1",
-        "subagent",
-        lambda case, server, llm: run_subagent_tools(
-            case, server, llm, protocol="native", return_retries=1, system=CALLS_PROMPT
-        ),
+        ToolsAgent(system=CALLS_PROMPT),
+        max_turns=2,
+        return_retries=1,
+        protocol="native",
     ),
-    System("pydantic-ai", "pydantic-ai, defaults", "peer", _peer, venv="peers"),
-    System("openai-agents", "OpenAI Agents SDK, defaults", "peer", _peer, venv="peers"),
-    System(
+    BfclSystem(
+        "pydantic-ai", "pydantic-ai, defaults", "peer", {"peer": "pydantic-ai"}, venv="peers"
+    ),
+    BfclSystem(
+        "openai-agents",
+        "OpenAI Agents SDK, defaults",
+        "peer",
+        {"peer": "openai-agents"},
+        venv="peers",
+    ),
+    BfclSystem(
         "openai-agents-auto",
         "OpenAI Agents SDK, tool_choice='auto' (OpenAI's default, which the SDK leaves unsent)",
         "peer",
-        _peer,
+        {"peer": "openai-agents-auto"},
         venv="peers",
     ),
 )
 
 
-def system_named(name: str) -> System:
+def system_named(name: str) -> BfclSystem:
     """The system called ``name``.
 
     Raises:
@@ -666,8 +638,3 @@ def system_named(name: str) -> System:
         if system.name == name:
             return system
     raise KeyError(f"no system {name!r}; there are: {', '.join(s.name for s in SYSTEMS)}")
-
-
-def elapsed(started: float) -> float:
-    """Seconds since ``started`` (``time.perf_counter``), rounded for the records."""
-    return round(time.perf_counter() - started, 3)

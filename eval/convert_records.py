@@ -42,14 +42,24 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bfcl_data import BfclChecker, load_cases
+from bfcl_systems import Server, system_named
 from configs import GROUPS
-from run_eval import RESULTS_DIR, local_chat, records_path, run_options
+from run_bfcl import client_for, count_records
+from run_eval import PLANNING_URL, RESULTS_DIR, local_chat, records_path, run_options
 from tasks import AGENTS, category, load_tasks
 
-from subagent import Step
-from subagent.evals import Case, Dataset
+from subagent import FailReason, Step
+from subagent.evals import Case, Dataset, SystemReply, SystemRun, Variant
 
-__all__ = ["convert_eval_file", "convert_folder", "old_lines", "old_task_digest"]
+__all__ = [
+    "convert_bfcl_file",
+    "convert_eval_file",
+    "convert_folder",
+    "old_lines",
+    "old_task_digest",
+    "system_run",
+]
 
 
 def old_lines(path: Path) -> Iterator[dict[str, Any]]:
@@ -134,6 +144,99 @@ def _is_old_eval_file(path: Path) -> bool:
     return first is not None and {"model", "config", "task", "digest", "step"} <= set(first)
 
 
+def _is_old_bfcl_file(path: Path) -> bool:
+    first = next(old_lines(path), None)
+    return first is not None and {"system", "category", "id", "digest", "outcome"} <= set(first)
+
+
+_REASONS = {reason.value for reason in FailReason}
+
+
+def system_run(outcome: dict[str, Any]) -> SystemRun:
+    """A BFCL record's compact outcome as a :class:`SystemRun`.
+
+    The output is the calls (``None`` when the run failed: a failed run was graded as no
+    call then, and is no answer now); the failure is a subagent run's reason
+    (``budget_exhausted: ...``), else ``error`` (an exception the system raised); each
+    reply keeps its text and calls, and the feedback it got when the run refused it.
+    """
+    error = outcome.get("error")
+    failure = message = None
+    if error:
+        reason, _, rest = error.partition(": ")
+        failure, message = (reason, rest) if reason in _REASONS else ("error", error)
+    replies = [
+        SystemReply(text=turn.get("text") or "", tool_calls=turn.get("calls") or [],
+                    error=turn.get("feedback"))
+        for turn in outcome.get("turns") or []
+    ]  # fmt: skip
+    return SystemRun(
+        output=None if error else outcome["calls"],
+        failure=failure,
+        message=message,
+        replies=replies,
+        calls=outcome["llm_calls"],
+        input_tokens=outcome["prompt_tokens"],
+        output_tokens=outcome["completion_tokens"],
+        duration_s=outcome.get("seconds") or 0.0,
+    )
+
+
+def _bfcl_variant(record: dict[str, Any]) -> tuple[Any, Variant, dict[str, Any]]:
+    """The evaluation a BFCL record belongs to: its target, variant and options."""
+    system = system_named(record["system"])
+    server = Server(base_url=PLANNING_URL, setup=record.get("setup", "template"))
+    client = client_for(system, server) if system.kind == "subagent" else None
+    options = {"llm": client} if client is not None else {}
+    if "temperature" in record:  # retry sampling's records
+        from retry_sampling import sampled_variant
+
+        return system.target(server, client), sampled_variant(system, record["temperature"],
+                                                               client), options  # fmt: skip
+    return system.target(server, client), system.variant(record["setup"]), options
+
+
+async def convert_bfcl_file(path: Path, cases: dict[tuple[str, str], Case[Any]]) -> int:
+    """Convert one old BFCL records file in place; return the runs written.
+
+    Raises:
+        ValueError: A record names a case that is gone or changed since it ran.
+    """
+    lines = list(old_lines(path))
+    runs, chosen = [], []
+    for number, record in enumerate(lines, 1):
+        case = cases.get((record["category"], record["id"]))
+        if case is None or case.metadata["bfcl_digest"] != record["digest"]:
+            raise ValueError(f"{path}:{number}: case {record['id']!r} changed since it ran")
+        chosen.append(case)
+    target, variant, options = _bfcl_variant(lines[0])
+    for record, case in zip(lines, chosen, strict=True):
+        runs.append((case.name, variant.name, system_run(record["outcome"])))
+    unique = list({case.name: case for case in chosen}.values())
+    converting = path.with_suffix(".converting")
+    written = await Dataset(unique, [BfclChecker()], name="bfcl").import_runs(
+        target, [variant], runs, out=converting, **options
+    )
+    converting.replace(path)
+    return written
+
+
+def _categories(paths: Sequence[Path]) -> dict[tuple[str, str], Case[Any]]:
+    names = {record["category"] for path in paths for record in old_lines(path)}
+    return {(name, case.name): case for name in names for case in load_cases(name, None)}
+
+
+def _recount(folder: Path) -> None:
+    """A folder's provenance counts its records (it counted the runs made: issue 26)."""
+    meta_path = folder / "meta.json"
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        if "cases" in meta:
+            del meta["cases"]
+            meta = {**meta, "records": count_records(folder)}
+            meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+
+
 def _files(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.jsonl"))
 
@@ -141,10 +244,17 @@ def _files(folder: Path) -> list[Path]:
 async def convert_folder(folder: Path) -> dict[str, int]:
     """Convert every old records file of ``folder``; return the runs written per file."""
     written: dict[str, int] = {}
-    for path in _files(folder):
+    paths = _files(folder)
+    for path in paths:
         if _is_old_eval_file(path):
             for group, count in (await convert_eval_file(path, folder)).items():
                 written[f"{path.stem}/{group}"] = count
+    bfcl = [path for path in paths if path.exists() and _is_old_bfcl_file(path)]
+    if bfcl:
+        cases = _categories(bfcl)
+        for path in bfcl:
+            written[path.name] = await convert_bfcl_file(path, cases)
+    _recount(folder)
     return written
 
 

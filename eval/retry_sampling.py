@@ -4,21 +4,23 @@
                                   [--systems subagent-r1,subagent-r2]
 
 For each system, the cases of its committed records (``eval/results/bfcl/``) in which a
-correction (a ``retry`` turn) ran are run again twice on the server at ``URL``: as the
-system is (temperature 0 on every turn) and with the ``retry`` turns alone at
-``--temperature`` (same seed). The turns before the first correction send the same requests
-both ways, so the difference is what the correction's sampling does. One JSON line per case
-and variant in ``eval/results/retry-sampling/<system>@t<temperature>.jsonl`` (resumable);
-prints, per system and variant: cases, ended correct, and the corrections that repeat the
-reply before them word for word.
+correction (a ``retry`` turn) ran are run again twice on the server at ``URL``, as two
+``subagent.evals`` variants of the system: as it is (temperature 0 on every turn,
+``<system>@t0``) and with the ``retry`` turns alone at ``--temperature`` (same seed,
+``<system>@t0.7``: the model wrapped by :class:`CorrectionSampling`). The turns before the
+first correction send the same requests both ways, so the difference is what the
+correction's sampling does. Records in ``eval/results/retry-sampling/<variant>.jsonl``
+(resumable); prints, per variant: cases, ended correct, corrections and the corrections
+that repeat the reply before them.
+
+When the loop takes correction settings of its own, the second variant is the first with
+that run option instead of the wrapper: one more key of its options.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,11 +29,13 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bfcl_data import DEFAULT_CATEGORIES, Case, grade, load_cases
-from bfcl_systems import SEED, Outcome, Server, elapsed, system_named
-from run_bfcl import RESULTS, append_line, client_for, pending, read_lines, record_path
+from bfcl_data import DEFAULT_CATEGORIES, BfclChecker, load_cases
+from bfcl_systems import SEED, BfclSystem, Server, system_named
+from run_bfcl import RESULTS, client_for, record_path
 
-__all__ = ["CorrectionSampling", "corrected_cases", "repeats", "summary"]
+from subagent.evals import Case, Dataset, Outcome, Report, Variant, read_records
+
+__all__ = ["CorrectionSampling", "corrected_cases", "sampled_variant", "summary"]
 
 OUT = Path(__file__).resolve().parent / "results" / "retry-sampling"
 SYSTEMS = ("subagent-r1", "subagent-r2")
@@ -44,6 +48,11 @@ class CorrectionSampling:
         self.llm = llm
         self.settings = dict(settings)
 
+    @property
+    def model_name(self) -> str:
+        """The wrapped model's name."""
+        return str(getattr(self.llm, "model_name", "model"))
+
     async def complete(self, request: Any) -> Any:
         """Answer ``request``, a ``retry`` turn's with the other settings."""
         if request.turn is not None and request.turn.type == "retry":
@@ -51,48 +60,44 @@ class CorrectionSampling:
         return await self.llm.complete(request)
 
 
-def corrected_cases(records: Sequence[Mapping[str, Any]], cases: Mapping[str, Case]) -> list[Case]:
-    """The cases of ``records`` in which a correction turn ran (a turn after the first)."""
-    return [
-        cases[r["id"]]
-        for r in records
-        if len(r["outcome"]["turns"]) > 1 and r["id"] in cases
-        and cases[r["id"]].digest == r["digest"]
-    ]  # fmt: skip
+def sampled_variant(system: BfclSystem, temperature: float, llm: Any) -> Variant:
+    """``system`` as it is (``temperature`` 0), or with its corrections at ``temperature``."""
+    name = f"{system.name}@t{temperature:g}"
+    if temperature == 0:
+        return Variant(name, system.options)
+    sampling = CorrectionSampling(llm, {"temperature": temperature, "seed": SEED})
+    return Variant(name, {**system.options, "llm": sampling})
 
 
-def repeats(outcome: Mapping[str, Any]) -> int:
-    """Replies of a case that repeat the reply before them word for word."""
-    texts = [turn["text"] for turn in outcome["turns"]]
-    return sum(1 for before, after in itertools.pairwise(texts) if before == after)
+def corrected_cases(path: Path, cases: Mapping[str, Case[Any]]) -> list[Case[Any]]:
+    """The cases of the records in ``path`` in which a correction turn ran, as they are now."""
+    chosen = []
+    for record in read_records(path):
+        case = cases.get(record["case"])
+        current = case is not None and case.digest == record["case_digest"]
+        if current and Outcome.from_record(record).corrected:
+            chosen.append(case)  # type: ignore[arg-type]
+    return chosen
 
 
-def summary(lines: Sequence[Mapping[str, Any]], cases: Mapping[str, Case]) -> dict[str, int]:
-    """Cases, ended correct, corrections run and verbatim repeats among ``lines``."""
+def summary(path: Path) -> dict[str, int]:
+    """Cases, ended correct, corrections run and repeated corrections in ``path``'s records."""
+    (result,) = Report.read(path).variants
     return {
-        "cases": len(lines),
-        "correct": sum(grade(cases[r["id"]], r["outcome"]["calls"])[0] for r in lines),
-        "corrections": sum(max(0, len(r["outcome"]["turns"]) - 1) for r in lines),
-        "repeats": sum(repeats(r["outcome"]) for r in lines),
+        "cases": result.runs,
+        "correct": result.correct,
+        "corrections": result.correction_turns,
+        "repeats": result.repeated_corrections,
     }
 
 
-async def _run(name: str, temperature: float, todo: Sequence[Case], server: Server,
-               path: Path) -> None:  # fmt: skip
-    system = system_named(name)
-    async with await client_for(system, server) as chat:
-        llm = chat if temperature == 0 else CorrectionSampling(
-            chat, {"temperature": temperature, "seed": SEED}
-        )  # fmt: skip
-        for case in todo:
-            started = time.perf_counter()
-            outcome: Outcome = await system.run(case, server, llm)
-            outcome.seconds = elapsed(started)
-            append_line(path, {"system": name, "temperature": temperature,
-                               "category": case.category, "id": case.id, "digest": case.digest,
-                               "outcome": outcome.to_json()})  # fmt: skip
-            print(f"  {name} t={temperature} {case.id}: {grade(case, outcome.calls)[0]}",
-                  flush=True)  # fmt: skip
+async def _run(system: BfclSystem, temperature: float, cases: Sequence[Case[Any]],
+               server: Server, path: Path) -> None:  # fmt: skip
+    async with client_for(system, server) as chat:
+        chosen = Dataset(cases, [BfclChecker()], name="bfcl")
+        await chosen.evaluate(system.target(server, chat),
+                              [sampled_variant(system, temperature, chat)], out=path, llm=chat,
+                              concurrency=1, progress=True)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -102,15 +107,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    cases = {c.id: c for category in DEFAULT_CATEGORIES for c in load_cases(category)}
+    cases = {c.name: c for category in DEFAULT_CATEGORIES for c in load_cases(category)}
     server = Server(base_url=args.base_url)
     args.out.mkdir(parents=True, exist_ok=True)
-    for system in args.systems.split(","):
-        chosen = corrected_cases(read_lines(record_path(RESULTS, system, "template")), cases)
+    for name in args.systems.split(","):
+        system = system_named(name)
+        chosen = corrected_cases(record_path(RESULTS, name, "template"), cases)
         for temperature in (0.0, args.temperature):
-            path = args.out / f"{system}@t{temperature:g}.jsonl"
-            anyio.run(_run, system, temperature, pending(chosen, path), server, path)
-            print(system, f"t={temperature:g}", summary(read_lines(path), cases), flush=True)
+            path = args.out / f"{name}@t{temperature:g}.jsonl"
+            anyio.run(_run, system, temperature, chosen, server, path)
+            print(f"{name} t={temperature:g}", summary(path), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,16 +1,18 @@
-"""`make eval-bfcl`: BFCL's single-turn categories through each system; resumable.
+"""`make eval-bfcl`: BFCL's single-turn categories through each system, on subagent.evals.
 
     python eval/run_bfcl.py [--systems raw,subagent-r1,...] [--categories simple_python,...]
                             [--cases N] [--offset K] [--setup template|tools] [--base-url URL]
                             [--model qwen|qwen1.5b]
 
-Each (system, server set-up) appends one JSON line per case to
-``eval/results/bfcl/<system>@<setup>.jsonl`` (``eval/results/bfcl-<model>/`` for a local
-model other than the default) as soon as the case is done, and skips the
-cases already recorded (keyed by category, id and the case's digest), so a killed run
-resumes where it stopped. Without ``--base-url`` the local model server of ``make demo``
-(``scripts/local_llm.py``) is started for the run and stopped after; ``--setup tools``
-starts it with the tools chat format instead of the model's own template.
+Each category is a ``subagent.evals`` dataset (``bfcl_data.dataset``: BFCL's questions,
+graded by BFCL's checker as a judge); each system is a variant (``bfcl_systems.SYSTEMS``)
+of an agent made per case, or of a raw call or a peer as an evals system. Each (system,
+server set-up) has its records file, ``eval/results/bfcl/<system>@<setup>.jsonl``
+(``eval/results/bfcl-<model>/`` for a local model other than the default), one line per
+case appended as soon as the case is done; ``Dataset.evaluate`` skips the cases already
+recorded, so a killed run resumes where it stopped. Without ``--base-url`` the local model
+server of ``make demo`` (``scripts/local_llm.py``) is started for the run and stopped after;
+``--setup tools`` starts it with the tools chat format instead of the model's own template.
 
 Systems marked ``peers`` (pydantic-ai, the Agents SDK) need the peers' venv
 (``make bench-peers`` builds it); the Makefile runs them there. One case at a time: the
@@ -20,6 +22,7 @@ server computes one completion at a time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -35,16 +38,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bfcl_data import DEFAULT_CATEGORIES, SAMPLE_SIZE, Case, bfcl_version, load_cases  # noqa: E402
-from bfcl_systems import SYSTEMS, Outcome, Server, System, elapsed, system_named  # noqa: E402
+from bfcl_data import DEFAULT_CATEGORIES, SAMPLE_SIZE, bfcl_version, dataset, load_cases  # noqa: E402
+from bfcl_systems import SYSTEMS, BfclSystem, Server, system_named  # noqa: E402
+
+from subagent.evals import Dataset  # noqa: E402
 
 __all__ = [
+    "CHUNK",
     "RESULTS",
-    "append_line",
     "client_for",
-    "finished",
-    "pending",
-    "read_lines",
+    "count_records",
     "record_path",
     "results_for",
     "run_cases",
@@ -69,98 +72,53 @@ def record_path(results: Path, system: str, setup: str) -> Path:
     return results / f"{system}@{setup}.jsonl"
 
 
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    """The records of ``path`` (a last line cut short by a kill is left out)."""
-    if not path.exists():
-        return []
-    data = path.read_bytes()
-    complete = data[: data.rfind(b"\n") + 1].decode("utf-8")
-    return [json.loads(line) for line in complete.split("\n") if line.strip()]
-
-
-def finished(path: Path) -> set[tuple[str, str, str]]:
-    """The (category, id, digest) of every case recorded in ``path``."""
-    return {(r["category"], r["id"], r["digest"]) for r in read_lines(path)}
-
-
-def pending(cases: Sequence[Case], path: Path) -> list[Case]:
-    """The cases ``path`` holds no record of, in sample order."""
-    done = finished(path)
-    return [case for case in cases if (case.category, case.id, case.digest) not in done]
-
-
-def append_line(path: Path, line: dict[str, Any]) -> None:
-    """Append ``line`` to ``path`` as JSON (dropping a last line a kill cut short first)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists() and path.stat().st_size:
-        data = path.read_bytes()
-        if not data.endswith(b"\n"):  # a line cut short by a kill: drop it
-            path.write_bytes(data[: data.rfind(b"\n") + 1])
-    with path.open("a", encoding="utf-8") as file:
-        file.write(json.dumps(line, ensure_ascii=False) + "\n")
-        file.flush()
-
-
-async def client_for(system: System, server: Server) -> Any:
-    """What ``system`` talks to ``server`` through (an async context manager, or a peer's name)."""
+def client_for(system: BfclSystem, server: Server) -> Any:
+    """What ``system`` talks to ``server`` through: an async context manager, or ``None``."""
     if system.kind == "raw":
         return httpx.AsyncClient(timeout=300)
     if system.kind == "subagent":
         from subagent import OpenAIChat
 
-        return OpenAIChat(
-            model=server.model,
-            base_url=server.base_url,
-            timeout=300,
-            text_tool_calls=True,
-            _environ={},
-        )
-    return system.name
+        return OpenAIChat(model=server.model, base_url=server.base_url, timeout=300,
+                          text_tool_calls=True, _environ={})  # fmt: skip
+    return None
+
+
+def _options(system: BfclSystem, client: Any) -> dict[str, Any]:
+    """The evaluation's own options: the model adapter of a subagent system."""
+    return {"llm": client} if system.kind == "subagent" else {}
+
+
+def pending(
+    system: BfclSystem, cases: Dataset[Any], server: Server, client: Any, path: Path, setup: str
+) -> int:
+    """How many of ``cases`` the system's records lack."""
+    return cases.pending(system.target(server, client), [system.variant(setup)], out=path,
+                         **_options(system, client))  # fmt: skip
 
 
 async def run_cases(
-    system: System, cases: Sequence[Case], server: Server, path: Path, setup: str
-) -> int:
-    """Run ``cases`` through ``system``, appending each outcome to ``path``.
+    system: BfclSystem, cases: Dataset[Any], server: Server, client: Any, path: Path, setup: str
+) -> None:
+    """Run the ``cases`` that ``path`` lacks through ``system``, recording each as it ends.
 
-    A case whose system raises is recorded with the error (and graded as no call): a
+    A case whose system raises is recorded as a failed run (never graded as an answer): a
     harness that stopped at the first surprise would measure nothing.
     """
-    client = await client_for(system, server)
-    done = 0
-    try:
-        for case in cases:
-            started = time.perf_counter()
-            try:
-                outcome = await system.run(case, server, client)
-            except Exception as exc:
-                outcome = Outcome(error=f"{type(exc).__name__}: {str(exc)[:300]}")
-            outcome.seconds = elapsed(started)
-            append_line(
-                path,
-                {
-                    "system": system.name,
-                    "setup": setup,
-                    "category": case.category,
-                    "id": case.id,
-                    "digest": case.digest,
-                    "outcome": outcome.to_json(),
-                },
-            )
-            done += 1
-            print(
-                f"  {system.name} {case.id}: {len(outcome.calls)} call(s) "
-                f"{outcome.seconds:.1f}s{' ERROR ' + outcome.error if outcome.error else ''}",
-                flush=True,
-            )
-    finally:
-        if hasattr(client, "aclose"):
-            await client.aclose()
-    return done
+    await cases.evaluate(system.target(server, client), [system.variant(setup)], out=path,
+                         concurrency=1, progress=False, **_options(system, client))  # fmt: skip
+
+
+def count_records(results: Path) -> int:
+    """The records in ``results`` (lines of its records files)."""
+    return sum(
+        sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+        for path in results.glob("*.jsonl")
+    )
 
 
 async def _run_all(
-    systems: Sequence[System],
+    systems: Sequence[BfclSystem],
     categories: Sequence[str],
     cases_per: int | None,
     base_url: str,
@@ -179,26 +137,35 @@ async def _run_all(
     category (the report compares like with like), and a resumed run fills the gaps in order.
     """
     server = Server(base_url=base_url, setup=setup)
-    samples = {
-        category: load_cases(category, None if cases_per is None else offset + cases_per)[offset:]
-        for category in categories
-    }
+    samples = {category: dataset(category, cases_per, offset) for category in categories}
     longest = max((len(sample) for sample in samples.values()), default=0)
-    for start in range(0, longest, CHUNK):
-        for category, sample in samples.items():
-            chunk = sample[start : start + CHUNK]
-            for system in systems:
-                path = record_path(results, system.name, setup)
-                todo = pending(chunk, path)
-                if not todo:
-                    continue
-                print(f"{system.name}@{setup} {category} {start}+: {len(todo)} cases", flush=True)
-                started = time.perf_counter()
-                await run_cases(system, todo, server, path, setup)
-                _add_provenance(results, len(todo), time.perf_counter() - started, model)
+    async with contextlib.AsyncExitStack() as stack:
+        clients: dict[str, Any] = {}
+        for system in systems:
+            if system.kind not in clients:
+                client = client_for(system, server)
+                clients[system.kind] = client and await stack.enter_async_context(client)
+        for start in range(0, longest, CHUNK):
+            for category, sample in samples.items():
+                chunk = Dataset(sample.cases[start : start + CHUNK], sample.judges, name="bfcl")
+                for system in systems:
+                    path = record_path(results, system.name, setup)
+                    client = clients[system.kind]
+                    todo = pending(system, chunk, server, client, path, setup)
+                    if not todo:
+                        continue
+                    print(f"{system.name}@{setup} {category} {start}+: {todo} cases", flush=True)
+                    started = time.perf_counter()
+                    await run_cases(system, chunk, server, client, path, setup)
+                    _add_provenance(results, time.perf_counter() - started, model)
 
 
-def _add_provenance(results: Path, cases: int, seconds: float, model: str | None = None) -> None:
+def _add_provenance(results: Path, seconds: float, model: str | None = None) -> None:
+    """Record what produced the records: the model, versions, date, time spent.
+
+    And how many records the folder holds: counted, not the runs made (a rerun or a moved
+    file would make those two differ).
+    """
     import local_llm
 
     from subagent import __version__
@@ -214,7 +181,7 @@ def _add_provenance(results: Path, cases: int, seconds: float, model: str | None
         "bfcl_eval": bfcl_version(),
         "subagent": __version__,
         "date": time.strftime("%Y-%m-%d"),
-        "cases": before.get("cases", 0) + cases,
+        "records": count_records(results),
         "seconds": round(before.get("seconds", 0.0) + seconds, 1),
     }
     path.write_text(json.dumps(meta, indent=2) + "\n")

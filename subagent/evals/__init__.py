@@ -47,6 +47,7 @@ from subagent.evals._judges import (
     judge,
 )
 from subagent.evals._outcomes import Outcome
+from subagent.evals._records import read_records
 from subagent.evals._report import CaseResult, Report, VariantResult
 from subagent.evals._systems import System, SystemReply, SystemRun
 from subagent.evals._variants import Variant, grid
@@ -76,6 +77,7 @@ __all__ = [
     "VerdictRecord",
     "grid",
     "judge",
+    "read_records",
 ]
 
 

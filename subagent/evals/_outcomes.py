@@ -85,6 +85,16 @@ class Outcome:
     tags: tuple[str, ...] = ()
     stop_reasons: tuple[tuple[str, int], ...] = ()
 
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Outcome:
+        """The outcome of a record as read from a records file (``read_records``).
+
+        For a view of one's own over an evaluation's records: a derived outcome is
+        ``dataclasses.replace(outcome, variant=..., correct=...)``, and a
+        :class:`~subagent.evals.Report` counts any list of outcomes.
+        """
+        return outcome_from_data(record)
+
     @property
     def salvaged(self) -> bool:
         """A run a correction turn made correct."""

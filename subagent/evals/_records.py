@@ -64,7 +64,7 @@ def slot_key(record: dict[str, Any]) -> tuple[str, str, str, str, int]:
             record.get("repeat", 0))  # fmt: skip
 
 
-def read_records(path: Path) -> Iterator[dict[str, Any]]:
+def read_records(path: str | Path) -> Iterator[dict[str, Any]]:
     """The records of ``path`` as JSON objects, in file order; a missing file has none.
 
     Read one line at a time (memory stays flat however long the file). A last line cut
@@ -74,6 +74,7 @@ def read_records(path: Path) -> Iterator[dict[str, Any]]:
         ConfigurationError: A complete line is not a record, or is longer than
             :data:`MAX_LINE_BYTES` (naming the file and line).
     """
+    path = Path(path)
     if not path.exists():
         return
     with path.open("rb") as file:
