@@ -367,7 +367,15 @@ def _cases(names: Iterable[str]) -> dict[str, Case[Any]]:
 
 
 def read(results: Path = RESULTS) -> Graded:
-    """Every record under ``results``, graded."""
+    """Every record under ``results``, graded.
+
+    Raises:
+        SystemExit: ``results`` holds records in the format before ``subagent.evals`` (the
+            message says how to convert them).
+    """
+    from convert_records import refuse_old
+
+    refuse_old(results)
     records = [r for path in sorted(results.glob("*.jsonl")) for r in read_records(path)]
     categories = {tag for r in records for tag in r.get("tags", [])[:1]}
     return graded(records, _cases(categories))

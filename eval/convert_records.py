@@ -53,11 +53,14 @@ from subagent import FailReason, Step
 from subagent.evals import Case, Dataset, SystemReply, SystemRun, Variant
 
 __all__ = [
+    "convert_before_resuming",
     "convert_bfcl_file",
     "convert_eval_file",
     "convert_folder",
+    "old_files",
     "old_lines",
     "old_task_digest",
+    "refuse_old",
     "system_run",
 ]
 
@@ -239,6 +242,33 @@ def _recount(folder: Path) -> None:
 
 def _files(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.jsonl"))
+
+
+def old_files(folder: Path) -> list[Path]:
+    """The records files of ``folder`` still in the format before ``subagent.evals``."""
+    return [path for path in _files(folder) if _is_old_eval_file(path) or _is_old_bfcl_file(path)]
+
+
+def refuse_old(folder: Path) -> None:
+    """Stop a report on records in the old format, saying how to convert them.
+
+    Raises:
+        SystemExit: ``folder`` holds such records.
+    """
+    found = old_files(folder)
+    if found:
+        names = ", ".join(path.name for path in found)
+        raise SystemExit(
+            f"{folder}: records in the format before subagent.evals ({names}): convert them "
+            f"once with: python eval/convert_records.py {folder}"
+        )
+
+
+def convert_before_resuming(folder: Path) -> None:
+    """Convert what a runner is about to resume from, if it is in the old format."""
+    if folder.exists() and old_files(folder):
+        for name, count in anyio.run(convert_folder, folder).items():
+            print(f"converted {folder / name}: {count} records", flush=True)
 
 
 async def convert_folder(folder: Path) -> dict[str, int]:

@@ -68,6 +68,10 @@ def reports(
 
     ``cases``: the tasks as they are now (default: ``tasks.jsonl``'s).
     """
+    from convert_records import refuse_old
+
+    if results.exists():
+        refuse_old(results)
     tasks = list(load_tasks().cases if cases is None else cases)
     found = sorted(
         (path for path in results.iterdir() if path.is_dir() and (path / "meta.json").exists()),

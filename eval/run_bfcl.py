@@ -209,6 +209,9 @@ def main(argv: list[str] | None = None) -> None:
         systems = [system_named(name) for name in args.systems.split(",") if name]
     except KeyError as exc:
         parser.error(f"--systems: {exc.args[0]}")
+    from convert_records import convert_before_resuming
+
+    convert_before_resuming(args.results)  # records a run of the old harness left
     categories = [c for c in args.categories.split(",") if c]
     for category in categories:
         try:

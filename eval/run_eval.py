@@ -153,6 +153,9 @@ def main(argv: list[str] | None = None) -> None:
         configs = [config_named(name) for name in args.configs.split(",")]
     except KeyError as exc:
         parser.error(f"--configs: {exc.args[0]}")
+    from convert_records import convert_before_resuming
+
+    convert_before_resuming(args.results)  # records a run of the old harness left
     tasks = load_tasks()
     tasks = Dataset(tasks.cases[: args.tasks], tasks.judges, name=tasks.name)
     planned = plan(tasks, configs)

@@ -644,3 +644,24 @@ async def test_a_peer_runs_through_the_evaluation_as_a_system(
                           for n in ("pydantic-ai", "openai-agents"))  # fmt: skip
     assert ok["correct"] and ok["agent"] == "peers"
     assert raised["run"]["failure"] == "error" and not raised["correct"]
+
+
+async def test_a_report_of_old_records_says_how_to_convert_them(tmp_path: Path) -> None:
+    case = load_cases("irrelevance")[3]
+    path = record_path(tmp_path, "raw", "template")
+    path.write_text(old_record("raw", case, old_outcome([], "No.")))
+    with pytest.raises(SystemExit, match=r"raw@template.jsonl\): convert them once with: python "
+                       "eval/convert_records.py"):  # fmt: skip
+        read(tmp_path)
+
+
+def test_the_runner_converts_old_records_before_resuming_from_them(tmp_path: Path) -> None:
+    first, second = load_cases("irrelevance", 5)[3:]
+    path = record_path(tmp_path, "raw", "template")
+    path.write_text(old_record("raw", first, old_outcome([], "No.")))
+    with running_server() as server:
+        server.script(Reply(body=completion("No.")))
+        main(["--base-url", server.base_url, "--systems", "raw", "--categories", "irrelevance",
+              "--offset", "3", "--cases", "2", "--results", str(tmp_path)])  # fmt: skip
+        assert len(server.requests) == 1  # only the case the old records lacked
+    assert [r["case"] for r in read_records(path)] == [first.name, second.name]

@@ -245,3 +245,9 @@ def test_the_committed_records_read_as_evals_reports_with_the_old_counts() -> No
 def test_the_page_lacking_its_markers_is_an_error() -> None:
     with pytest.raises(ValueError, match="lacks the markers"):
         update_page("# a page\n", "table")
+
+
+async def test_a_report_of_old_records_says_how_to_convert_them(tmp_path: Path) -> None:
+    write_old_records(tmp_path, await hand_built())
+    with pytest.raises(SystemExit, match=r"qwen.jsonl\): convert them once with"):
+        reports(tmp_path, TASKS.cases)
