@@ -66,9 +66,10 @@ bench: $(STAMP)
 bench-ray: $(STAMP)
 	$(BIN)/python bench/ray_scale.py $(ARGS)
 
-# What correction budgets buy on the local models (docs/evaluation.md): every task in every
-# configuration, resumable (finished runs are skipped), then the table and the plot.
-# eval-report regenerates both from the committed records alone, without the models.
+# What correction budgets buy on the local models (docs/evaluation.md), on subagent.evals:
+# every task in every configuration, resumable (finished runs are skipped), then the table
+# and the plot. eval-report regenerates both pages' tables (make eval's and BFCL's) from
+# the committed records alone, without the models.
 EVAL_STAMP := $(VENV)/.installed-eval
 
 $(EVAL_STAMP): $(STAMP)
@@ -85,8 +86,9 @@ eval-report: $(EVAL_STAMP)
 	$(BIN)/python eval/bfcl_report.py
 
 # BFCL's single-turn categories (a fixed sample of 50 cases each) through a raw call,
-# subagent's configurations and the peers, on the local model; resumable (recorded cases are
-# skipped). Options: make eval-bfcl ARGS="--categories simple_python --systems raw".
+# subagent's configurations and the peers, on the local model, on subagent.evals; resumable
+# (recorded cases are skipped). Options: make eval-bfcl ARGS="--categories simple_python
+# --systems raw".
 eval-bfcl: $(EVAL_STAMP) $(PEERS_STAMP)
 	$(BIN)/python -m subagent.local_model setup --model qwen
 	$(BIN)/python eval/run_bfcl.py $(ARGS)
