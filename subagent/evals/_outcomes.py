@@ -175,9 +175,24 @@ def _outcome(
         duration_s=duration_s,
         variant_index=head.get("variant_index", 0),
         case_index=head.get("case_index", 0),
-        tags=tuple(head.get("tags") or ()),
-        stop_reasons=tuple(stops.items()),
+        tags=_shared(tuple(head.get("tags") or ())),
+        stop_reasons=_shared(tuple(stops.items())),
     )
+
+
+_SHARED: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_SHARED_LIMIT = 4096  # distinct tag sets and stop-reason counts kept shared
+
+
+def _shared(value: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``value``, or an equal tuple already held: outcomes share their few distinct tag
+    sets and stop-reason counts instead of each holding its own (about 150 bytes a run)."""
+    found = _SHARED.get(value)
+    if found is not None:
+        return found
+    if len(_SHARED) < _SHARED_LIMIT:
+        _SHARED[value] = value
+    return value
 
 
 # Whether the loop flags a correction that repeats the failed reply itself (Turn.repeated);
