@@ -185,8 +185,11 @@ _SHARED_LIMIT = 4096  # distinct tag sets and stop-reason counts kept shared
 
 
 def _shared(value: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``value``, or an equal tuple already held: outcomes share their few distinct tag
-    sets and stop-reason counts instead of each holding its own (about 150 bytes a run)."""
+    """``value``, or an equal tuple already held.
+
+    Outcomes share their few distinct tag sets and stop-reason counts instead of each
+    holding its own (about 150 bytes a run); at most :data:`_SHARED_LIMIT` are kept.
+    """
     found = _SHARED.get(value)
     if found is not None:
         return found
