@@ -14,9 +14,20 @@ from typing import Any
 from pydantic import BaseModel
 
 from subagent import LLMRequest, LLMResponse, SubAgent, Usage
-from subagent.evals import Case, Dataset, EqualsExpected
+from subagent.evals import Case, Dataset, EqualsExpected, Judge, JudgeContext, Verdict
 
-__all__ = ["Answer", "CoinModel", "adder", "half_right", "positive", "sums", "uniform", "worse"]
+__all__ = [
+    "AGENTS",
+    "Answer",
+    "CoinModel",
+    "NotNegative",
+    "adder",
+    "half_right",
+    "positive",
+    "sums",
+    "uniform",
+    "worse",
+]
 
 
 class Answer(BaseModel):
@@ -112,3 +123,17 @@ worse = SubAgent(
 def positive(ctx: Any) -> bool:
     """A judge written in code: the answer is not negative."""
     return bool(ctx.output.value >= 0)
+
+
+AGENTS = {"adder": half_right, "worse": worse}
+"""Agents by name (for the command line): cases name the one that runs them."""
+
+
+class NotNegative(Judge):
+    """A judge class written in code: the answer is not negative."""
+
+    name = "not_negative"
+
+    async def judge(self, ctx: JudgeContext[Any]) -> Verdict:
+        """Pass an answer of 0 or more."""
+        return Verdict(ctx.output.value >= 0)

@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from evals_models import sums
+from evals_models import Answer, sums
 
 from subagent import cli
+from subagent.evals import Case, Dataset
 
 
 @pytest.fixture
@@ -53,6 +54,35 @@ def test_eval_run_records_every_run_and_prints_the_report(
     again, printed_again, _ = run(argv, capsys)  # everything recorded: nothing runs
     assert again == 0 and printed_again == printed
     assert len(out.read_text().splitlines()) == 80
+
+
+def test_eval_run_takes_agents_by_name_and_a_judge_class(
+    variants: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = [
+        Case(name=f"{agent}-{n}", context={"a": n, "b": 2 * n}, expected=Answer(value=3 * n),
+             agent=agent)
+        for agent in ("adder", "worse")
+        for n in range(10)
+    ]  # fmt: skip
+    dataset = Dataset(cases, name="two").to_file(tmp_path / "two.jsonl")
+    out = tmp_path / "records.jsonl"
+    argv = ["eval", "run", str(dataset), "--agent", "evals_models:AGENTS", "--judge",
+            "evals_models:NotNegative", "--variants", str(variants), "--out", str(out)]  # fmt: skip
+    status, printed, err = run(argv, capsys)
+    assert status == 0, err
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    # each case ran its own agent: the adder's model is right after one correction, the
+    # worse one's rarely
+    right = {name: sum(r["correct"] for r in records
+                       if r["variant"] == "r1" and r["case"].startswith(name))
+             for name in ("adder", "worse")}  # fmt: skip
+    assert right["adder"] == 10 > right["worse"]
+    assert all(r["verdicts"][0]["judge"] == "not_negative" for r in records if r["verdicts"])
+    assert "| r1 | 20 |" in printed
+    bad = ["eval", "run", str(dataset), "--agent", "evals_models:sums", "--out", str(out)]
+    status, _, err = run(bad, capsys)
+    assert status == 2 and "not a SubAgent nor a mapping of names to agents" in err
 
 
 def test_eval_report_prints_the_same_report_from_the_records_alone(

@@ -21,6 +21,7 @@ from subagent._errors import ConfigurationError
 from subagent._limits import Price, UsageLimits
 from subagent._loading import LoadError, load_object
 from subagent.evals._dataset import Dataset, _yaml
+from subagent.evals._judges import Judge
 from subagent.evals._report import DEFAULT_ALPHA, DEFAULT_MARGIN, Report
 from subagent.evals._variants import Variant, grid
 
@@ -47,14 +48,16 @@ def register(subparsers: Any) -> None:
     run = commands.add_parser("run", help="run (or resume) an evaluation, print its report")
     run.add_argument("dataset", type=Path, metavar="DATASET", help="cases: .jsonl or .yaml")
     run.add_argument("--agent", required=True, metavar="MODULE:AGENT",
-                     help="the SubAgent: module.path:name or path/to/file.py:name")  # fmt: skip
+                     help="the SubAgent, or a mapping of names to agents (each case names "
+                     "its own): module.path:name or path/to/file.py:name")  # fmt: skip
     run.add_argument("--variants", type=Path, metavar="FILE",
                      help='JSON or YAML: {"name": {run options}} or {"grid": {option: '
                      "[values]}}; default: the agent as it is")  # fmt: skip
     run.add_argument("--out", required=True, type=Path, metavar="FILE.jsonl",
                      help="the records, a line per run (recorded runs are skipped)")  # fmt: skip
     run.add_argument("--judge", action="append", default=[], metavar="MODULE:JUDGE",
-                     help="a judge written in code, besides the dataset's (repeat it)")  # fmt: skip
+                     help="a judge written in code (a Judge, a Judge class taking no "
+                     "argument, or a function), besides the dataset's (repeat it)")  # fmt: skip
     run.add_argument("--llm", metavar="SPEC",
                      help="the model, as SUBAGENT_LLM names one ('openai:MODEL@URL'); default: "
                      "the agent's own, else SUBAGENT_LLM")  # fmt: skip
@@ -123,15 +126,25 @@ def _run(args: argparse.Namespace) -> int:
         raise _Usage(f"--concurrency: must be at least 1, got {args.concurrency}")
     if args.repeat < 1:
         raise _Usage(f"--repeat: must be at least 1, got {args.repeat}")
-    agent = _load(args.agent, "--agent", SubAgent)
-    judges = [_load(reference, "--judge") for reference in args.judge]
+    agent = _load(args.agent, "--agent")
+    if isinstance(agent, SubAgent):
+        own_models = agent.llm is not None
+    elif (isinstance(agent, Mapping) and agent
+          and all(isinstance(one, SubAgent) for one in agent.values())):  # fmt: skip
+        own_models = all(one.llm is not None for one in agent.values())
+    else:
+        raise _Usage(
+            f"--agent: {args.agent!r} is a {type(agent).__name__}, not a SubAgent nor a "
+            "mapping of names to agents"
+        )
+    judges = [_judge(_load(reference, "--judge")) for reference in args.judge]
     try:
         dataset = Dataset.from_file(args.dataset, judges=judges)
     except ImportError as exc:
         raise _Usage(f"DATASET: {exc}") from None
     variants = _variants(args.variants) if args.variants is not None else None
     options: dict[str, Any] = {}
-    model = args.llm or (None if agent.llm is not None else os.environ.get("SUBAGENT_LLM"))
+    model = args.llm or (None if own_models else os.environ.get("SUBAGENT_LLM"))
     if model:
         options["llm"] = model
     prices = _prices(args.prices) if args.prices is not None else None
@@ -160,6 +173,16 @@ def _run(args: argparse.Namespace) -> int:
         )
     _print_report(report, args)
     return EXIT_DONE
+
+
+def _judge(found: Any) -> Any:
+    """A judge named on the command line: a Judge class (taking no argument) is made one."""
+    if isinstance(found, type) and issubclass(found, Judge):
+        try:
+            return found()
+        except TypeError as exc:
+            raise _Usage(f"--judge: {found.__name__} needs arguments: {exc}") from None
+    return found
 
 
 def _load(reference: str, flag: str, expected: type | None = None) -> Any:
