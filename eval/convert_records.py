@@ -155,24 +155,29 @@ def _is_old_bfcl_file(path: Path) -> bool:
 _REASONS = {reason.value for reason in FailReason}
 
 
-def system_run(outcome: dict[str, Any]) -> SystemRun:
+def system_run(outcome: dict[str, Any], max_turns: int | None = None) -> SystemRun:
     """A BFCL record's compact outcome as a :class:`SystemRun`.
 
     The output is the calls (``None`` when the run failed: a failed run was graded as no
     call then, and is no answer now); the failure is a subagent run's reason
     (``budget_exhausted: ...``), else ``error`` (an exception the system raised); each
-    reply keeps its text and calls, and the feedback it got when the run refused it.
+    reply keeps its text and calls, and the feedback it got when the run refused it. For a
+    subagent run (``max_turns``: its work budget), each reply says whether it was a
+    correction: a ``retry`` turn, its type the phase the turn before it left the run in.
     """
     error = outcome.get("error")
     failure = message = None
     if error:
         reason, _, rest = error.partition(": ")
         failure, message = (reason, rest) if reason in _REASONS else ("error", error)
-    replies = [
-        SystemReply(text=turn.get("text") or "", tool_calls=turn.get("calls") or [],
-                    error=turn.get("feedback"))
-        for turn in outcome.get("turns") or []
-    ]  # fmt: skip
+    replies = []
+    phase = None if max_turns is None else ("normal" if max_turns > 1 else "must_return")
+    for turn in outcome.get("turns") or []:
+        correction = None if phase is None else phase == "retry"
+        text, calls = turn.get("text") or "", turn.get("calls") or []
+        replies.append(SystemReply(text=text, tool_calls=calls, error=turn.get("feedback"),
+                                   correction=correction))  # fmt: skip
+        phase = None if phase is None else turn.get("phase_after")
     return SystemRun(
         output=None if error else outcome["calls"],
         failure=failure,
@@ -213,8 +218,10 @@ async def convert_bfcl_file(path: Path, cases: dict[tuple[str, str], Case[Any]])
             raise ValueError(f"{path}:{number}: case {record['id']!r} changed since it ran")
         chosen.append(case)
     target, variant, options = _bfcl_variant(lines[0])
+    system = system_named(lines[0]["system"])
+    max_turns = system.options.get("max_turns") if system.kind == "subagent" else None
     for record, case in zip(lines, chosen, strict=True):
-        runs.append((case.name, variant.name, system_run(record["outcome"])))
+        runs.append((case.name, variant.name, system_run(record["outcome"], max_turns)))
     unique = list({case.name: case for case in chosen}.values())
     converting = path.with_suffix(".converting")
     written = await Dataset(unique, [BfclChecker()], name="bfcl").import_runs(

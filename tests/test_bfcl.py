@@ -365,8 +365,12 @@ async def test_the_oracle_feeds_back_the_checkers_finding_and_its_correction_is_
     assert done["correct"] and len(done["step"]["turns"]) == 2
     assert f"Invalid value for parameter '{key}'" in correction
     assert "Call a tool again" not in correction
-    (outcome,) = graded([done], {case.name: case}).outcomes
-    assert outcome.corrected and outcome.salvaged  # a must_return turn corrected it
+    found = graded([done], {case.name: case})
+    (outcome,) = found.outcomes
+    # the second work turn (must_return) fixed it: salvaged, but by no correction turn
+    assert not outcome.corrected and outcome.correct
+    key = ("subagent-oracle-r1@template", "simple_python")
+    assert (found.first_wrong[key], found.first_wrong_salvaged[key]) == (1, 1)
 
 
 def test_oracle_feedback_names_the_count_and_the_no_call_rule() -> None:

@@ -715,26 +715,30 @@ async def test_a_report_read_for_the_cases_as_they_are_leaves_the_others_out(
     assert Report.read(out).variant("default").runs == 4
 
 
-async def test_a_correction_is_the_turn_after_a_refused_answer_in_any_phase() -> None:
+async def test_corrections_are_retry_turns_and_a_systems_replies_after_a_refused_one() -> None:
     two_turns = SubAgent(name="adder", prompt="What is {{a}} + {{b}}?", output=Answer,
-                         max_turns=2)  # fmt: skip
-    model = CoinModel(first=0.0, fix=1.0)  # refused in the normal turn, right in the next
-    report = await sums(5, start=1).evaluate(two_turns, llm=model)
-    result = report.variant("default")
-    assert (result.corrected, result.salvaged, result.correction_turns) == (5, 5, 5)
-    # A failed tool call is work, not a refused answer: the turn after it is no correction.
-    tools_then_answer = {
-        "step": {
-            "turns": [
-                {"type": "normal", "reply": "", "outcome": "error", "error_type": "tool_error"},
-                {"type": "normal", "reply": '{"value": 1}', "outcome": "success"},
-            ],
-            "failure": None,
-            "duration_s": 0.1,
-        },
-        "case": "c", "case_digest": "d", "variant": "v", "correct": True,
-    }  # fmt: skip
-    assert outcome_from_data(tools_then_answer).corrected is False
+                         max_turns=2, return_retries=1)  # fmt: skip
+    # refused in the normal turn, right in the next (a work turn): no correction ran
+    fixed_by_work = await sums(5, start=1).evaluate(two_turns,
+                                                    llm=CoinModel(first=0.0, fix=1.0))  # fmt: skip
+    result = fixed_by_work.variant("default")
+    assert (result.correct, result.corrected, result.correction_turns) == (5, 0, 0)
+    # refused in both work turns: the retry turn is the correction, and repeats the refusal
+    never = await sums(5, start=1).evaluate(two_turns, llm=CoinModel(first=0.0, fix=0.0))
+    result = never.variant("default")
+    assert (result.corrected, result.correction_turns, result.repeated_corrections) == (5, 5, 5)
+
+    def system(replies: list[dict[str, Any]]) -> Any:
+        record = {"case": "c", "case_digest": "d", "variant": "v", "correct": True,
+                  "run": {"replies": replies}}  # fmt: skip
+        return outcome_from_data(record)
+
+    refused = {"text": "x", "error": "not a number"}
+    assert system([refused, {"text": "1"}]).corrected  # after a refused reply
+    assert not system([{"text": "x"}, {"text": "1"}]).corrected  # nothing was refused
+    said_so = system([{"text": "x"}, {"text": "x", "correction": True}])
+    assert (said_so.corrected, said_so.repeated_corrections) == (True, 1)
+    assert not system([refused, {"text": "1", "correction": False}]).corrected
 
 
 def test_a_repeated_correction_repeats_the_calls_as_well_as_the_text() -> None:

@@ -6,13 +6,14 @@ from the live objects of a run (an evaluation without a file): both through the 
 (``"step"``) or, for a system that is not a subagent agent, its :class:`SystemRun`
 (``"run"``): both come to the same outcome.
 
-**Corrections.** A turn is a correction when the turn before it gave an answer the run
-refused (its outcome ``error``, for anything but a failed tool call: an invalid or cut
-answer, calls made where an answer was due), so the model was told what was wrong and
-answered again; a ``retry`` turn always is. With ``max_turns=1`` the corrections are
-exactly the ``retry`` turns; with more work turns, an answer refused in a ``normal`` turn
-is corrected in the next turn, paid from the work budget. A correction *repeats* when its
-reply is the refused one again: the same text (whitespace aside) and the same calls.
+**Corrections** are what the library calls them: an agent's ``retry`` turns, which run
+after the final work turn's answer was refused and are what the correction budget
+(``return_retries``) and a :class:`~subagent.Correction` pay for and shape; an answer
+refused in a ``normal`` turn is asked again in the next work turn, which is no correction.
+A system's reply is a correction when it says so (``SystemReply.correction``), else when the
+reply before it was refused. A correction *repeats* when its reply is the refused one
+again: the same text (whitespace aside) and the same calls; an agent's turn carries the
+loop's own mark (``Turn.repeated``), which is read where the record has it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from subagent.evals._systems import SystemRun
-from subagent.records import Step, Turn, TurnOutcome
+from subagent.records import Step, Turn, TurnType
 
 __all__ = [
     "Outcome",
@@ -47,8 +48,7 @@ class Outcome:
         correct: Whether it was valid and every judge passed it.
         failure: The failure reason of a failed run.
         judge_errors: How many judges raised on it.
-        corrected: Whether a correction turn ran (an answer was refused and the model
-            answered again; see the module's docstring).
+        corrected: Whether a correction turn ran (see the module's docstring).
         correction_turns: Correction turns.
         repeated_corrections: Correction turns whose reply repeated the refused reply
             before it (whitespace aside, the same calls).
@@ -111,10 +111,11 @@ def normalised(text: str) -> str:
     return " ".join(text.split())
 
 
-# One turn as the counting below reads it: its type (``retry``...), its reply, its calls
-# (objects or JSON, compared only when needed), whether the run refused its answer, the
-# loop's own repeat flag (None when it has none), and its stop reason.
-_TurnView = tuple[str | None, str, Sequence[Any], bool, "bool | None", str | None]
+# One turn as the counting below reads it: whether it is a correction (None: when the one
+# before it was refused), its reply, its calls (objects or JSON, compared only when needed),
+# whether its answer was refused, the loop's own repeat flag (None when it has none), and
+# its stop reason.
+_TurnView = tuple["bool | None", str, Sequence[Any], bool, "bool | None", str | None]
 
 
 def _call_key(call: Any) -> tuple[Any, Any]:
@@ -143,11 +144,11 @@ def _outcome(
     stops: dict[str, int] = {}
     before: tuple[str, Sequence[Any]] | None = None
     refused = False
-    for kind, reply, tool_calls, refused_now, flagged, stop in turns:
+    for is_correction, reply, tool_calls, refused_now, flagged, stop in turns:
         counted += 1
         if stop is not None:
             stops[stop] = stops.get(stop, 0) + 1
-        if refused or kind == "retry":
+        if refused if is_correction is None else is_correction:
             correction_turns += 1
             if flagged is not None:  # the loop's own flag (Turn.repeated), when it has one
                 repeated += flagged
@@ -198,11 +199,6 @@ def _shared(value: tuple[Any, ...]) -> tuple[Any, ...]:
     return value
 
 
-# Whether the loop flags a correction that repeats the failed reply itself (Turn.repeated);
-# asked once: a missing attribute costs a pydantic model several µs per turn to look up.
-_TURNS_FLAG_REPEATS = "repeated" in Turn.model_fields
-
-
 def run_tokens(turns: Sequence[Turn]) -> tuple[int, int]:
     """Prompt and completion tokens of a run's turns and of the agents they ran as tools.
 
@@ -238,11 +234,6 @@ def _data_tokens(turns: Sequence[Mapping[str, Any]]) -> tuple[int, int]:
     return prompt, completion
 
 
-def _refused(outcome: str | None, error_type: str | None) -> bool:
-    """Whether a turn's answer was refused (not a failed tool call: that is work)."""
-    return outcome == "error" and error_type != "tool_error"
-
-
 def outcome_from_data(record: Mapping[str, Any]) -> Outcome:
     """The outcome of a record read from JSON.
 
@@ -259,10 +250,10 @@ def outcome_from_data(record: Mapping[str, Any]) -> Outcome:
         failure=None if failure is None else failure["reason"],
         turns=(
             (
-                turn["type"],
+                turn["type"] == "retry",
                 turn.get("reply", ""),
                 turn.get("tool_calls") or (),
-                _refused(turn.get("outcome"), turn.get("error_type")),
+                False,
                 turn.get("repeated"),
                 turn.get("stop_reason"),
             )
@@ -280,19 +271,17 @@ def outcome_from_run(
 
     ``tokens``: the run's :func:`run_tokens`, when the caller counted them already.
     """
-    flagged = _TURNS_FLAG_REPEATS
-    error = TurnOutcome.ERROR
     return _outcome(
         head,
         ok=step.ok,
         failure=None if step.failure is None else step.failure.reason.value,
         turns=(
             (
-                turn.type.value,
+                turn.type is TurnType.RETRY,
                 turn.reply,
                 turn.tool_calls,
-                turn.outcome is error and turn.error_type != "tool_error",
-                getattr(turn, "repeated", None) if flagged else None,
+                False,
+                turn.repeated,  # the loop's own mark
                 None if turn.stop_reason is None else turn.stop_reason.value,
             )
             for turn in step.turns
@@ -312,7 +301,7 @@ def outcome_from_system(head: Mapping[str, Any], run: SystemRun | Mapping[str, A
         failure=data.get("failure"),
         turns=(
             (
-                None,
+                reply.get("correction"),
                 reply.get("text") or "",
                 reply.get("tool_calls") or (),
                 reply.get("error") is not None,

@@ -29,10 +29,11 @@ class SystemReply(BaseModel):
     Attributes:
         text: The reply's text.
         tool_calls: The calls it made, ``{"name": ..., "arguments": {...}}`` each.
-        error: Why the system refused the reply, when it did and asked the model again:
-            the reply after it is then a correction (counted as the report counts an
-            agent's, repeats included).
+        error: Why the system refused the reply, when it did and asked the model again.
         stop_reason: The reply's stop reason (``stop``, ``length``, ``tool_calls``...).
+        correction: Whether the reply is a correction (counted as the report counts an
+            agent's ``retry`` turns, repeats included); ``None``: when the reply before it
+            was refused.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -41,6 +42,7 @@ class SystemReply(BaseModel):
     tool_calls: list[dict[str, Any]] = Field(default_factory=list)
     error: str | None = None
     stop_reason: str | None = None
+    correction: bool | None = None
 
 
 class SystemRun(BaseModel):
