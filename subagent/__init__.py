@@ -58,6 +58,7 @@ from subagent.llm import (
 from subagent.observe import (
     CallRetried,
     EventHandler,
+    PartialOutput,
     ReasoningDelta,
     RunEnded,
     RunEvent,
@@ -144,6 +145,7 @@ __all__ = [
     "OutputRequest",
     "ParseResult",
     "ParserContractError",
+    "PartialOutput",
     "PendingCalls",
     "Phase",
     "Price",

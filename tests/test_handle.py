@@ -276,6 +276,101 @@ async def test_a_retried_call_is_announced_before_its_reply_streams_again(
     assert after == "".join(f"w{n} " for n in range(50))  # the reply, once, after the event
 
 
+# --- stream_output ---
+
+
+class Report(BaseModel):
+    title: str
+    body: str = ""
+    pages: int = 0
+
+
+REPORTER = SubAgent(name="reporter", prompt="p", output=Report)
+BODY = "the numbers are in and they look better than last quarter " * 4
+
+
+async def test_stream_output_yields_the_output_as_it_forms_then_the_final_one() -> None:
+    reply = f'{{"title": "Q3", "body": "{BODY}", "pages": 12}}'
+    async with REPORTER.stream(llm=ScriptedLLM([reply])) as run:
+        partials = [partial async for partial in run.stream_output()]
+    *forming, final = partials
+    assert len(forming) >= 3 and not any(p.final for p in forming)
+    assert all(BODY.startswith(p.output.body) for p in forming)  # the body as far as it came
+    assert [len(p.output.body) for p in forming] == sorted(len(p.output.body) for p in forming)
+    assert final.final and final.index == 1 and final.agent == "reporter"
+    assert run.step is not None and final.output is run.step.output
+    assert final.output == Report(title="Q3", body=BODY, pages=12)
+
+
+async def test_stream_output_starts_over_with_the_correction_turn() -> None:
+    invalid = f'{{"title": "Draft", "body": "{BODY}", "pages": "many"}}'
+    valid = f'{{"title": "Fixed", "body": "{BODY}", "pages": 3}}'
+    llm = ScriptedLLM([invalid, valid])
+    async with REPORTER.stream(llm=llm, max_turns=1, return_retries=1) as run:
+        partials = [partial async for partial in run.stream_output()]
+    first = [p.output.title for p in partials if p.index == 1]
+    second = [p.output.title for p in partials if p.index == 2]
+    assert first and set(first) == {"Draft"}  # shown while it formed, though found invalid
+    assert second and set(second) == {"Fixed"}
+    assert [p.index for p in partials] == sorted(p.index for p in partials)
+    assert partials[-1].final and partials[-1].index == 2
+
+
+async def test_stream_output_with_events_puts_each_partial_after_its_delta() -> None:
+    reply = f'{{"title": "Q3", "body": "{BODY}"}}'
+    async with REPORTER.stream(llm=ScriptedLLM([reply])) as run:
+        items = [item async for item in run.stream_output(events=True)]
+    kinds = [type(item).__name__ for item in items]
+    assert kinds[0] == "RunStarted" and kinds[-2:] == ["PartialOutput", "RunEnded"]
+    partial_at = [i for i, kind in enumerate(kinds) if kind == "PartialOutput"]
+    assert len(partial_at) >= 2
+    for at in partial_at[:-1]:
+        assert isinstance(items[at - 1], TextDelta)  # the piece that completed it
+    text = "".join(item.text for item in items if isinstance(item, TextDelta))
+    assert text == reply  # every event is still there
+
+
+async def test_stream_output_of_a_run_that_does_not_end_done_has_no_final_output() -> None:
+    invalid = f'{{"title": "Draft", "body": "{BODY}", "pages": "many"}}'
+    async with REPORTER.stream(llm=ScriptedLLM([invalid]), max_turns=1) as run:
+        partials = [partial async for partial in run.stream_output()]
+        step = await run.result()
+    assert partials and not any(p.final for p in partials)
+    assert step.failure is not None and step.failure.reason is FailReason.BUDGET_EXHAUSTED
+
+
+async def test_stream_output_read_late_gets_the_merged_text_and_the_final_output() -> None:
+    body = "word " * 3000  # many more pieces than the queue's room
+    reply = f'{{"title": "Long", "body": "{body}"}}'
+    async with REPORTER.stream(llm=ScriptedLLM([reply])) as run:
+        step = await run.result()  # nothing read until the run is over
+        partials = [partial async for partial in run.stream_output()]
+    assert partials[-1].final and partials[-1].output is step.output
+    assert all(body.startswith(p.output.body) for p in partials)
+
+
+async def test_stream_output_raises_what_ended_the_run_abnormally() -> None:
+    async def consume() -> None:
+        async with REPORTER.stream(llm=ScriptedLLM([])) as run:
+            async for _ in run.stream_output():
+                pass
+
+    with pytest.raises(ScriptExhaustedError):
+        await consume()
+
+
+async def test_stream_output_needs_a_typed_output_a_stream_and_the_block() -> None:
+    text_agent = SubAgent(name="talk", prompt="p")
+    async with text_agent.stream(llm=ScriptedLLM(["hello"])) as run:
+        with pytest.raises(TypeError, match="TextDelta"):
+            run.stream_output()
+    async with REPORTER.start(llm=ScriptedLLM(['{"title": "t"}'])) as started:
+        with pytest.raises(TypeError, match=r"use agent.stream\(\)"):
+            started.stream_output()
+    with pytest.raises(RuntimeError, match="async with"):
+        REPORTER.stream(llm=ScriptedLLM([])).stream_output()
+
+
 # --- start / stop ---
 
 

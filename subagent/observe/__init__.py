@@ -13,6 +13,8 @@ tool); see :mod:`subagent.observe._observer`. Implementations:
 - ``_context``: the W3C ``traceparent`` a saved run state carries, and continuing it.
 - ``_stream``: :class:`StreamObserver`, every event into an :class:`EventQueue` for
   ``SubAgent.stream()``.
+- ``_partial``: :class:`PartialOutputReader`, a typed output read from that stream's text
+  as it arrives (``AgentRun.stream_output()``), in the consumer's task.
 
 :func:`observer_for_run` picks a run's observers from its options.
 
@@ -32,6 +34,7 @@ from subagent.observe._events import (
     CallRetried,
     EventHandler,
     EventObserver,
+    PartialOutput,
     ReasoningDelta,
     RunEnded,
     RunEvent,
@@ -66,6 +69,12 @@ from subagent.observe._otel import (
     capture_enabled,
     span_observer,
 )
+from subagent.observe._partial import (
+    PARSE_EVERY,
+    PARSE_GROWTH,
+    PartialOutputReader,
+    partial_output_reader,
+)
 from subagent.observe._stream import DELTA_ROOM, EventQueue, StreamObserver
 
 __all__ = [
@@ -74,6 +83,8 @@ __all__ = [
     "DELTA_ROOM",
     "ERROR_TEXT_LIMIT",
     "NO_OBSERVER",
+    "PARSE_EVERY",
+    "PARSE_GROWTH",
     "UNKNOWN_TOOL",
     "CallRetried",
     "ChatScope",
@@ -82,6 +93,8 @@ __all__ = [
     "EventQueue",
     "MetricsObserver",
     "Observer",
+    "PartialOutput",
+    "PartialOutputReader",
     "ReasoningDelta",
     "RunEnded",
     "RunEvent",
@@ -106,6 +119,7 @@ __all__ = [
     "links_to",
     "metrics_observer",
     "observer_for_run",
+    "partial_output_reader",
     "refuse_awaitable",
     "span_observer",
 ]

@@ -5,6 +5,9 @@ A run reports ``RunStarted``, then for each turn ``TurnStarted``, ``ToolCallStar
 record), then ``RunEnded`` with the :class:`~subagent.Step`. ``stream()`` also delivers the
 reply's ``TextDelta`` and ``ReasoningDelta`` pieces, and ``CallRetried`` when a call is sent
 again (its pieces so far are then to be discarded). They carry the same facts as the spans.
+
+``PartialOutput`` is not a run event: ``AgentRun.stream_output()`` reads it from the
+stream's ``TextDelta`` pieces, in the consumer's task (see :mod:`subagent.observe._partial`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, Generic, TypeAlias
+
+from typing_extensions import TypeVar
 
 from subagent._errors import blame_callback
 from subagent.llm import ToolCall, TransportRetry
@@ -30,6 +35,7 @@ __all__ = [
     "CallRetried",
     "EventHandler",
     "EventObserver",
+    "PartialOutput",
     "ReasoningDelta",
     "RunEnded",
     "RunEvent",
@@ -40,6 +46,8 @@ __all__ = [
     "TurnEnded",
     "TurnStarted",
 ]
+
+OutputT = TypeVar("OutputT", default=Any)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +217,30 @@ class RunPaused:
         """The calls that need a decision."""
         pending = self.step.pending
         return [] if pending is None else pending.waiting
+
+
+@dataclass(frozen=True, slots=True)
+class PartialOutput(Generic[OutputT]):
+    """The run's output as the reply of turn ``index`` holds it so far (``stream_output()``).
+
+    Each one is the whole output read so far, not a piece to add: show the latest. A new
+    ``index`` is a new reply (a correction starts over); after a ``CallRetried`` the same
+    turn's reply starts over too. ``output`` is validated by the output type, partially: a
+    string or a number at the end may still be growing, fields not reached yet have their
+    defaults, the agent's ``validators`` have not seen it.
+
+    Attributes:
+        agent: The agent's name.
+        index: The turn whose reply it was read from.
+        output: The output so far, an instance of the agent's output type.
+        final: Whether it is the run's output (``Step.output``), validated in full and by
+            the validators: the last one of a run that ended done.
+    """
+
+    agent: str
+    index: int
+    output: OutputT
+    final: bool = False
 
 
 RunEvent: TypeAlias = (
