@@ -56,6 +56,24 @@ def test_streaming_example_streams_both_turns_and_corrects() -> None:
     assert "output: Forecast(city='Lisbon', high_c=24)" in out
 
 
+def test_streaming_output_example_redraws_the_plan_as_it_forms_then_the_final_one() -> None:
+    lines = run_example("streaming_output.py").splitlines()
+    assert lines[0] == "turn 1 (must_return)"
+    second = lines.index("turn 2 (retry)")
+    first_turn, second_turn = lines[1:second], lines[second + 1 : -1]
+    # Each turn's plan grows task by task, never showing a task half written.
+    assert first_turn[-1] == (
+        "  so far: 'ship the billing page' "
+        "[draft the page layout (2d), wire up the payment provider (3d)]"
+    )
+    assert len(second_turn) >= 3 and second_turn[0].startswith("  so far:")
+    assert second_turn[-1] == (
+        "  final: 'ship the billing page' [draft the page layout (2d), wire up the payment "
+        "provider (3d), review with the finance team (1d)]"
+    )
+    assert lines[-1] == "done in 2 turns (must_return, retry)"
+
+
 def test_nested_agents_example_uses_the_inner_agent_as_a_tool() -> None:
     out = run_example("nested_agents.py")
     assert "planner: turn 1 normal (1 tools offered)" in out

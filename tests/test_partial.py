@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from pydantic import BaseModel, TypeAdapter
@@ -20,7 +20,13 @@ from subagent import (
     TurnStarted,
 )
 from subagent._records import Turn, TurnOutcome, TurnType, build_step
-from subagent.observe import PARSE_EVERY, PARSE_GROWTH, PartialOutputReader, partial_output_reader
+from subagent.observe import (
+    PARSE_EVERY,
+    PARSE_GROWTH,
+    PRUNED_LEVELS,
+    PartialOutputReader,
+    partial_output_reader,
+)
 from subagent.parsers import build_contract, json_parser
 
 
@@ -111,6 +117,40 @@ def test_a_list_output_grows_item_by_item() -> None:
     assert lengths == sorted(lengths) and lengths[0] < len(names)
 
 
+class Plan(BaseModel):
+    goal: str
+    tasks: list[Task] = []
+    status: Literal["draft", "final"] = "draft"
+
+
+class Task(BaseModel):
+    name: str
+    days: int
+
+
+def test_the_half_written_last_model_of_a_list_inside_a_model_is_left_out() -> None:
+    reader = reader_for(Plan)
+    tasks = [Task(name=f"task number {n} of the plan", days=n + 1) for n in range(6)]
+    listed = ", ".join(task.model_dump_json() for task in tasks)
+    outputs = whole(reader, f'{{"goal": "ship it", "tasks": [{listed}]}}')
+    counts = [len(output.tasks) for output in outputs]
+    assert counts == sorted(counts) and len(set(counts)) >= 4  # item after item
+    assert all(output.tasks == tasks[: len(output.tasks)] for output in outputs)  # no half one
+    assert outputs[-1] == Plan(goal="ship it", tasks=tasks)
+
+
+def test_a_last_value_that_does_not_validate_yet_is_left_out() -> None:
+    reader = reader_for(Plan)
+    outputs = feed(reader, '{"goal": "a goal long enough to be parsed", "status": "fin', size=64)
+    assert outputs == [Plan(goal="a goal long enough to be parsed")]  # "fin" is no status yet
+
+
+def test_an_invalid_element_before_the_last_one_keeps_its_whole_list_out() -> None:
+    reader = reader_for(Plan)
+    text = '{"goal": "g", "tasks": [{"name": "a", "days": "many"}, {"name": "b", "days": 2}]}'
+    assert whole(reader, text) == [Plan(goal="g")]  # never a list with "b" but without "a"
+
+
 def test_a_new_turn_starts_over_with_its_own_index() -> None:
     reader = reader_for(Report)
     first = feed(reader, '{"title": "first attempt, which will be found invalid", "pages": "x"', 1)
@@ -198,6 +238,19 @@ def test_parsing_a_long_reply_reads_linear_work_in_all() -> None:
     assert len(adapter.parsed) <= first // PARSE_EVERY + 1 + math.log(n / first) / math.log(
         1 + 1 / PARSE_GROWTH
     )
+
+
+def test_parses_that_leave_out_unfinished_elements_stay_within_their_bound() -> None:
+    adapter = CountingAdapter(Plan)
+    reader = PartialOutputReader("a", adapter, "{")  # type: ignore[arg-type]
+    listed = ", ".join(f'{{"name": "task {n}", "days": {n}}}' for n in range(3000))
+    text = f'{{"goal": "many tasks", "tasks": [{listed}]}}'
+    n = len(text)
+    outputs = whole(reader, text)
+    assert len(outputs[-1].tasks) == 3000
+    validations_per_parse = 1 + PRUNED_LEVELS
+    bound = (PARSE_GROWTH + 1) * n + PARSE_EVERY * PARSE_GROWTH**2
+    assert sum(adapter.parsed) <= validations_per_parse * bound
 
 
 def test_the_final_output_is_the_runs_own() -> None:

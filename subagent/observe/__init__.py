@@ -72,6 +72,7 @@ from subagent.observe._otel import (
 from subagent.observe._partial import (
     PARSE_EVERY,
     PARSE_GROWTH,
+    PRUNED_LEVELS,
     PartialOutputReader,
     partial_output_reader,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "NO_OBSERVER",
     "PARSE_EVERY",
     "PARSE_GROWTH",
+    "PRUNED_LEVELS",
     "UNKNOWN_TOOL",
     "CallRetried",
     "ChatScope",

@@ -5,8 +5,9 @@ consumer's task, never in the run's: a run nobody asks this of pays nothing, and
 parsing never holds the model's stream back. It gathers each turn's ``TextDelta`` pieces
 and validates the JSON they hold so far with pydantic's partial validation
 (``experimental_allow_partial="trailing-strings"``: an object or a list cut short is
-closed, a string cut short is kept as far as it goes), yielding a :class:`PartialOutput`
-each time what validates changes. The run's own output, validated in full, comes last.
+closed, a string cut short is kept as far as it goes; an unfinished last element that fails,
+inside a model too, is left out), yielding a :class:`PartialOutput` each time what
+validates changes. The run's own output, validated in full, comes last.
 
 Work is bounded: the reply so far is parsed again only once it has grown by
 :data:`PARSE_EVERY` characters, or by ``1/PARSE_GROWTH`` of its length, whichever is more.
@@ -14,8 +15,10 @@ A reply of ``n`` characters is then parsed at most 17 times in its first 512 cha
 about ``16.5 ln(n / 512)`` times after them (125 times for 1,000,000 characters), and all
 the parses read at most ``(PARSE_GROWTH + 1) n + PARSE_EVERY * PARSE_GROWTH**2`` characters
 in all (``17 n + 8,192``): linear in the reply, where parsing on every piece would be
-quadratic. A reply longer than
-the agent's ``max_reply_chars`` is not parsed (its output contract would refuse it).
+quadratic. One parse is one validation of the JSON so far; when it fails, one more read and
+at most :data:`PRUNED_LEVELS` validations without an unfinished last element: at most
+``2 + 2 * PRUNED_LEVELS`` (8) passes over the text. A reply longer than the agent's
+``max_reply_chars`` is not parsed (its output contract would refuse it).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import weakref
 from typing import Any, Final, Generic, cast
 
 from pydantic import TypeAdapter
+from pydantic_core import from_json, to_json
 from typing_extensions import TypeVar
 
 from subagent._records import TurnOutcome
@@ -39,7 +43,13 @@ from subagent.observe._events import (
 )
 from subagent.parsers import JSONParser, OutputContract
 
-__all__ = ["PARSE_EVERY", "PARSE_GROWTH", "PartialOutputReader", "partial_output_reader"]
+__all__ = [
+    "PARSE_EVERY",
+    "PARSE_GROWTH",
+    "PRUNED_LEVELS",
+    "PartialOutputReader",
+    "partial_output_reader",
+]
 
 OutputT = TypeVar("OutputT", default=Any)
 
@@ -48,6 +58,10 @@ PARSE_EVERY: Final = 32
 
 PARSE_GROWTH: Final = 16
 """A reply is parsed again once it grew by ``1/PARSE_GROWTH`` of its length (if more)."""
+
+PRUNED_LEVELS: Final = 3
+"""A text that fails validation is tried again without the unfinished last element of
+this many containers on its last path (one at a time, the deepest first)."""
 
 _FINAL_ANSWER = re.compile(r"final answer", re.IGNORECASE)
 _FAIL_KEY = re.compile(r'\{\s*"fail"\s*:')
@@ -166,16 +180,49 @@ class PartialOutputReader(Generic[OutputT]):
                 self._stopped, self._pieces = True, []  # the explicit fail, not an answer
                 return None
         self._pieces = [text]
-        try:
-            output = self._adapter.validate_json(
-                text, experimental_allow_partial="trailing-strings"
-            )
-        except Exception:  # not valid yet, in any way: the validators judge whole answers
-            return None
-        if self._last is not _NOTHING and output == self._last:
+        output = self._validated(text)
+        if output is _NOTHING or (self._last is not _NOTHING and output == self._last):
             return None
         self._last = output
         return PartialOutput(self._agent, self._index, output)
+
+    def _validated(self, text: str) -> Any:
+        """The output the JSON so far validates to, else ``_NOTHING``.
+
+        pydantic ignores errors in the last element of a list or a dict, but not inside a
+        model (pydantic 2.12): a list of models with its last one half written fails. So a
+        text that fails is read, and validated again without the last, unfinished element
+        of each container on its last path, the deepest first, up to
+        :data:`PRUNED_LEVELS` of them.
+        """
+        validate = self._adapter.validate_json
+        try:
+            return validate(text, experimental_allow_partial="trailing-strings")
+        except Exception:  # not valid yet, in any way: the validators judge whole answers
+            pass
+        try:
+            data = from_json(text, allow_partial="trailing-strings")
+        except ValueError:
+            return _NOTHING
+        containers: list[dict[str, Any] | list[Any]] = []
+        node = data
+        while isinstance(node, dict | list) and node:
+            containers.append(node)
+            node = node[-1] if isinstance(node, list) else node[next(reversed(node))]
+        for container in reversed(containers[max(0, len(containers) - PRUNED_LEVELS) :]):
+            if isinstance(container, list):
+                item = container.pop()
+            else:
+                key, value = container.popitem()
+            try:
+                return validate(to_json(data), experimental_allow_partial="trailing-strings")
+            except Exception:
+                pass
+            if isinstance(container, list):
+                container.append(item)
+            else:
+                container[key] = value
+        return _NOTHING
 
     def _json_start(self, text: str) -> int | None:
         """Where the JSON answer begins in the reply so far, if it has begun."""
