@@ -75,7 +75,7 @@ class AgentRun(Generic[OutputT]):
     # --- the block ---
 
     async def __aenter__(self) -> Self:
-        if self._group is not None:
+        if self._done is not None:
             raise RuntimeError("an AgentRun can be entered only once; start another run")
         self._done = anyio.Event()
         self._queue = EventQueue() if self._stream else None
@@ -123,6 +123,36 @@ class AgentRun(Generic[OutputT]):
             if self._queue is not None:
                 self._queue.close()
             self._done.set()
+
+    async def execute(self) -> Step[OutputT]:
+        """Run it in the calling task, without a block: ``await agent.start(...).execute()``.
+
+        :meth:`stop`, called from another task, stops it: it ends ``failed(cancelled)``
+        with its turns, and this returns its Step. An enclosing cancel scope cancels it as
+        any await. It costs what ``agent.run()`` costs and a cancel scope, not a task: what
+        a batch with a ``batch_timeout`` runs its runs with.
+
+        Raises:
+            TypeError: The run came from ``agent.stream()`` (its events need the block).
+            RuntimeError: The run was started already.
+            SubAgentError: What ended the run abnormally, as ``agent.run()`` raises it.
+        """
+        if self._stream:
+            raise TypeError("agent.stream() delivers its events in its block: async with ...")
+        if self._done is not None:
+            raise RuntimeError("an AgentRun runs only once; start another run")
+        done = self._done = anyio.Event()
+        try:
+            step = await execute_run(
+                self._parts, self._options, self._opening, self._systems, stop=self._stop
+            )
+        except Exception as exc:
+            self._error, self._error_raised = exc, True
+            raise
+        finally:
+            done.set()
+        self._step = step
+        return cast("Step[OutputT]", step)
 
     # --- the run ---
 

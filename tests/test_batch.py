@@ -203,6 +203,94 @@ async def test_one_adapter_serves_a_whole_batch(server: ScriptedServer) -> None:
     assert all(step.ok for step in steps) and len(server.requests) == 40
 
 
+# --- deadlines ---
+
+
+def virtual_time() -> pytest.MarkDecorator:
+    """Run the test on trio with a mock clock that jumps ahead whenever every task waits.
+
+    A deadline is then reached at once and exactly, whatever the machine's load.
+    """
+    from trio.testing import MockClock
+
+    clock = MockClock(autojump_threshold=0)
+    return pytest.mark.parametrize("anyio_backend", [("trio", {"clock": clock})], ids=["trio"])
+
+
+class FirstTwoAnswer:
+    """Doubles the number of inputs 0 and 1; the others never answer."""
+
+    model_name = "first-two"
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        n = int(request.messages[1].content.splitlines()[0].split()[-1])
+        if n >= 2:
+            await anyio.sleep_forever()
+        return LLMResponse(text=json.dumps({"x": 2 * n}))
+
+
+@virtual_time()
+async def test_an_enclosing_deadline_cancels_run_many_which_returns_nothing() -> None:
+    returned: list[Any] = []
+    with anyio.move_on_after(60) as scope:
+        returned.append(await run_many(AGENT, [{"n": n} for n in range(6)], concurrency=2,
+                                       llm=FirstTwoAnswer()))  # fmt: skip
+    assert scope.cancelled_caught and returned == []  # the two finished runs are lost too
+
+
+@virtual_time()
+async def test_a_batch_timeout_stops_the_runs_under_way_and_keeps_every_step() -> None:
+    steps = await run_many(AGENT, [{"n": n} for n in range(6)], concurrency=2,
+                           llm=FirstTwoAnswer(), batch_timeout=60)  # fmt: skip
+    assert [step.output for step in steps[:2]] == [Answer(x=0), Answer(x=2)]
+    for step in steps[2:]:
+        assert step.failure is not None and step.failure.reason is FailReason.CANCELLED
+    # The runs under way were stopped: their cut turn is kept, as a stopped run keeps it.
+    assert [len(step.turns) for step in steps[2:]] == [1, 1, 0, 0]
+    assert [step.turns[0].error_type for step in steps[2:4]] == ["cancelled", "cancelled"]
+    assert steps[2].failure.message == "the run was stopped before it finished"  # type: ignore[union-attr]
+    assert steps[4].failure.message == (  # type: ignore[union-attr]
+        "the batch did not finish within batch_timeout=60 s; the run was not started"
+    )
+
+
+@virtual_time()
+async def test_stream_many_past_its_batch_timeout_yields_every_input() -> None:
+    seen: dict[int, Any] = {}
+    async with stream_many(AGENT, [{"n": n} for n in range(5)], concurrency=2,
+                           llm=FirstTwoAnswer(), batch_timeout=5) as batch:  # fmt: skip
+        async for item in batch:
+            seen[item.index] = item.step.failure.reason if item.step.failure else "done"
+    assert seen == {0: "done", 1: "done", 2: FailReason.CANCELLED, 3: FailReason.CANCELLED,
+                    4: FailReason.CANCELLED}  # fmt: skip
+
+
+@virtual_time()
+async def test_a_retryable_failure_is_not_rerun_past_the_batch_timeout() -> None:
+    busy = LLMError(ErrorKind.SERVER_ERROR, "busy", status_code=503)
+    started = anyio.current_time()
+    batch = stream_many(AGENT, [{"n": 1}], llm=ScriptedLLM([busy, '{"x": 2}']),
+                        retry_policy=RetryPolicy.none(), rerun_retryable=3, rerun_delay=100,
+                        batch_timeout=10)  # fmt: skip
+    async with batch:
+        (item,) = [item async for item in batch]
+    assert item.attempts == 1 and item.step.retryable  # its first Step stands
+    assert anyio.current_time() - started == pytest.approx(10)  # the wait ended at the deadline
+
+
+@virtual_time()
+async def test_a_batch_done_before_its_timeout_does_not_wait_for_it() -> None:
+    started = anyio.current_time()
+    steps = await run_many(AGENT, [{"n": n} for n in range(4)], llm=Doubler(), batch_timeout=3600)
+    assert all(step.ok for step in steps)
+    assert anyio.current_time() - started < 1  # the deadline's timer was let go
+
+
+async def test_a_batch_timeout_must_be_positive_seconds() -> None:
+    with pytest.raises(ConfigurationError, match="batch_timeout"):
+        await run_many(AGENT, [{"n": 1}], llm=Doubler(), batch_timeout=0)
+
+
 # --- summarize ---
 
 

@@ -412,6 +412,43 @@ async def test_stop_during_a_tool_call_abandons_a_blocked_sync_tool() -> None:
     assert (result.name, result.completed) == ("blocking", False)
 
 
+async def test_execute_runs_in_the_calling_task_and_a_stop_keeps_its_turns() -> None:
+    entered = anyio.Event()
+    run = AGENT.start(llm=ScriptedLLM(['{"x": "bad"}', hanging(entered)]), max_turns=1,
+                      return_retries=2)  # fmt: skip
+    steps: list[Any] = []
+
+    async def execute() -> None:
+        steps.append(await run.execute())
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(execute)
+        await entered.wait()
+        run.stop()  # from another task
+    (step,) = steps
+    assert step.failure is not None and step.failure.reason is FailReason.CANCELLED
+    assert [t.error_type for t in step.turns] == ["invalid_output", "cancelled"]
+    assert run.done and run.step is step and await run.result() is step
+
+
+async def test_execute_returns_the_step_and_raises_as_run_does() -> None:
+    assert (await AGENT.start(llm=ScriptedLLM(['{"x": 4}'])).execute()).output == Answer(x=4)
+    with pytest.raises(ScriptExhaustedError):
+        await AGENT.start(llm=ScriptedLLM([])).execute()
+
+
+async def test_execute_runs_once_and_never_a_stream() -> None:
+    run = AGENT.start(llm=ScriptedLLM(['{"x": 1}', '{"x": 1}']))
+    await run.execute()
+    with pytest.raises(RuntimeError, match="only once"):
+        await run.execute()
+    with pytest.raises(RuntimeError, match="only once"):
+        async with run:
+            pass
+    with pytest.raises(TypeError, match="block"):
+        await AGENT.stream(llm=ScriptedLLM([])).execute()
+
+
 async def test_leaving_the_block_stops_a_run_that_has_not_finished() -> None:
     entered = anyio.Event()
     async with AGENT.start(llm=ScriptedLLM([hanging(entered)])) as run:

@@ -5,6 +5,11 @@ holds at most ``concurrency`` runs (and as many finished results) in memory at o
 an input iterable is read lazily. One run's failure never cancels the others: a failed run
 is a failed :class:`~subagent.Step`, and a run that raised (a parser bug, a bad input) is
 recorded as ``failed(error)`` with the turns it made.
+
+Cancellation: an enclosing cancel scope cancels a batch as any await (``run_many`` then
+returns nothing, and the runs under way have no Step). ``batch_timeout`` is the batch's own
+deadline, which keeps every Step: the runs under way are stopped (``failed(cancelled)``
+with their turns) and the inputs not started get a ``failed(cancelled)`` Step.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing_extensions import TypeVar, Unpack
 from subagent._agent import RunArguments, SubAgent
 from subagent._checks import check_int, check_seconds
 from subagent._errors import ConfigurationError
+from subagent._handle import AgentRun
 from subagent._limits import Ledger, UsageLimits, ledgers_in_scope
 from subagent.batch._progress import Progress
 from subagent.records import FailReason, Failure, Step, build_step
@@ -61,6 +67,7 @@ async def run_many(
     rerun_delay: float = 1.0,
     progress: bool | None = None,
     batch_limits: UsageLimits | None = None,
+    batch_timeout: float | None = None,
     **options: Unpack[RunArguments],
 ) -> list[Step[OutputT]]:
     """Run ``agent`` once per context and return the Steps in input order.
@@ -80,6 +87,12 @@ async def run_many(
             own ``usage_limits``). Once a limit is reached, the runs under way end
             ``failed(usage_limit)`` before their next call, and the inputs not started yet
             get a Step ``failed(usage_limit)`` with no turns: none is lost.
+        batch_timeout: Seconds the whole batch may take. Then the runs under way are
+            stopped and end ``failed(cancelled)`` with the turns they took, the inputs not
+            started yet get a Step ``failed(cancelled)`` with no turns, and no run is rerun:
+            every input still has its Step. (An enclosing cancel scope, by contrast,
+            cancels ``run_many`` as any await: it returns nothing.) Each run then costs a
+            cancel scope more, so that it can be stopped.
         **options: The keyword arguments of :meth:`SubAgent.run`, for every run.
 
     Returns:
@@ -91,7 +104,8 @@ async def run_many(
     steps: dict[int, Step[OutputT]] = {}
     batch = stream_many(agent, contexts, concurrency=concurrency,
                         rerun_retryable=rerun_retryable, rerun_delay=rerun_delay,
-                        progress=progress, batch_limits=batch_limits, **options)  # fmt: skip
+                        progress=progress, batch_limits=batch_limits,
+                        batch_timeout=batch_timeout, **options)  # fmt: skip
     async with batch:
         async for item in batch:
             steps[item.index] = item.step
@@ -107,6 +121,7 @@ def stream_many(
     rerun_delay: float = 1.0,
     progress: bool | None = None,
     batch_limits: UsageLimits | None = None,
+    batch_timeout: float | None = None,
     **options: Unpack[RunArguments],
 ) -> Batch[OutputT]:
     """Run ``agent`` once per context; yield each outcome as it completes.
@@ -121,6 +136,7 @@ def stream_many(
     check_int("concurrency", concurrency, 1)
     check_int("rerun_retryable", rerun_retryable, 0)
     delay = check_seconds("rerun_delay", rerun_delay, allow_zero=True)
+    timeout = check_seconds("batch_timeout", batch_timeout)
     if progress is not None and not isinstance(progress, bool):
         raise ConfigurationError("progress", f"must be a bool or None, got {progress!r}")
     if batch_limits is not None and not isinstance(batch_limits, UsageLimits):
@@ -129,7 +145,7 @@ def stream_many(
         )
     agent.check_options(**options)
     batch = Batch(agent, _check_contexts(contexts), concurrency, rerun_retryable, delay or 0.0,
-                  progress, options)  # fmt: skip
+                  progress, options, timeout)  # fmt: skip
     if batch_limits is not None:
         batch._ledger = Ledger(batch_limits, "the batch")
     return batch
@@ -157,6 +173,7 @@ class Batch(Generic[OutputT]):
         rerun_delay: float,
         progress: bool | None,
         options: RunArguments,
+        timeout: float | None = None,
     ):
         self._agent = agent
         self._contexts = contexts
@@ -171,6 +188,12 @@ class Batch(Generic[OutputT]):
         self._receive: MemoryObjectReceiveStream[BatchItem[OutputT]] | None = None
         # The books of the batch's usage limits, charged by every run (batch_limits=).
         self._ledger: Ledger | None = None
+        # batch_timeout=: the runs under way (to stop them), why the batch stopped, and
+        # the event that ends a wait before a rerun.
+        self._timeout = timeout
+        self._running: set[AgentRun[OutputT]] | None = set() if timeout is not None else None
+        self._stopped: str | None = None
+        self._stopping: anyio.Event | None = None
 
     async def __aenter__(self) -> Self:
         if self._group is not None:
@@ -186,6 +209,9 @@ class Batch(Generic[OutputT]):
         with send:
             for _ in range(self._concurrency):
                 group.start_soon(self._work, inputs, send.clone())
+        if self._timeout is not None:  # cancelled with the group when the block is left
+            self._stopping = anyio.Event()
+            group.start_soon(self._deadline, self._timeout, self._stopping)
         return self
 
     async def __aexit__(
@@ -233,30 +259,58 @@ class Batch(Generic[OutputT]):
                 self._progress.record(item.step)
                 await send.send(item)
 
+    async def _deadline(self, timeout: float, stopping: anyio.Event) -> None:
+        await anyio.sleep(timeout)
+        self._stopped = f"the batch did not finish within batch_timeout={timeout:g} s"
+        stopping.set()
+        for run in self._running or ():
+            run.stop()  # each ends failed(cancelled), its turns kept
+
     async def _run(self, index: int, context: Context) -> BatchItem[OutputT]:
         attempts = 0
         delay = self._rerun_delay
         while True:
+            if self._stopped is not None:  # not started: past the batch's deadline
+                message = f"{self._stopped}; the run was not started"
+                return BatchItem(index, context, self._unstarted(FailReason.CANCELLED, message), 0)
             reached = None if self._ledger is None else self._ledger.reached()
             if reached is not None:  # not started: the batch's budget is spent
-                step = self._unstarted(f"usage limit reached before the run started: {reached}")
+                message = f"usage limit reached before the run started: {reached}"
+                step = self._unstarted(FailReason.USAGE_LIMIT, message)
                 return BatchItem(index, context, step, attempts)
             attempts += 1
             try:
-                step = await self._agent.run(context, **self._options)
+                step = await self._attempt(context)
             except Exception as exc:  # isolated: recorded, the batch goes on
                 step = self._errored(exc)
             if not step.retryable or attempts > self._reruns:
                 return BatchItem(index, context, step, attempts)
-            await anyio.sleep(delay)
+            if self._stopping is None:
+                await anyio.sleep(delay)
+            else:
+                with anyio.move_on_after(delay):
+                    await self._stopping.wait()  # the deadline, met while waiting, ends it
+            if self._stopped is not None:  # not run again: its last Step stands
+                return BatchItem(index, context, step, attempts)
             delay = min(delay * 2, math.inf)
+
+    async def _attempt(self, context: Context) -> Step[OutputT]:
+        running = self._running
+        if running is None:
+            return await self._agent.run(context, **self._options)
+        run = self._agent.start(context, **self._options)  # stoppable, in this task
+        running.add(run)
+        try:
+            return await run.execute()
+        finally:
+            running.discard(run)
 
     def _errored(self, exc: Exception) -> Step[OutputT]:
         failure = Failure(reason=FailReason.ERROR, message=f"{type(exc).__name__}: {exc}")
         return self._failed(failure, list(getattr(exc, "turns", ())))
 
-    def _unstarted(self, message: str) -> Step[OutputT]:
-        return self._failed(Failure(reason=FailReason.USAGE_LIMIT, message=message), [])
+    def _unstarted(self, reason: FailReason, message: str) -> Step[OutputT]:
+        return self._failed(Failure(reason=reason, message=message), [])
 
     def _failed(self, failure: Failure, turns: list[Any]) -> Step[OutputT]:
         agent, options = self._agent, self._options
