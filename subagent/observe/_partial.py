@@ -190,7 +190,7 @@ class PartialOutputReader(Generic[OutputT]):
         """The output the JSON so far validates to, else ``_NOTHING``.
 
         pydantic ignores errors in the last element of a list or a dict, but not inside a
-        model (pydantic 2.12): a list of models with its last one half written fails. So a
+        model (pydantic 2.14): a list of models with its last one half written fails. So a
         text that fails is read, and validated again without the last, unfinished element
         of each container on its last path, the deepest first, up to
         :data:`PRUNED_LEVELS` of them.
