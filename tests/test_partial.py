@@ -19,7 +19,6 @@ from subagent import (
     TurnEnded,
     TurnStarted,
 )
-from subagent._records import Turn, TurnOutcome, TurnType, build_step
 from subagent.observe import (
     PARSE_EVERY,
     PARSE_GROWTH,
@@ -28,6 +27,7 @@ from subagent.observe import (
     partial_output_reader,
 )
 from subagent.parsers import build_contract, json_parser
+from subagent.records import Turn, TurnOutcome, TurnType, build_step
 
 
 class Report(BaseModel):

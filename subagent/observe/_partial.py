@@ -31,7 +31,6 @@ from pydantic import TypeAdapter
 from pydantic_core import from_json, to_json
 from typing_extensions import TypeVar
 
-from subagent._records import TurnOutcome
 from subagent.observe._events import (
     CallRetried,
     PartialOutput,
@@ -42,6 +41,7 @@ from subagent.observe._events import (
     TurnStarted,
 )
 from subagent.parsers import JSONParser, OutputContract
+from subagent.records import TurnOutcome
 
 __all__ = [
     "PARSE_EVERY",
