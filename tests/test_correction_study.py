@@ -1,0 +1,113 @@
+"""The correction study (eval/correction_study.py): one first attempt, every setting resumed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from correction_study import (
+    first_attempt,
+    quoted,
+    setting_options,
+    setting_runs,
+    variants_of,
+)
+from pydantic import BaseModel
+
+from subagent import Correction, FailReason, ScriptedLLM, SubAgent
+
+pytestmark = pytest.mark.anyio
+
+
+class Answer(BaseModel):
+    value: int
+
+
+GOOD, BAD = '{"value": 3}', "three"
+AGENT = SubAgent(name="calc", prompt="Compute 1 + 2", output=Answer, max_turns=1)
+
+
+async def runs_of(llm: ScriptedLLM, settings: list[str], **escalate: Any) -> dict[str, Any]:
+    first = await first_attempt(AGENT, {"llm": llm})
+    return {name: step async for name, step in
+            setting_runs(AGENT, first, settings, {"llm": llm}, escalate.get("to"))}  # fmt: skip
+
+
+async def test_a_first_attempt_that_needs_no_correction_is_every_settings_run() -> None:
+    runs = await runs_of(ScriptedLLM([GOOD]), ["same", "structured"])
+    assert set(runs) == {f"{s}-r{n}" for s in ("same", "structured") for n in (0, 1, 2)}
+    assert all(step.ok for step in runs.values())
+    assert len({id(step) for step in runs.values()}) == 1
+
+
+async def test_every_setting_resumes_the_same_failed_first_attempt() -> None:
+    # One first attempt (BAD), then per setting: same repeats BAD then GOOD; structured GOOD.
+    llm = ScriptedLLM([BAD, BAD, GOOD, GOOD])
+    runs = await runs_of(llm, ["same", "structured"])
+    assert len(llm.requests) == 4  # the first attempt once, then each setting's corrections
+    first_messages = llm.requests[0].messages
+    assert llm.requests[1].messages[: len(first_messages)] == first_messages
+    assert [r.output is not None for r in llm.requests] == [False, False, False, True]
+    same_r0, same_r1, same_r2 = (runs[f"same-r{n}"] for n in (0, 1, 2))
+    assert same_r0.failure is not None and same_r0.failure.reason is FailReason.BUDGET_EXHAUSTED
+    assert (len(same_r0.turns), same_r0.return_retries) == (1, 0)
+    assert same_r1.failure is not None and len(same_r1.turns) == 2  # its one correction failed
+    assert same_r2.ok and len(same_r2.turns) == 3
+    assert runs["structured-r1"].ok and runs["structured-r2"].ok
+    assert runs["structured-r2"].turns[1].output_mode == "json_schema"
+
+
+async def test_quote_keeps_the_failed_attempt_quoted_inside_its_feedback() -> None:
+    llm = ScriptedLLM([BAD, GOOD])
+    first = await first_attempt(AGENT, {"llm": llm})
+    assert first.state is not None and len(first.state.latest_failure) == 2
+    state = quoted(first.state)
+    (message,) = state.latest_failure
+    assert state.context_policy == "quote" and message.role == "user"
+    assert message.content.startswith("Your previous reply was:\n```\nthree\n```")
+    step = await AGENT.resume(state, llm=llm)
+    assert step.ok and [m.role for m in llm.requests[1].messages] == ["system", "user", "user"]
+
+
+async def test_escalation_sends_the_corrections_to_the_other_model() -> None:
+    small, large = ScriptedLLM([BAD], model_name="small"), ScriptedLLM([GOOD], model_name="large")
+    first = await first_attempt(AGENT, {"llm": small})
+    runs = {name: step async for name, step in
+            setting_runs(AGENT, first, ["escalated"], {"llm": small}, large)}  # fmt: skip
+    assert runs["escalated-r2"].ok
+    assert [t.model for t in runs["escalated-r2"].turns] == ["small", "large"]
+
+
+def test_the_variants_name_each_setting_at_each_budget_with_real_run_options() -> None:
+    variants = variants_of(["same", "quote", "structured"])
+    assert [v.name for v in variants][:4] == ["same-r0", "same-r1", "same-r2", "quote-r0"]
+    assert variants[5].options == {"return_retries": 2, "context_policy": "quote"}
+    assert variants[8].options["correction"] == Correction(output="json_schema")
+    AGENT.check_options(**variants[8].options, llm=ScriptedLLM([]))  # real options
+    with pytest.raises(ValueError, match="--escalate-url"):
+        setting_options("escalated")
+
+
+def test_the_study_records_every_variant_of_a_case_once_and_resumes(
+    server: Any, tmp_path: Any
+) -> None:
+    import json
+
+    import correction_study
+    from openai_server import Reply, completion
+
+    # The first attempt and every correction are unreadable: each setting corrects twice.
+    server.script(*[Reply.json(completion("not json at all"))] * 5)
+    argv = ["--base-url", server.base_url, "--cases", "1", "--categories", "simple_python",
+            "--settings", "same,structured", "--results", str(tmp_path)]  # fmt: skip
+    correction_study.main(argv)
+    out = tmp_path / "qwen" / "bfcl-contract.jsonl"
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["variant"] for r in records) == sorted(
+        f"{s}-r{n}" for s in ("same", "structured") for n in (0, 1, 2)
+    )
+    bodies = [r.json for r in server.requests]
+    assert [("response_format" in body) for body in bodies] == [False, False, False, True, True]
+    correction_study.main(argv)  # every record there: nothing is run again
+    assert len(server.requests) == 5
+    assert len(out.read_text().splitlines()) == 6
