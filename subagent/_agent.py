@@ -315,6 +315,8 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
             messages_as_given(messages, self._parts.systems)
         elif context is not None:
             rendered_task(self, context)
+        if resolved.message_history:
+            opening(self, context, messages or "-", resolved)
 
     def _handle(
         self, context: Context, options: Mapping[str, Any], *, stream: bool

@@ -37,6 +37,8 @@ def apply(
                                         needs_approval=verdict.waiting)  # fmt: skip
         case Answered():
             live.output = verdict.output
+            if response is not None:
+                live.final_reply = parts.protocol.failed_reply(response)
         case ToolsRan() if next_phase is not Phase.FAILED:
             return _keep_exchange(live, parts, verdict, next_phase)
         case Missed() if next_phase is not Phase.FAILED:

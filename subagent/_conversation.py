@@ -99,6 +99,10 @@ class Conversation:
         self._end_streak()
         self._history.extend(messages)
 
+    def transcript(self) -> list[Message]:
+        """The messages sent after the system message, the latest failed attempt included."""
+        return [*self._history, *self._latest_failure]
+
     def snapshot(self) -> tuple[list[Message], list[Message], int]:
         """(the kept history, the latest failed attempt, messages collapsed so far): copies."""
         return list(self._history), list(self._latest_failure), self._collapsed

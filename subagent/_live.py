@@ -53,6 +53,7 @@ class LiveRun:
         elapsed: Seconds the run ran before this part of it (a resumed run's first parts).
         traceparent: The trace of the run's first part, continued by a resumed part.
         resumed: Whether this part goes on from a saved state.
+        final_reply: The reply that ended the run done, as the model said it.
     """
 
     budget: Budget
@@ -66,6 +67,22 @@ class LiveRun:
     elapsed: float = 0.0
     traceparent: str | None = None
     resumed: bool = False
+    final_reply: Message | None = None
+    # The task as given, and how many messages it became with the runtime's notice joined.
+    task: list[Message] | None = None
+    task_sent: int = 0
+
+    def messages(self) -> list[Message]:
+        """The conversation as the model saw it, then the final reply (``Step.messages``).
+
+        The task is as it was given: without the final-turn notice the runtime joins to it.
+        """
+        transcript = self.conversation.transcript()
+        if self.task is not None:
+            transcript = [*self.task, *transcript[self.task_sent :]]
+        if self.final_reply is not None:
+            transcript.append(self.final_reply)
+        return transcript
 
     @classmethod
     def fresh(

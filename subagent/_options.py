@@ -78,14 +78,18 @@ class BudgetOptions(TypedDict, total=False):
 
 
 class TaskOptions(TypedDict, total=False):
-    """The task as messages instead of the agent's prompt.
+    """The task as messages instead of the agent's prompt, and the conversation before it.
 
     Attributes:
         messages: Use these messages as the task instead of rendering ``prompt``. Leading
             system messages extend the agent's system prompt for this run.
+        message_history: An earlier conversation the task follows (``step.messages`` of a
+            run before: a chat goes on), sent before the task's messages; its system
+            messages extend the agent's system prompt, as ``messages``' do.
     """
 
     messages: Sequence[Message | Mapping[str, Any]] | str | None
+    message_history: Sequence[Message | Mapping[str, Any]] | None
 
 
 class CallOptions(TypedDict, total=False):
@@ -221,6 +225,7 @@ def resolve(agent: AgentDefinition[Any, Any], given: Mapping[str, Any]) -> RunOp
         on_text=given.get("on_text"),
         deps=deps,
         on_state=given.get("on_state"),
+        message_history=given.get("message_history"),
     )
     options.hooks = _hooks(agent._parts, options, agent.usage_limits if limits is None else limits)
     correction = given.get("correction")
@@ -338,10 +343,34 @@ def opening(
         extra = _run_instructions(agent, context, options)
         if extra:
             systems = systems.extended(extra)
+    history: list[Message] = []
+    earlier = None if options is None else options.message_history
+    if earlier:
+        history, systems = _history(earlier, systems)
     if messages is None:
-        return rendered_task(agent, context), parts, systems
+        return [*history, *rendered_task(agent, context)], parts, systems
     given, systems = messages_as_given(messages, systems)
-    return given, parts, systems
+    return [*history, *given], parts, systems
+
+
+def _history(
+    earlier: Sequence[Message | Mapping[str, Any]], systems: Systems
+) -> tuple[list[Message], Systems]:
+    """An earlier conversation, its system messages moved into ``systems``.
+
+    Raises:
+        ConfigurationError: It is not a list of messages.
+    """
+    if isinstance(earlier, str):
+        raise ConfigurationError("message_history", "must be a list of messages, not a string")
+    try:
+        history = messages_from(earlier)
+    except Exception as exc:
+        raise ConfigurationError("message_history", f"invalid messages: {exc}") from exc
+    extra = "\n\n".join(m.content for m in history if m.role == "system")
+    if extra:
+        systems = systems.extended(extra)
+    return [m for m in history if m.role != "system"], systems
 
 
 def rendered_task(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -116,6 +116,8 @@ class RunOptions:
     # Called with the run's state after each turn that leaves it active or paused (kept
     # for the record of what was asked; the on_state hook calls it).
     on_state: Callable[[RunState], object] | None = None
+    # An earlier conversation the task follows (opened before the run starts).
+    message_history: Sequence[Message | Mapping[str, Any]] | None = None
 
 
 class SourcedParts:

@@ -106,10 +106,12 @@ class _Run:
         self._stop = stop
         if state is None:
             budget = Budget.start(options.max_turns, options.return_retries)
+            task = opening
             if budget.phase is Phase.MUST_RETURN:
                 warning = must_return_warning(parts.templates, budget, bool(parts.toolbox))
                 opening = with_notice(opening, parts.notice(warning))
             self.live = LiveRun.fresh(budget, options.context_policy, systems, opening)
+            self.live.task, self.live.task_sent = task, len(opening)
         else:
             self.live = LiveRun.thaw(state)
             if self.live.pending is not None:  # the decisions are given: the turn goes on
@@ -152,6 +154,7 @@ class _Run:
                 turns=live.turns, max_turns=options.max_turns,
                 return_retries=options.return_retries, duration_s=self._elapsed(),
                 state=self.snapshot() if live.budget.state == Phase.PAUSED else None,
+                messages=live.messages(),
             )  # fmt: skip
             try:
                 run.finished(step)

@@ -502,3 +502,50 @@ def test_start_warns_at_the_callers_line_too() -> None:
     with pytest.warns(UserWarning, match="max_turns=1") as caught:
         anyio.run(main)
     assert caught[0].filename == __file__
+
+
+# --- the conversation of a run, and going on with it ----------------------------------------
+
+
+def test_a_steps_messages_are_the_conversation_then_the_final_reply() -> None:
+    agent = SubAgent(name="chat", prompt="Say hi to {{name}}", max_turns=1)
+    step = agent.run_sync({"name": "Ada"}, llm=ScriptedLLM(["Hi Ada!"]))
+    assert [(m.role, m.content) for m in step.messages] == [
+        ("user", "Say hi to Ada"), ("assistant", "Hi Ada!"),
+    ]  # fmt: skip
+    assert type(step).model_validate_json(step.model_dump_json()).messages == step.messages
+
+
+def test_a_steps_messages_keep_what_the_context_policy_kept_of_failed_attempts() -> None:
+    agent = SubAgent(name="n", prompt="A number?", output=Answer, max_turns=1)
+    step = agent.run_sync(llm=ScriptedLLM(["no", "still no", '{"x": 1}']), return_retries=2)
+    roles = [m.role for m in step.messages]
+    # collapse: the task, the latest failed attempt and its feedback, the final reply
+    assert roles == ["user", "assistant", "user", "assistant"]
+    assert step.messages[1].content == "still no" and step.messages[-1].content == '{"x": 1}'
+
+
+def test_a_chat_goes_on_from_the_message_history_of_the_step_before() -> None:
+    agent = SubAgent(name="chat", prompt="{{question}}", max_turns=1)
+    llm = ScriptedLLM(["Paris.", "About 2.1 million."])
+    first = agent.run_sync({"question": "Capital of France?"}, llm=llm)
+    second = agent.run_sync({"question": "Its population?"}, llm=llm,
+                            message_history=first.messages)  # fmt: skip
+    sent = llm.requests[1].messages
+    assert [(m.role, m.content) for m in sent[1:3]] == [
+        ("user", "Capital of France?"), ("assistant", "Paris."),
+    ]  # fmt: skip
+    assert sent[3].content.startswith("Its population?")  # (the final-turn notice joined)
+    assert [m.content for m in second.messages] == [
+        "Capital of France?",
+        "Paris.",
+        "Its population?",
+        "About 2.1 million.",
+    ]
+
+
+def test_a_message_history_that_is_not_messages_is_refused_naming_it() -> None:
+    agent = SubAgent(name="chat", prompt="hi", max_turns=1)
+    with pytest.raises(ConfigurationError) as caught:
+        agent.run_sync(llm=ScriptedLLM(["x"]), message_history="earlier")  # type: ignore[arg-type]
+    assert caught.value.field == "message_history"

@@ -388,6 +388,11 @@ class Step(BaseModel, Generic[OutputT]):
         state: Set only when the run paused for approval of tool calls: the state to
             resume from (``SubAgent.resume(step.state, decisions)``), its pending calls in
             ``state.pending``. A paused run is neither ``ok`` nor failed.
+        messages: The conversation as the model saw it at the end, without the system
+            message: the task, the tool exchanges, the failed attempts the run's context
+            policy kept (``collapse`` keeps only a streak's latest), then the final reply.
+            Pass it on to go on with the conversation: ``run(message_history=
+            step.messages)`` (or ``run(messages=[*step.messages, next_message])``).
     """
 
     agent: str
@@ -398,6 +403,7 @@ class Step(BaseModel, Generic[OutputT]):
     return_retries: int
     duration_s: float = 0.0
     state: RunState | None = None
+    messages: list[Message] = Field(default_factory=list)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -669,12 +675,13 @@ def build_step(
     return_retries: int,
     duration_s: float,
     state: RunState | None = None,
+    messages: list[Message] | None = None,
 ) -> Step[Any]:
     """Assemble a :class:`Step` from the parts of a finished (or paused) run."""
     return trusted(_ANY_STEP, _STEP_FIELDS, {
         "agent": agent, "output": output, "failure": failure, "turns": turns,
         "max_turns": max_turns, "return_retries": return_retries, "duration_s": duration_s,
-        "state": state,
+        "state": state, "messages": [] if messages is None else messages,
     })  # fmt: skip
 
 
