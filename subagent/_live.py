@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from subagent._context import RunContext
-from subagent._conversation import ContextPolicy, Conversation
+from subagent._conversation import ContextPolicy, Conversation, with_notice
 from subagent._parts import Systems
 from subagent._phases import Budget
 from subagent.llm import Message
@@ -34,6 +34,9 @@ __all__ = ["LiveRun"]
 
 _STATE_FIELDS = set(RunState.model_fields)
 # Tool results of calls that were refused, never run (they count as no tool call).
+_ANY_NOTICE = Message(role="user")
+"""Stands for the notice joined to a saved task: only how many messages it made counts."""
+
 _NOT_RUN = frozenset({"tools_unavailable", "too_many_calls"})
 
 
@@ -100,9 +103,12 @@ class LiveRun:
             state.context_policy, state.history, state.latest_failure, state.collapsed
         )
         systems = Systems(state.system_with_tools, state.system_without_tools)
-        return cls(budget, conversation, systems, list(state.turns), pending=state.pending,
+        live = cls(budget, conversation, systems, list(state.turns), pending=state.pending,
                    elapsed=state.elapsed_s, traceparent=state.traceparent,
                    resumed=True)  # fmt: skip
+        if state.task:
+            live.task, live.task_sent = state.task, len(with_notice(state.task, _ANY_NOTICE))
+        return live
 
     def run_context(self, deps: Any, agent: str, depth: int, reply_usage: Usage) -> RunContext[Any]:
         """The :class:`~subagent.RunContext` of the turn under way (tools, validators)."""
@@ -147,4 +153,5 @@ class LiveRun:
             "turns": list(self.turns), "pending": self.pending,
             "traceparent": self.traceparent or traceparent, "elapsed_s": elapsed,
             "dropped_extras": sorted(self.extras) if self.extras else [],
+            "task": self.task or [],
         })  # fmt: skip

@@ -106,12 +106,14 @@ class _Run:
         self._stop = stop
         if state is None:
             budget = Budget.start(options.max_turns, options.return_retries)
-            task = opening
+            task = None
             if budget.phase is Phase.MUST_RETURN:
+                task = opening
                 warning = must_return_warning(parts.templates, budget, bool(parts.toolbox))
                 opening = with_notice(opening, parts.notice(warning))
             self.live = LiveRun.fresh(budget, options.context_policy, systems, opening)
-            self.live.task, self.live.task_sent = task, len(opening)
+            if task is not None:
+                self.live.task, self.live.task_sent = task, len(opening)
         else:
             self.live = LiveRun.thaw(state)
             if self.live.pending is not None:  # the decisions are given: the turn goes on

@@ -60,6 +60,7 @@ from subagent.__about__ import __version__
 from subagent._agent import SubAgent
 from subagent._checks import check_int, check_seconds
 from subagent._conversation import ContextPolicy
+from subagent._correction import Correction
 from subagent._errors import ConfigurationError
 from subagent._limits import UsageLimits
 from subagent._text import shorten
@@ -103,6 +104,7 @@ class RayRunArguments(TypedDict, total=False):
     max_turns: int | None
     return_retries: int | None
     messages: Sequence[Message | Mapping[str, Any]] | str | None
+    message_history: Sequence[Message | Mapping[str, Any]] | None
     context_policy: ContextPolicy | None
     settings: Mapping[str, Any] | None
     retry_policy: RetryPolicy | None
@@ -110,6 +112,7 @@ class RayRunArguments(TypedDict, total=False):
     mission_timeout: float | None
     deps: Any
     usage_limits: UsageLimits | None
+    correction: Correction | None
 
 
 @dataclass(frozen=True, slots=True)

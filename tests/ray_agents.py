@@ -141,7 +141,7 @@ class Releaser:
     provider_name = "scripted"
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
-        call = ToolCall(id="call-1", name="release", arguments=json.dumps({"n": _number(request)}))
+        call = ToolCall(id="call-1", name="release", arguments={"n": _number(request)})
         return LLMResponse(tool_calls=(call,))
 
 

@@ -583,6 +583,8 @@ class RunState(BaseModel):
             it was traced: the resumed part's span is its child.
         elapsed_s: Seconds the run has run so far (pauses not counted).
         dropped_extras: Names of ``ToolOutput.extras`` that could not be kept.
+        task: The task as the caller gave it, when the runtime joined its final-turn
+            notice to it (``Step.messages`` shows the task as given); empty otherwise.
     """
 
     version: Literal[1] = STATE_VERSION
@@ -606,6 +608,7 @@ class RunState(BaseModel):
     traceparent: str | None = None
     elapsed_s: float = 0.0
     dropped_extras: list[str] = Field(default_factory=list)
+    task: list[Message] = Field(default_factory=list)
 
     @computed_field  # type: ignore[prop-decorator]
     @cached_property
