@@ -35,6 +35,7 @@ from subagent.durable._approval import (
     read_pending,
 )
 from subagent.durable._llm import DurableLLM
+from subagent.durable._sources import DurableSource, pin_sources, pinned
 from subagent.durable._tools import durable_tool
 from subagent.llm import LLM, Message, RetryPolicy
 from subagent.records import Decision, FailReason, Failure, Step, Turn, build_step, step_model
@@ -132,14 +133,12 @@ class DurableAgent(Generic[OutputT]):
         if not isinstance(name, str) or not name.strip():
             raise ConfigurationError("name", f"must be a non-empty string, got {name!r}")
         plain, sources = split_sources(agent.tools)
-        if sources:
-            # A source's tools are known only per run; they are not wrapped as steps yet.
-            raise ConfigurationError(
-                "tools", f"a durable agent takes no tool sources yet ({sources[0].source_name})"
-            )
+        # A source's tools are known once it is connected: each listing's tools are
+        # wrapped as they come, and a run's listing is recorded (see _sources).
+        self._sources = tuple(DurableSource(source) for source in sources)
         durable = dataclasses.replace(
             agent,
-            tools=[durable_tool(tool) for tool in plain],
+            tools=[*(durable_tool(tool) for tool in plain), *self._sources],
             llm=agent.llm if llm is None else llm,
             timeout=None,  # the call timeout moves inside the LLM step
         )
@@ -223,6 +222,7 @@ class DurableAgent(Generic[OutputT]):
         self._check(options)
         handle = await self._existing(workflow_id, f"subagent.run:{self.name}")
         if handle is None:
+            self._check_sources()
             with _workflow_id(workflow_id):
                 handle = await DBOS.start_workflow_async(
                     self._run_workflow, context, dict(options), _trace_carrier()
@@ -260,6 +260,7 @@ class DurableAgent(Generic[OutputT]):
         inputs = list(contexts)
         handle = await self._existing(batch_id, f"subagent.batch:{self.name}")
         if handle is None:
+            self._check_sources()
             with _workflow_id(batch_id):
                 handle = await DBOS.start_workflow_async(
                     self._batch_workflow, inputs, dict(options), concurrency, _trace_carrier()
@@ -366,11 +367,18 @@ class DurableAgent(Generic[OutputT]):
     # --- the workflows' bodies (replayed on resume: deterministic but for the steps) ---
 
     async def _run_body(self, context: Context, options: dict[str, Any]) -> str:
+        workflow_id = cast(str, DBOS.workflow_id)
+        pins = None
+        if self._sources:  # the tools it starts with, recorded (checked on a replay)
+            pins = await pin_sources(self._sources, f"subagent.tools:{self.name}", workflow_id)
+        with pinned(pins):
+            return await self._run_pinned(context, options, workflow_id)
+
+    async def _run_pinned(self, context: Context, options: dict[str, Any], workflow_id: str) -> str:
         step = await self.agent.run(
             context, llm=self.llm, tracer_provider=self._tracer_provider, deps=self._deps,
             **options,
         )  # fmt: skip
-        workflow_id = cast(str, DBOS.workflow_id)
         pauses = 0
         while step.paused and step.state is not None and step.pending is not None:
             pauses += 1
@@ -482,6 +490,15 @@ class DurableAgent(Generic[OutputT]):
             except Exception as exc:
                 child = exc
         return _errored_step(self.agent, options, child).model_dump_json()
+
+    def _check_sources(self) -> None:
+        """Refuse to start a run whose tool sources are not ready (nothing is recorded).
+
+        Raises:
+            SourceNotReadyError: A source cannot supply tools now (a server not connected).
+        """
+        for source in self._sources:
+            source.live()
 
     def _check(self, options: Mapping[str, Any]) -> None:
         for key in options:
