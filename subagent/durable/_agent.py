@@ -88,13 +88,16 @@ class DurableAgent(Generic[OutputT]):
     (``subagent.run:<name>`` and ``subagent.batch:<name>``), which DBOS finds by name when
     it recovers a workflow left pending by a process that died. Every process that may
     resume a run must build the same durable agent (same name, prompts, tools, output type)
-    before it launches DBOS.
+    before it launches DBOS, and connect its tool sources (MCP servers) before it launches
+    DBOS, in the event loop that then calls ``DBOS.launch()``.
 
     In a workflow, each LLM call is a step (:class:`DurableLLM`) and each tool call is a
-    step (:func:`durable_tool`); everything between them (the phase machine, parsing,
-    validators, the conversation) is deterministic and replays from the checkpoints. The
-    Step a resumed run returns equals the uncrashed run's but for the measured fields
-    (:func:`~subagent.durable.comparable`).
+    step (:func:`durable_tool`), a tool source's included; everything between them (the
+    phase machine, parsing, validators, the conversation) is deterministic and replays
+    from the checkpoints. The Step a resumed run returns equals the uncrashed run's but for
+    the measured fields (:func:`~subagent.durable.comparable`). A run of an agent with tool
+    sources first records the tools it starts with, and reads only those: a replay whose
+    sources lost or changed one of them is refused (``docs/durable.md``).
 
     Args:
         agent: The agent definition.
@@ -217,6 +220,7 @@ class DurableAgent(Generic[OutputT]):
 
         Raises:
             ConfigurationError: An option is invalid.
+            SourceNotReadyError: A tool source is not connected (nothing is started).
             TypeError: An option a durable run does not take (the message says why).
         """
         self._check(options)
