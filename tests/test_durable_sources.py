@@ -21,6 +21,7 @@ import pytest
 pytest.importorskip("dbos", reason="the dbos extra is not installed")
 
 from dbos import DBOS
+from support import run_example
 
 from subagent import (
     ConfigurationError,
@@ -318,3 +319,11 @@ async def test_a_run_reads_the_listing_it_recorded_even_when_the_list_moves_mean
     await durable.run(workflow_id="moving")
     recorded = (await DBOS.list_workflow_steps_async("moving"))[0]["output"]
     assert list(recorded) == [tool.name for tool in llm.requests[0].tools] == ["lookup"]
+
+
+def test_the_durable_mcp_example_resumes_without_calling_the_server_again() -> None:
+    assert run_example("durable_mcp.py", timeout=180).splitlines() == [
+        "first process: killed after deploying ['api']",
+        "second process: done in 3 turns: api and web are live",
+        "ledger: api, web (each deploy reached a server once)",
+    ]
