@@ -214,6 +214,8 @@ class Listed:
         self.tools = tools
 
     def current_tools(self) -> tuple[int, Sequence[Tool]]:
+        if not self.tools:
+            raise SourceNotReadyError(f"{self.source_name} is not connected")
         return self.revision, self.tools
 
 
@@ -238,7 +240,8 @@ async def test_a_replay_with_the_same_tools_reads_the_sources_calls_back(
                                     max_turns=3), llm=llm)  # fmt: skip
     launch()
     first = await durable.run(workflow_id="find")
-    source.lists(LOOKUP)  # listed again (a new revision): the same tools
+    # Listed again (a new revision), its description changed: the same tools for a replay.
+    source.lists(Tool(lookup, description="Look a key up, faster.", run_in_thread=False))
     again = await replayed(durable, "find")
     assert (first.output, again.output) == ("found", "found again")
     assert LOOKED_UP == ["a"]  # the call was read back from its checkpoint
@@ -264,6 +267,24 @@ async def test_a_replay_whose_source_lists_more_tools_keeps_the_tools_it_started
     assert [tool.name for tool in llm.requests[2].tools] == ["lookup"]
     await durable.run(workflow_id="new")
     assert [tool.name for tool in llm.requests[3].tools] == ["lookup", "extra"]
+
+
+@pytest.mark.anyio
+async def test_a_replay_before_its_source_is_connected_ends_saying_to_connect_it_first(
+    launch: Callable[[], None],
+) -> None:
+    source = Listed(LOOKUP)
+    durable = DurableAgent(SubAgent(name="finder", prompt="Find a.", tools=[source],
+                                    max_turns=3), llm=ScriptedLLM([call("lookup", key="a"),
+                                                                   "found"]))  # fmt: skip
+    launch()
+    await durable.run(workflow_id="early-replay")
+    source.lists()  # not connected (yet) in the process that replays it
+    with pytest.raises(SourceNotReadyError, match=r"the test's source is not connected \(the "
+                       r"durable run '.+' needs it: connect every tool source before "
+                       r"DBOS.launch\(\), which resumes the runs a dead process left "
+                       r"pending\)"):  # fmt: skip
+        await replayed(durable, "early-replay")
 
 
 CHANGED = r"changed \(schema or approval\): lookup"
