@@ -41,7 +41,6 @@ from pydantic import BaseModel
 from subagent import OpenAIChat, SubAgent, tool
 from subagent.durable import DurableAgent, DurableLLM, comparable
 from subagent.llm import LLMRequest, LLMResponse
-from subagent.mcp import MCPServerStdio
 
 CRASH = sys.argv[4] if len(sys.argv) > 4 else ""
 MCP_SERVER = str(Path(__file__).with_name("durable_mcp_server.py"))
@@ -90,13 +89,18 @@ def _needs_approval(name: str, arguments: Mapping[str, Any]) -> bool:
     return str(arguments.get("item", "")).endswith("-b")
 
 
-# DURABLE_MCP=1: the record tool is the MCP server's (it records in the same file).
-server = (
-    MCPServerStdio(sys.executable, [MCP_SERVER, SIDE_EFFECTS], name="ledger",
-                   env={key: value for key, value in os.environ.items()
-                        if key.startswith("DURABLE_MCP_")})
-    if os.environ.get("DURABLE_MCP") else None
-)  # fmt: skip
+def _mcp_server() -> Any:
+    """DURABLE_MCP=1: the record tool is an MCP server's (it records in the same file)."""
+    if not os.environ.get("DURABLE_MCP"):
+        return None
+    from subagent.mcp import MCPServerStdio  # the mcp extra, only where it is used
+
+    forwarded = {key: value for key, value in os.environ.items() if key.startswith("DURABLE_MCP_")}
+    return MCPServerStdio(sys.executable, [MCP_SERVER, SIDE_EFFECTS], name="ledger",
+                          env=forwarded)  # fmt: skip
+
+
+server = _mcp_server()
 
 agent = SubAgent(
     name="ledger",
