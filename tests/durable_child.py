@@ -10,7 +10,10 @@ needs approval (sent as a DBOS message), and the child prints ``READY`` once DBO
 launched (its system database set up). With DURABLE_SPANS set, the run's spans are
 appended to that file as JSON lines as each span ends. DURABLE_SETTINGS (a JSON object)
 is the run's ``settings`` (for a real model: temperature, max_tokens, a named
-``tool_choice``; tests/e2e/test_durable_local.py).
+``tool_choice``; tests/e2e/test_durable_local.py). With DURABLE_MCP=1 the ``record`` tool
+is served by an MCP server over stdio (tests/durable_mcp_server.py, writing the same file;
+the child hands it the DURABLE_MCP_* variables), connected before DBOS is launched. A run
+that raises prints ``ERROR <type>: <message>`` instead of its Steps.
 
 CRASH names a point where the process stops, prints ``AT <point>`` and waits on its
 standard input for the SIGKILL that the test sends: ``tool:<item>`` inside the tool call
@@ -25,6 +28,8 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -38,6 +43,7 @@ from subagent.durable import DurableAgent, DurableLLM, comparable
 from subagent.llm import LLMRequest, LLMResponse
 
 CRASH = sys.argv[4] if len(sys.argv) > 4 else ""
+MCP_SERVER = str(Path(__file__).with_name("durable_mcp_server.py"))
 BATCH = len(sys.argv) > 5 and sys.argv[5] == "batch"
 SIDE_EFFECTS = sys.argv[3]
 
@@ -83,12 +89,25 @@ def _needs_approval(name: str, arguments: Mapping[str, Any]) -> bool:
     return str(arguments.get("item", "")).endswith("-b")
 
 
+def _mcp_server() -> Any:
+    """DURABLE_MCP=1: the record tool is an MCP server's (it records in the same file)."""
+    if not os.environ.get("DURABLE_MCP"):
+        return None
+    from subagent.mcp import MCPServerStdio  # the mcp extra, only where it is used
+
+    forwarded = {key: value for key, value in os.environ.items() if key.startswith("DURABLE_MCP_")}
+    return MCPServerStdio(sys.executable, [MCP_SERVER, SIDE_EFFECTS], name="ledger",
+                          env=forwarded)  # fmt: skip
+
+
+server = _mcp_server()
+
 agent = SubAgent(
     name="ledger",
     # DURABLE_APPROVAL=1: recording b needs approval (the run pauses before turn 2's calls).
     approval=_needs_approval if os.environ.get("DURABLE_APPROVAL") else None,
     prompt="Record a, b and c for {{tag}} with the record tool, then return how many you recorded.",
-    tools=[record],
+    tools=[record] if server is None else [server],
     output=Count,
     max_turns=3,
     return_retries=1,
@@ -142,24 +161,29 @@ async def main(base_url: str, db_url: str) -> None:
                            tracer_provider=_tracer_provider())  # fmt: skip
     DBOS(config={"name": "durable-crash", "system_database_url": db_url,
                  "log_level": "WARNING"})  # fmt: skip
-    DBOS.launch()
-    if os.environ.get("DURABLE_APPROVAL"):
-        sys.stdout.write("READY\n")
-        sys.stdout.flush()
-    try:
-        if BATCH:
-            tags = [{"tag": f"r{index}"} for index in range(1, 4)]
-            steps = await durable.run_many(
-                tags, batch_id="ledger-batch", concurrency=1, **_options()
-            )
-        else:
-            steps = [await durable.run({"tag": "solo"}, workflow_id="ledger-run", **_options())]
-        data = [comparable(step) for step in steps]
-        sys.stdout.write("STEPS " + json.dumps(data, sort_keys=True) + "\n")
-        sys.stdout.flush()
-    finally:
-        await llm.aclose()
-        DBOS.destroy()
+    async with AsyncExitStack() as stack:
+        if server is not None:  # connected before DBOS.launch(), which resumes the run
+            await stack.enter_async_context(server)
+        DBOS.launch()
+        if os.environ.get("DURABLE_APPROVAL"):
+            sys.stdout.write("READY\n")
+            sys.stdout.flush()
+        try:
+            if BATCH:
+                tags = [{"tag": f"r{index}"} for index in range(1, 4)]
+                steps = await durable.run_many(
+                    tags, batch_id="ledger-batch", concurrency=1, **_options()
+                )
+            else:
+                steps = [await durable.run({"tag": "solo"}, workflow_id="ledger-run", **_options())]
+            data = [comparable(step) for step in steps]
+            sys.stdout.write("STEPS " + json.dumps(data, sort_keys=True) + "\n")
+        except Exception as exc:
+            sys.stdout.write(f"ERROR {type(exc).__name__}: {exc}\n")
+        finally:
+            sys.stdout.flush()
+            await llm.aclose()
+            DBOS.destroy()
 
 
 if __name__ == "__main__":

@@ -8,13 +8,16 @@ process that sent it: a kill during an LLM call, synchronised by a server-side e
 from __future__ import annotations
 
 import json
+import os
 import queue
 import re
+import signal
+import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,12 +91,18 @@ class Child:
     """One process of the ledger run; its standard output read line by line."""
 
     def __init__(
-        self, base_url: str, db_url: str, side_effects: Path, crash: str = "", batch: bool = False
+        self,
+        base_url: str,
+        db_url: str,
+        side_effects: Path,
+        crash: str = "",
+        batch: bool = False,
+        env: Mapping[str, str] | None = None,
     ):
         args = [sys.executable, str(CHILD), base_url, db_url, str(side_effects), crash]
         self.process = subprocess.Popen(
             [*args, "batch"] if batch else args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True,
+            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
         )  # fmt: skip
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -124,6 +133,13 @@ class Child:
         result: list[dict[str, Any]] = json.loads(line[6:])
         return result
 
+    def error(self) -> str:
+        """The error the child's run raised, as it printed it (it then exits)."""
+        line = self.next_line()
+        assert line.startswith("ERROR "), line
+        assert self.process.wait(WAIT) == 0, self.stderr()
+        return line[6:]
+
     def kill(self) -> None:
         self.process.kill()  # SIGKILL
         self.process.wait(WAIT)
@@ -138,9 +154,14 @@ class Child:
 
 @contextmanager
 def child(
-    base_url: str, db_url: str, side_effects: Path, crash: str = "", batch: bool = False
+    base_url: str,
+    db_url: str,
+    side_effects: Path,
+    crash: str = "",
+    batch: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[Child]:
-    running = Child(base_url, db_url, side_effects, crash, batch)
+    running = Child(base_url, db_url, side_effects, crash, batch, env)
     try:
         yield running
     finally:
@@ -148,29 +169,66 @@ def child(
 
 
 def crash_and_resume(
-    server: ScriptedServer, db_url: str, side_effects: Path, point: str, batch: bool = False
+    server: ScriptedServer,
+    db_url: str,
+    side_effects: Path,
+    point: str,
+    batch: bool = False,
+    env: Mapping[str, str] | None = None,
+    resume_env: Mapping[str, str] | None = None,
 ) -> tuple[list[dict[str, Any]], Ledger]:
-    """Run the ledger, kill it at ``point`` (``llm:<size>`` or a child's point), resume it.
+    """Run the ledger, kill it at ``point``, resume it (``env``, then ``resume_env``, added to
+    each child's environment).
+
+    ``point``: ``llm:<size>`` (the server holds that request), ``mcp:<item>`` (the MCP
+    server holds the call recording ``item``: DURABLE_MCP runs; the server is killed after
+    the child), or a child's own point.
 
     Returns the resumed run's Steps (comparable data) and the server's record.
     """
-    kind, _, where = point.partition(":")
-    ledger = Ledger(hold_at=int(where) if kind == "llm" else None)
-    ledger.script(server)
-    crash = "" if kind == "llm" else point
-    try:
-        with child(server.base_url, db_url, side_effects, crash, batch) as first:
-            if kind == "llm":
-                assert ledger.held.wait(WAIT), "the request to hold never came"
-            else:
-                assert first.next_line() == f"AT {point}"
-            first.kill()
-    finally:
-        ledger.release.set()
-    with child(server.base_url, db_url, side_effects, batch=batch) as second:
+    ledger = run_and_kill(server, db_url, side_effects, point, batch, env)
+    with child(server.base_url, db_url, side_effects, batch=batch, env=resume_env) as second:
         steps = second.steps()
         ledger.resumed_log = second.stderr()
         return steps, ledger
+
+
+def run_and_kill(
+    server: ScriptedServer,
+    db_url: str,
+    side_effects: Path,
+    point: str,
+    batch: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> Ledger:
+    """Run the ledger and kill it at ``point`` (see :func:`crash_and_resume`)."""
+    kind, _, where = point.partition(":")
+    ledger = Ledger(hold_at=int(where) if kind == "llm" else None)
+    ledger.script(server)
+    with ExitStack() as stack:
+        env = dict(env or {})
+        if kind == "mcp":
+            listener = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+            listener.settimeout(WAIT)
+            env["DURABLE_MCP_HOLD"] = f"{where}:{listener.getsockname()[1]}"
+        try:
+            with child(server.base_url, db_url, side_effects, "" if kind in ("llm", "mcp")
+                       else point, batch, env) as first:  # fmt: skip
+                if kind == "llm":
+                    assert ledger.held.wait(WAIT), "the request to hold never came"
+                    first.kill()
+                elif kind == "mcp":
+                    held, _ = listener.accept()  # the server's call has arrived
+                    with held, held.makefile() as lines:
+                        server_pid = int(lines.readline())
+                        first.kill()  # the child first: a server that died first is lost
+                        os.kill(server_pid, signal.SIGKILL)
+                else:
+                    assert first.next_line() == f"AT {point}"
+                    first.kill()
+        finally:
+            ledger.release.set()
+    return ledger
 
 
 def decide_while_dead(

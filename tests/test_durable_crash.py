@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("dbos", reason="the dbos extra is not installed")
 
-from durable_harness import Ledger, child, crash_and_resume, decide_while_dead
+from durable_harness import Ledger, child, crash_and_resume, decide_while_dead, run_and_kill
 from openai_server import ScriptedServer
 
 
@@ -159,3 +159,106 @@ def test_a_run_killed_while_it_waits_for_approval_goes_on_with_decisions_from_el
         "Field required",
         "it answers pause 2; the run waits on pause 1",
     ]
+
+
+# --- the record tool served by an MCP server (tests/durable_mcp_server.py, over stdio) ---
+
+MCP = {"DURABLE_MCP": "1"}
+
+
+def server_calls(side_effects: Path) -> list[str]:
+    """The calls that reached the MCP servers (each process has its own), in order."""
+    return side_effects.with_name(side_effects.name + ".calls").read_text().splitlines()
+
+
+@pytest.fixture(scope="module")
+def uncrashed_mcp(
+    shared_server: ScriptedServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """The Step of the ledger run, its tool an MCP server's, that never stopped."""
+    shared_server.reset()
+    folder = tmp_path_factory.mktemp("uncrashed-mcp")
+    Ledger().script(shared_server)
+    with child(shared_server.base_url, f"sqlite:///{folder}/dbos.sqlite",
+               folder / "ledger.txt", env=MCP) as run:  # fmt: skip
+        (step,) = run.steps()
+    assert (folder / "ledger.txt").read_text().splitlines() == ["solo-a", "solo-b", "solo-c"]
+    assert server_calls(folder / "ledger.txt") == ["solo-a", "solo-b", "solo-c"]
+    yield step
+    shared_server.reset()
+
+
+def test_the_uncrashed_run_with_an_mcp_tool_is_the_run_with_a_python_tool(
+    uncrashed: tuple[dict[str, Any], list[str]], uncrashed_mcp: dict[str, Any]
+) -> None:
+    # Same turns, tool results and outcome: the server's tool is a tool like any other.
+    assert uncrashed_mcp == uncrashed[0]
+
+
+# (point, the server's calls after the restart, the LLM calls made again)
+MCP_POINTS = [
+    pytest.param("llm:4", ["solo-a", "solo-b", "solo-c"], [4], id="during-an-llm-call"),
+    pytest.param("between:3", ["solo-a", "solo-b", "solo-c"], [], id="between-turns"),
+    pytest.param(
+        "mcp:solo-c", ["solo-a", "solo-b", "solo-c", "solo-c"], [], id="during-the-servers-call"
+    ),
+]
+
+
+@pytest.mark.parametrize(("point", "calls", "repeated"), MCP_POINTS)
+def test_a_run_with_an_mcp_tool_killed_at_a_point_never_calls_the_server_again_for_a_done_call(
+    server: ScriptedServer,
+    tmp_path: Path,
+    uncrashed_mcp: dict[str, Any],
+    point: str,
+    calls: list[str],
+    repeated: list[int],
+) -> None:
+    side_effects = tmp_path / "ledger.txt"
+    (step,), ledger = crash_and_resume(
+        server, f"sqlite:///{tmp_path}/dbos.sqlite", side_effects, point, env=MCP, resume_env=MCP
+    )
+    assert step == uncrashed_mcp
+    # Each call the server completed before the kill was read back from its checkpoint;
+    # only a call cut off by the kill (the held one) reached a server again.
+    assert server_calls(side_effects) == calls
+    assert side_effects.read_text().splitlines() == ["solo-a", "solo-b", "solo-c"]
+    assert Counter(ledger.sizes) == Counter({2: 1, 4: 1, 8: 1, 10: 1}) + Counter(repeated)
+    assert ledger.resumed_log == ""
+
+
+def test_a_run_resumed_with_a_server_that_lists_more_tools_keeps_the_tools_it_started_with(
+    server: ScriptedServer, tmp_path: Path, uncrashed_mcp: dict[str, Any]
+) -> None:
+    side_effects = tmp_path / "ledger.txt"
+    (step,), ledger = crash_and_resume(
+        server, f"sqlite:///{tmp_path}/dbos.sqlite", side_effects, "llm:4", env=MCP,
+        resume_env={**MCP, "DURABLE_MCP_TOOLS": "record,extra"},
+    )  # fmt: skip
+    assert step == uncrashed_mcp
+    # Turn 2's model call, cut off by the kill and made again by the resumed process, is
+    # offered the tools the run started with, not the upgraded server's new one.
+    again = [request for request in ledger.requests if len(request.json["messages"]) == 4]
+    assert [[tool["function"]["name"] for tool in r.json["tools"]] for r in again] == [
+        ["record"], ["record"]
+    ]  # fmt: skip
+
+
+def test_a_run_resumed_without_a_tool_it_called_is_refused_naming_it(
+    server: ScriptedServer, tmp_path: Path
+) -> None:
+    side_effects = tmp_path / "ledger.txt"
+    db_url = f"sqlite:///{tmp_path}/dbos.sqlite"
+    ledger = run_and_kill(server, db_url, side_effects, "between:3", env=MCP)
+    resumed = {**MCP, "DURABLE_MCP_TOOLS": "extra"}  # the server no longer lists record
+    with child(server.base_url, db_url, side_effects, env=resumed) as second:
+        error = second.error()
+    assert error == (
+        "ConfigurationError: tools: the durable run 'ledger-run' cannot go on: its tool "
+        "sources no longer offer the tools it started with (gone: record). Its recorded "
+        "steps need them: connect the sources it ran with (the same servers, tools and "
+        "prefixes)"
+    )
+    # Nothing was called again: not the server, not the model.
+    assert server_calls(side_effects) == ["solo-a", "solo-b", "solo-c"]
+    assert Counter(ledger.sizes) == Counter({2: 1, 4: 1})

@@ -13,6 +13,10 @@ What lives here:
   inside the step, so a timed-out call is recorded like any other).
 - ``_tools``: :func:`durable_tool`, a tool whose function runs as a DBOS step (its timeout
   and its exception recorded with it).
+- ``_sources``: the agent's tool sources (MCP servers) in a durable run: their tools mapped
+  through :func:`durable_tool` (``subagent.tools.mapped_source``), and the tools a run
+  starts with recorded (its first step) and pinned for it, so a replay finds the tools its
+  steps called or is refused, naming them.
 - ``_agent``: :class:`DurableAgent`, an agent's runs and batches as DBOS workflows.
 - ``_approval``: how a paused durable run waits for approval: the DBOS event saying what
   waits (:data:`PENDING_EVENT`, a :class:`PendingApproval`) and the DBOS message deciding

@@ -35,6 +35,7 @@ from subagent.durable._approval import (
     read_pending,
 )
 from subagent.durable._llm import DurableLLM
+from subagent.durable._sources import DurableSource, pin_sources, pinned
 from subagent.durable._tools import durable_tool
 from subagent.llm import LLM, Message, RetryPolicy
 from subagent.records import Decision, FailReason, Failure, Step, Turn, build_step, step_model
@@ -87,13 +88,16 @@ class DurableAgent(Generic[OutputT]):
     (``subagent.run:<name>`` and ``subagent.batch:<name>``), which DBOS finds by name when
     it recovers a workflow left pending by a process that died. Every process that may
     resume a run must build the same durable agent (same name, prompts, tools, output type)
-    before it launches DBOS.
+    before it launches DBOS, and connect its tool sources (MCP servers) before it launches
+    DBOS, in the event loop that then calls ``DBOS.launch()``.
 
     In a workflow, each LLM call is a step (:class:`DurableLLM`) and each tool call is a
-    step (:func:`durable_tool`); everything between them (the phase machine, parsing,
-    validators, the conversation) is deterministic and replays from the checkpoints. The
-    Step a resumed run returns equals the uncrashed run's but for the measured fields
-    (:func:`~subagent.durable.comparable`).
+    step (:func:`durable_tool`), a tool source's included; everything between them (the
+    phase machine, parsing, validators, the conversation) is deterministic and replays
+    from the checkpoints. The Step a resumed run returns equals the uncrashed run's but for
+    the measured fields (:func:`~subagent.durable.comparable`). A run of an agent with tool
+    sources first records the tools it starts with, and reads only those: a replay whose
+    sources lost or changed one of them is refused (``docs/durable.md``).
 
     Args:
         agent: The agent definition.
@@ -132,14 +136,12 @@ class DurableAgent(Generic[OutputT]):
         if not isinstance(name, str) or not name.strip():
             raise ConfigurationError("name", f"must be a non-empty string, got {name!r}")
         plain, sources = split_sources(agent.tools)
-        if sources:
-            # A source's tools are known only per run; they are not wrapped as steps yet.
-            raise ConfigurationError(
-                "tools", f"a durable agent takes no tool sources yet ({sources[0].source_name})"
-            )
+        # A source's tools are known once it is connected: each listing's tools are
+        # wrapped as they come, and a run's listing is recorded (see _sources).
+        self._sources = tuple(DurableSource(source) for source in sources)
         durable = dataclasses.replace(
             agent,
-            tools=[durable_tool(tool) for tool in plain],
+            tools=[*(durable_tool(tool) for tool in plain), *self._sources],
             llm=agent.llm if llm is None else llm,
             timeout=None,  # the call timeout moves inside the LLM step
         )
@@ -218,11 +220,13 @@ class DurableAgent(Generic[OutputT]):
 
         Raises:
             ConfigurationError: An option is invalid.
+            SourceNotReadyError: A tool source is not connected (nothing is started).
             TypeError: An option a durable run does not take (the message says why).
         """
         self._check(options)
         handle = await self._existing(workflow_id, f"subagent.run:{self.name}")
         if handle is None:
+            self._check_sources()
             with _workflow_id(workflow_id):
                 handle = await DBOS.start_workflow_async(
                     self._run_workflow, context, dict(options), _trace_carrier()
@@ -260,6 +264,7 @@ class DurableAgent(Generic[OutputT]):
         inputs = list(contexts)
         handle = await self._existing(batch_id, f"subagent.batch:{self.name}")
         if handle is None:
+            self._check_sources()
             with _workflow_id(batch_id):
                 handle = await DBOS.start_workflow_async(
                     self._batch_workflow, inputs, dict(options), concurrency, _trace_carrier()
@@ -366,11 +371,18 @@ class DurableAgent(Generic[OutputT]):
     # --- the workflows' bodies (replayed on resume: deterministic but for the steps) ---
 
     async def _run_body(self, context: Context, options: dict[str, Any]) -> str:
+        workflow_id = cast(str, DBOS.workflow_id)
+        pins = None
+        if self._sources:  # the tools it starts with, recorded (checked on a replay)
+            pins = await pin_sources(self._sources, f"subagent.tools:{self.name}", workflow_id)
+        with pinned(pins):
+            return await self._run_pinned(context, options, workflow_id)
+
+    async def _run_pinned(self, context: Context, options: dict[str, Any], workflow_id: str) -> str:
         step = await self.agent.run(
             context, llm=self.llm, tracer_provider=self._tracer_provider, deps=self._deps,
             **options,
         )  # fmt: skip
-        workflow_id = cast(str, DBOS.workflow_id)
         pauses = 0
         while step.paused and step.state is not None and step.pending is not None:
             pauses += 1
@@ -482,6 +494,15 @@ class DurableAgent(Generic[OutputT]):
             except Exception as exc:
                 child = exc
         return _errored_step(self.agent, options, child).model_dump_json()
+
+    def _check_sources(self) -> None:
+        """Refuse to start a run whose tool sources are not ready (nothing is recorded).
+
+        Raises:
+            SourceNotReadyError: A source cannot supply tools now (a server not connected).
+        """
+        for source in self._sources:
+            source.live()
 
     def _check(self, options: Mapping[str, Any]) -> None:
         for key in options:

@@ -9,7 +9,9 @@ What lives here:
 - ``_source``: :class:`ToolSource`, what supplies tools known only once connected (an MCP
   server, ``subagent.mcp``), and :class:`AgentTools`, an agent's fixed tools and sources
   made into one set per run (a name clash is an error); :class:`ToolSourceLostError`, how a
-  source says it went away mid-run.
+  source says it went away mid-run; :func:`mapped_source` (:class:`MappedSource`), a
+  source whose tools are another's, each passed through a function (the seam that wraps a
+  source's tools for every run, from outside the loop).
 - ``_execute``: :class:`Toolbox`, an agent's tools ready to run the model's calls: every
   failure becomes a result the model reads, never an exception; the calls of one reply past
   :data:`TOOL_CALLS_PER_TURN` are refused, never run.
@@ -27,9 +29,11 @@ from subagent.tools._execute import (
 )
 from subagent.tools._source import (
     AgentTools,
+    MappedSource,
     SourceNotReadyError,
     ToolSource,
     ToolSourceLostError,
+    mapped_source,
     split_sources,
 )
 from subagent.tools._tool import (
@@ -51,6 +55,7 @@ __all__ = [
     "TOOL_RESULT_LIMIT",
     "AgentTools",
     "FromExtras",
+    "MappedSource",
     "NestedRunError",
     "SourceNotReadyError",
     "Tool",
@@ -63,6 +68,7 @@ __all__ = [
     "Toolbox",
     "build_tools",
     "inline_definitions",
+    "mapped_source",
     "render_result",
     "split_sources",
     "tool",

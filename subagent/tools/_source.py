@@ -13,6 +13,10 @@ A source that goes away mid-run (its server process died, its endpoint is gone) 
 raising :class:`ToolSourceLostError` from its tools' calls: the call is a tool error like any
 other, and the run then ends ``failed(tool_server_lost)`` (the :class:`Toolbox` marks the
 call, the loop fires the state table's row), rather than going on without the source.
+
+:func:`mapped_source` is the seam that changes a source's tools from outside the loop: a
+source of its own whose tools are another source's, each passed through a function (how a
+durable agent makes each call of an MCP tool a checkpointed step).
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ from subagent.tools._tool import Tool
 
 __all__ = [
     "AgentTools",
+    "MappedSource",
     "SourceNotReadyError",
     "ToolSource",
     "ToolSourceLostError",
+    "mapped_source",
     "split_sources",
 ]
 
@@ -82,6 +88,92 @@ class ToolSource(Protocol):
             SourceNotReadyError: The source cannot supply tools now (not connected).
         """
         ...
+
+
+def mapped_source(source: ToolSource, wrap: Callable[[Tool], Tool]) -> MappedSource:
+    """``source`` with each tool it lists passed through ``wrap``: a tool source of its own.
+
+    The result goes in ``SubAgent(tools=[...])`` in the source's place, and is read like any
+    source (see :class:`MappedSource`): the agent sees the wrapped tools, rebuilt when the
+    source's list moves. ``wrap`` is how a tool changes for every run without the loop
+    knowing: ``subagent.durable`` makes each call of an MCP server's tool a DBOS step with
+    ``mapped_source(server, durable_tool)``.
+
+    Args:
+        source: The tool source (an MCP server, a view of one, another mapped source).
+        wrap: Takes one of the source's tools and returns the tool to offer in its place
+            (usually the same name, description and schema, its function wrapped). It is
+            called once per tool per listing, when a run first reads that listing.
+
+    Raises:
+        ConfigurationError: ``source`` is not a tool source, or ``wrap`` is not callable.
+    """
+    if isinstance(source, Tool) or not isinstance(source, ToolSource):
+        raise ConfigurationError("tools", f"{source!r} is not a tool source")
+    if not callable(wrap):
+        raise ConfigurationError("wrap", f"must be a function from Tool to Tool, got {wrap!r}")
+    return MappedSource(source, wrap)
+
+
+class MappedSource:
+    """The tools of another source, each passed through a function (see :func:`mapped_source`).
+
+    It is the source it wraps but for its tools: the same :attr:`source_name` (for
+    messages), the same revision (so an agent rebuilds what it built from a listing exactly
+    when the source's list moves), the same readiness (:class:`SourceNotReadyError` passes
+    through) and the same connection (the wrapped tools call the source's own). A source
+    that goes away raises :class:`ToolSourceLostError` from the wrapped tools' calls as
+    from its own, unless the function changes that, so the run still ends
+    ``failed(tool_server_lost)``.
+
+    The wrapped tools are built once per listing and shared by the runs that read it.
+
+    Attributes:
+        source: The source it wraps.
+        wrap: The function each of its tools goes through.
+    """
+
+    __slots__ = ("_built", "source", "wrap")
+
+    def __init__(self, source: ToolSource, wrap: Callable[[Tool], Tool]):
+        self.source = source
+        self.wrap = wrap
+        self._built: tuple[int, tuple[Tool, ...]] | None = None
+
+    @property
+    def source_name(self) -> str:
+        """The wrapped source's name for messages."""
+        return self.source.source_name
+
+    def current_tools(self) -> tuple[int, Sequence[Tool]]:
+        """The wrapped source's revision and its tools now, each passed through ``wrap``.
+
+        Raises:
+            SourceNotReadyError: The wrapped source cannot supply tools now.
+            ConfigurationError: ``wrap`` returned something that is not a
+                :class:`~subagent.Tool` (the message names the tool), or the wrapped source
+                refused its listing.
+        """
+        revision, tools = self.source.current_tools()
+        built = self._built
+        if built is not None and built[0] == revision:
+            return built
+        wrapped = tuple(self._wrapped(tool) for tool in tools)
+        built = (revision, wrapped)
+        self._built = built
+        return built
+
+    def _wrapped(self, tool: Tool) -> Tool:
+        result = self.wrap(tool)
+        if not isinstance(result, Tool):
+            raise ConfigurationError(
+                "wrap", f"{self.wrap!r} returned {result!r} for the tool {tool.name!r} of "
+                f"{self.source_name}: it must return a Tool",
+            )  # fmt: skip
+        return result
+
+    def __repr__(self) -> str:
+        return f"mapped_source({self.source!r}, {self.wrap!r})"
 
 
 def split_sources(
