@@ -1,14 +1,16 @@
 """The quickstart agents against a real model: a local one, or yours.
 
-    python examples/demo.py [--model qwen|smollm2]
+    python examples/demo.py [--model qwen|qwen1.5b|smollm2]
 
 With ``SUBAGENT_LLM`` (e.g. ``openai:gpt-4o-mini``) or ``OPENAI_BASE_URL``/``OPENAI_MODEL``
 set, the agents run on that model (``OPENAI_API_KEY`` for the key). Otherwise the demo sets
 up and starts a small local model with subagent.local_model (the first time it builds
 llama-cpp-python and downloads the weights: several minutes), runs the agents on it, and
-stops it; then it runs the single-shot agent on SmolLM2 135M, which rarely follows the format,
-to show the correction turns. It prints one table row per turn: type, outcome, error,
-tokens, seconds.
+stops it. Last it shows the correction budget at work: a contact extraction where the small
+model's first answer echoes the schema instead of filling it, corrected twice, once with
+correction turns like the first (the model repeats itself) and once with correction turns
+sent as structured output (``Correction(output="json_schema")``). It prints one table row
+per turn: type, outcome, error, tokens, seconds.
 
 Small local models get things wrong; that is the point of the demo: the runtime records the
 wrong answers, feeds back what was wrong, and ends either done or failed(budget_exhausted)
@@ -28,7 +30,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel
 
-from subagent import OpenAIChat, RetryPolicy, Step, SubAgent, local_model
+from subagent import Correction, OpenAIChat, RetryPolicy, Step, SubAgent, local_model
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -98,32 +100,55 @@ def run_options(llm: OpenAIChat) -> dict[str, Any]:
 
 async def run_agents(llm: OpenAIChat) -> list[Step[Any]]:
     options = run_options(llm)
-    steps: list[Step[Any]] = []
-    async with llm:
-        started = time.perf_counter()
-        calc = await quickstart.agent.run(
-            {"question": "17 + 25, using the add tool"}, max_turns=3, return_retries=1, **options
-        )
-        print_table(f"calc (quickstart agent, tools): {time.perf_counter() - started:.1f} s", calc)
-        steps.append(calc)
+    started = time.perf_counter()
+    calc = await quickstart.agent.run(
+        {"question": "17 + 25, using the add tool"}, max_turns=3, return_retries=1, **options
+    )
+    print_table(f"calc (quickstart agent, tools): {time.perf_counter() - started:.1f} s", calc)
 
+    started = time.perf_counter()
+    step = await EXTRACT.run({"text": TEXT}, max_turns=1, return_retries=2, **options)
+    print_table(f"extract (single shot): {time.perf_counter() - started:.1f} s", step)
+    return [calc, step]
+
+
+class Contact(BaseModel):
+    """A person mentioned in a text (this docstring reaches the model)."""
+
+    name: str
+    age: int
+    city: str
+
+
+CONTACT = SubAgent(name="contact", prompt="Extract the person's name, age and city:\n{{text}}",
+                   output=Contact)  # fmt: skip
+PERSON = "Lena Fischer, 45, teaches chemistry at a school in Leipzig."
+CORRECTIONS = {
+    "like the first turn": None,
+    "as structured output": Correction(output="json_schema"),
+}
+"""How the correction turn is sent: as the failed one was, or under the output's schema."""
+
+
+async def run_corrections(llm: OpenAIChat) -> list[Step[Any]]:
+    """One extraction, corrected two ways: the correction budget at work (must_return,
+    then a retry turn with the feedback), done or failed(budget_exhausted) within
+    max_turns + return_retries calls."""
+    options = run_options(llm)
+    steps: list[Step[Any]] = []
+    for how, correction in CORRECTIONS.items():
         started = time.perf_counter()
-        step = await EXTRACT.run({"text": TEXT}, max_turns=1, return_retries=2, **options)
-        print_table(f"extract (single shot): {time.perf_counter() - started:.1f} s", step)
+        step = await CONTACT.run({"text": PERSON}, max_turns=1, return_retries=1,
+                                 correction=correction, **options)  # fmt: skip
+        title = f"contact, corrected {how}: {time.perf_counter() - started:.1f} s"
+        print_table(title, step)
         steps.append(step)
     return steps
 
 
-async def run_corrections(llm: OpenAIChat) -> list[Step[Any]]:
-    """The single-shot agent on a model too small to follow the format: the correction
-    budget at work (must_return, then retry turns with the feedback), done or
-    failed(budget_exhausted) within max_turns + return_retries calls."""
+async def run_demo(llm: OpenAIChat) -> list[Step[Any]]:
     async with llm:
-        started = time.perf_counter()
-        step = await EXTRACT.run({"text": TEXT}, max_turns=1, return_retries=2, **run_options(llm))
-        title = f"extract on SmolLM2 135M (corrections): {time.perf_counter() - started:.1f} s"
-        print_table(title, step)
-    return [step]
+        return [*await run_agents(llm), *await run_corrections(llm)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,10 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         with model(args.model) as llm:
-            steps = anyio.run(run_agents, llm)
-        if args.model != "smollm2" and not OpenAIChat.env_configured():
-            with model("smollm2") as small:
-                steps += anyio.run(run_corrections, small)
+            steps = anyio.run(run_demo, llm)
     except local_model.SetupError as error:
         print(f"could not start the local model: {error}", file=sys.stderr)
         return 1

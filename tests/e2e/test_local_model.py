@@ -236,11 +236,12 @@ def test_the_demo_runs_its_agents_on_the_model_from_the_environment(
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert f"at {qwen.base_url} (from the environment)" in out
-    assert "== calc" in out and "== extract" in out
-    # each agent's table ends with its Step summary: done or failed, never an llm_error
-    summary = re.compile(r"^(done|failed \(.*\)) in \d+ turns? \(")
+    assert "== calc" in out and "== extract" in out and "== contact, corrected as structured" in out
+    # each run's table ends with its Step summary: done or failed, never an llm_error
+    # (a failure's summary quotes the last error, which may run over several lines)
+    summary = re.compile(r"^(done in \d+ turns? \(|failed \()")
     summaries = [line for line in out.splitlines() if summary.match(line)]
-    assert len(summaries) == 2, out
+    assert len(summaries) == 4, out
     assert all(line.startswith(("done", "failed (budget_exhausted")) for line in summaries), out
 
 
@@ -272,11 +273,17 @@ def load_demo() -> Any:
     return demo
 
 
-async def test_the_demos_correction_run_follows_the_state_table(
-    smollm2: local_llm.LocalServer,
+async def test_the_demos_correction_runs_follow_the_state_table_and_send_their_corrections_as_asked(
+    qwen: local_llm.LocalServer,
 ) -> None:
-    (step,) = await load_demo().run_corrections(adapter(smollm2))
-    assert_state_table_path(step, max_turns=1, return_retries=2)
+    async with adapter(qwen, text_tool_calls=True) as llm:
+        same, structured = await load_demo().run_corrections(llm)
+    for step in (same, structured):
+        assert_state_table_path(step, max_turns=1, return_retries=1)
+    assert [turn.corrected for turn in same.turns] == [False] * len(same.turns)
+    # a correction turn of the second run is asked for under the output's schema
+    for turn in structured.turns[1:]:
+        assert (turn.corrected, turn.output_mode) == (True, "json_schema")
 
 
 def _prompt_tokens(server: local_llm.LocalServer, text: str, where: str) -> int:
