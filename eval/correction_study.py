@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from subagent import Correction, OpenAIChat, RunState, Step, SubAgent  # noqa: E402
+from subagent import Correction, OpenAIChat, RunArguments, RunState, Step, SubAgent  # noqa: E402
 from subagent.evals import Case, Dataset, Variant  # noqa: E402
 from subagent.records import FailReason, Failure, build_step  # noqa: E402
 
@@ -231,7 +231,10 @@ def _tasks(args: argparse.Namespace) -> Study:
     (group,) = [group for group in configs.GROUPS if group.name == "budgets"]
     dataset = Dataset(group.cases(tasks.cases), tasks.judges, name=group.name)
     options = {k: v for k, v in configs.options().items() if k != "return_retries"}
-    return [dataset], (lambda case: AGENTS[str(case.agent)]), options
+    # The configuration's agent fields (protocol...) go on the agent; the rest are run options.
+    fields = {k: options.pop(k) for k in list(options) if k not in RunArguments.__annotations__}
+    agents = {name: dataclasses.replace(agent, **fields) for name, agent in AGENTS.items()}
+    return [dataset], (lambda case: agents[str(case.agent)]), options
 
 
 async def _study(args: argparse.Namespace, base_url: str) -> None:
