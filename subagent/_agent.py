@@ -41,9 +41,9 @@ from subagent.tools import Tool
 
 __all__ = ["RunArguments", "SubAgent"]
 
-# Defaults to Any: agents with a text or parser output are SubAgent[Any]; with a model or
-# type output, SubAgent[Model].
-OutputT = TypeVar("OutputT", default=Any)
+# A text agent (no output=) is SubAgent[str]; with a model or type output, SubAgent[Model];
+# with a parser, what the parser says it returns (Any for a plain ParseResult).
+OutputT = TypeVar("OutputT", default=str)
 # The run's deps, second so that SubAgent[Model] keeps meaning what it meant; Any (not
 # declared) unless the agent names its deps_type.
 DepsT = TypeVar("DepsT", default=Any)

@@ -27,7 +27,7 @@ from subagent.tools import TOOL_CALLS_PER_TURN, TOOL_RESULT_LIMIT, Tool, ToolSou
 
 __all__ = ["AgentDefinition"]
 
-OutputT = TypeVar("OutputT", default=Any)
+OutputT = TypeVar("OutputT", default=str)
 DepsT = TypeVar("DepsT", default=Any)
 
 
@@ -37,7 +37,7 @@ class AgentDefinition(Generic[OutputT, DepsT]):
 
     name: str
     prompt: str = ""
-    output: type[OutputT] | OutputParser | None = None
+    output: type[OutputT] | OutputParser[OutputT] | None = None
     tools: Sequence[Tool | Callable[..., Any] | ToolSource] = ()
     llm: LLM | str | None = None
     max_turns: int = 5

@@ -10,7 +10,7 @@ SNIPPET = """
 from typing import Any
 from typing_extensions import assert_type
 from pydantic import BaseModel
-from subagent import ScriptedLLM, Step, SubAgent, sections_parser
+from subagent import ParseResult, ScriptedLLM, Step, SubAgent, sections_parser
 
 class Answer(BaseModel):
     value: int
@@ -20,7 +20,11 @@ assert_type(typed, SubAgent[Answer])
 assert_type(typed.run_sync(llm=ScriptedLLM(['{"value": 1}'])), Step[Answer])
 assert_type(typed.run_sync(llm=ScriptedLLM(['{"value": 1}'])).output, Answer | None)
 assert_type(typed.run_sync(llm=ScriptedLLM(['{"value": 1}'])).output_or_raise(), Answer)
-assert_type(SubAgent(name="t", prompt="p"), SubAgent[Any])
+assert_type(SubAgent(name="t", prompt="p"), SubAgent[str])
+assert_type(SubAgent(name="t", prompt="p").run_sync(llm=ScriptedLLM(["hi"])).output, str | None)
+def count(text: str) -> ParseResult[int]:
+    return ParseResult.success(len(text))
+assert_type(SubAgent(name="c", prompt="p", output=count), SubAgent[int])
 assert_type(SubAgent(name="s", prompt="p", output=sections_parser(["[Plan]"])), SubAgent[Any])
 assert_type(SubAgent(name="l", prompt="p", output=list[int]), SubAgent[list[int]])
 assert_type(typed, SubAgent[int])  # the control: a wrong type must be reported

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol
+
+from typing_extensions import TypeVar
 
 from subagent._errors import ParserContractError
 
 __all__ = ["OutputParser", "ParseResult", "coerce_parse_result"]
 
+# What a parser's data is, for type checkers: Any unless its parser says (ParseResult[int]).
+DataT = TypeVar("DataT", covariant=True, default=Any)
+
 
 @dataclass(frozen=True, slots=True)
-class ParseResult:
+class ParseResult(Generic[DataT]):
     """What a parser made of a reply.
 
     Build one with :meth:`success` or :meth:`error`.
@@ -28,7 +33,7 @@ class ParseResult:
     """
 
     ok: bool
-    data: Any = None
+    data: DataT | None = None
     sections: Mapping[str, str] | None = None
     feedback: str = ""
     summary: str = ""
@@ -90,15 +95,17 @@ def coerce_parse_result(result: object, parser_name: str) -> ParseResult:
     )
 
 
-class OutputParser(Protocol):
+class OutputParser(Protocol[DataT]):
     """A parser for ``SubAgent(output=...)``: ``(text, **kwargs) -> ParseResult``.
 
     The dict form (``{"status": "success", "data": ...}`` or ``{"status": "error",
     "feedback": ...}``) is accepted too. A model class does not fit this shape (calling it
     builds an instance), which lets type checkers tell ``output=Model`` (typed
-    ``SubAgent[Model]``) from ``output=parser``.
+    ``SubAgent[Model]``) from ``output=parser``: an agent with a parser is typed by what
+    the parser says it returns (``SubAgent[Any]`` for ``-> ParseResult``,
+    ``SubAgent[int]`` for ``-> ParseResult[int]``).
     """
 
     def __call__(
         self, text: str, /, *args: Any, **kwargs: Any
-    ) -> ParseResult | Mapping[str, Any]: ...
+    ) -> ParseResult[DataT] | Mapping[str, DataT]: ...
