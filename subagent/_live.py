@@ -11,7 +11,7 @@ field in one place each.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,9 +71,17 @@ class LiveRun:
     traceparent: str | None = None
     resumed: bool = False
     final_reply: Message | None = None
-    # The task as given, and how many messages it became with the runtime's notice joined.
-    task: list[Message] | None = None
+    # How the final-turn notice was joined to the task: the messages the task became
+    # (0: no notice), and the characters it added to the last one (0: a message of its own).
+    # Numbers, not the task's messages: a run in flight keeps no second copy of its task.
     task_sent: int = 0
+    notice_chars: int = 0
+
+    def joined_notice(self, task: Sequence[Message], sent: Sequence[Message]) -> None:
+        """Remember that ``task`` was sent as ``sent``, the final-turn notice joined to it."""
+        self.task_sent = len(sent)
+        if len(sent) == len(task) and sent[-1].content.startswith(task[-1].content):
+            self.notice_chars = len(sent[-1].content) - len(task[-1].content)
 
     def messages(self) -> list[Message]:
         """The conversation as the model saw it, then the final reply (``Step.messages``).
@@ -81,11 +89,23 @@ class LiveRun:
         The task is as it was given: without the final-turn notice the runtime joins to it.
         """
         transcript = self.conversation.transcript()
-        if self.task is not None:
-            transcript = [*self.task, *transcript[self.task_sent :]]
+        end = self.task_sent
+        if 0 < end <= len(transcript):
+            if self.notice_chars:
+                last = transcript[end - 1]
+                content = last.content[: len(last.content) - self.notice_chars]
+                transcript[end - 1] = last.model_copy(update={"content": content})
+            else:
+                del transcript[end - 1]
         if self.final_reply is not None:
             transcript.append(self.final_reply)
         return transcript
+
+    def task(self) -> list[Message]:
+        """The task as given, when the final-turn notice was joined to it (else empty)."""
+        if not self.task_sent:
+            return []
+        return self.messages()[: self.task_sent - (0 if self.notice_chars else 1)]
 
     @classmethod
     def fresh(
@@ -107,7 +127,8 @@ class LiveRun:
                    elapsed=state.elapsed_s, traceparent=state.traceparent,
                    resumed=True)  # fmt: skip
         if state.task:
-            live.task, live.task_sent = state.task, len(with_notice(state.task, _ANY_NOTICE))
+            sent = len(with_notice(state.task, _ANY_NOTICE))
+            live.joined_notice(state.task, state.history[:sent])
         return live
 
     def run_context(self, deps: Any, agent: str, depth: int, reply_usage: Usage) -> RunContext[Any]:
@@ -153,5 +174,5 @@ class LiveRun:
             "turns": list(self.turns), "pending": self.pending,
             "traceparent": self.traceparent or traceparent, "elapsed_s": elapsed,
             "dropped_extras": sorted(self.extras) if self.extras else [],
-            "task": self.task or [],
+            "task": self.task(),
         })  # fmt: skip

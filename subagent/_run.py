@@ -113,7 +113,7 @@ class _Run:
                 opening = with_notice(opening, parts.notice(warning))
             self.live = LiveRun.fresh(budget, options.context_policy, systems, opening)
             if task is not None:
-                self.live.task, self.live.task_sent = task, len(opening)
+                self.live.joined_notice(task, opening)
         else:
             self.live = LiveRun.thaw(state)
             if self.live.pending is not None:  # the decisions are given: the turn goes on
@@ -199,23 +199,62 @@ class _Run:
     # --- one turn, in stages ---
 
     async def _turn(self) -> None:
-        pending = self.live.pending
-        request: LLMRequest | None = None
-        batch: ToolBatch | None = None
-        if pending is not None:  # a paused turn, its decisions given: the tool stage
-            draft, batch = reentered(self.live, self.parts, pending, self.decisions)
-        else:
-            for check in self.hooks.before_call:
-                reason = check()
-                if reason is not None:
-                    self._abort(Trigger.LIMIT_REACHED, reason, None)
-                    return
-            request, draft = prepared(self.live, self.parts, self.options)
+        begun = self._begun()
+        if begun is None:
+            return
+        draft, request, batch = begun
         with self.observer.turn(draft.start) as observed:
-            await self._completed(observed, draft, request, batch)
+            # One coroutine frame for the whole turn (thousands of runs wait in it at once).
+            verdict: Verdict | None = None
+            try:
+                try:
+                    verdict = await self._stages(draft, request, batch)
+                except BaseExceptionGroup as group:  # a bug in one of parallel tool calls
+                    bug = _bug_in(group)
+                    if bug is None:
+                        raise
+                    raise bug from group
+                feedback_text = apply(self.live, self.parts, self.options, verdict,
+                                      draft.response)  # fmt: skip
+            except anyio.get_cancelled_exc_class():
+                self._record(observed, draft.cut_short(*self._interrupted(draft.response)))
+                raise
+            except SubAgentError as exc:  # a bug in user code: raised, its turn kept
+                self._record(observed, draft.broken(exc, self.live.budget,
+                                                    *self._done(verdict, draft)))  # fmt: skip
+                raise
+            except Exception as exc:  # a bug in the model's code or the approval policy
+                if not user_code_error(exc):
+                    raise
+                cut = self._interrupted(draft.response)
+                self._record(observed, draft.broken(exc, self.live.budget, *cut))
+                raise
+            self._record(observed, draft.finished(verdict, feedback_text, self.live.budget))
         if self.hooks.after_turn and self.live.budget.state not in _FINAL:
             for hook in self.hooks.after_turn:
                 hook(self.snapshot)
+
+    def _begun(self) -> tuple[TurnDraft, LLMRequest | None, ToolBatch | None] | None:
+        """The turn's draft and what it starts from; ``None`` when a hook ended the run."""
+        pending = self.live.pending
+        if pending is not None:  # a paused turn, its decisions given: the tool stage
+            draft, batch = reentered(self.live, self.parts, pending, self.decisions)
+            return draft, None, batch
+        for check in self.hooks.before_call:
+            reason = check()
+            if reason is not None:
+                self._abort(Trigger.LIMIT_REACHED, reason, None)
+                return None
+        request, draft = prepared(self.live, self.parts, self.options)
+        return draft, request, None
+
+    def _done(
+        self, verdict: Verdict | None, draft: TurnDraft
+    ) -> tuple[list[ToolCall], list[ToolResult]]:
+        """The calls a broken turn made and their results (those of its verdict, if any)."""
+        if verdict is not None and verdict.calls is not None:
+            return verdict.calls, list(verdict.results)
+        return self._interrupted(draft.response)
 
     async def _stages(
         self, draft: TurnDraft, request: LLMRequest | None, batch: ToolBatch | None
@@ -249,45 +288,6 @@ class _Run:
             refused = self.parts.templates.render("fail_not_allowed", reason=read.error)
             return Missed(refused, "explicit_fail_refused")
         return read
-
-    async def _completed(
-        self,
-        observed: TurnScope,
-        draft: TurnDraft,
-        request: LLMRequest | None,
-        batch: ToolBatch | None,
-    ) -> None:
-        """Take the turn's stages, apply the verdict, and record the turn however it ends."""
-        verdict: Verdict | None = None
-        try:
-            try:
-                verdict = await self._stages(draft, request, batch)
-            except BaseExceptionGroup as group:  # a bug in one of parallel tool calls
-                bug = _bug_in(group)
-                if bug is None:
-                    raise
-                raise bug from group
-            feedback_text = apply(self.live, self.parts, self.options, verdict, draft.response)
-        except anyio.get_cancelled_exc_class():
-            self._record(observed, draft.cut_short(*self._interrupted(draft.response)))
-            raise
-        except SubAgentError as exc:  # a bug in user code: raised, its turn kept
-            if verdict is not None and verdict.calls is not None:
-                done: tuple[list[ToolCall], list[ToolResult]] = (
-                    verdict.calls,
-                    list(verdict.results),
-                )
-            else:
-                done = self._interrupted(draft.response)
-            self._record(observed, draft.broken(exc, self.live.budget, *done))
-            raise
-        except Exception as exc:  # a bug in the model's code or the approval policy
-            if not user_code_error(exc):
-                raise
-            self._record(observed, draft.broken(exc, self.live.budget,
-                                                *self._interrupted(draft.response)))  # fmt: skip
-            raise
-        self._record(observed, draft.finished(verdict, feedback_text, self.live.budget))
 
     def _record(self, observed: TurnScope, turn: Turn) -> None:
         self.live.turns.append(turn)
