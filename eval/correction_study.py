@@ -40,6 +40,7 @@ import dataclasses
 import json
 import sys
 import time
+import typing
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -234,7 +235,17 @@ def _tasks(args: argparse.Namespace) -> Study:
     # The configuration's agent fields (protocol...) go on the agent; the rest are run options.
     fields = {k: options.pop(k) for k in list(options) if k not in RunArguments.__annotations__}
     agents = {name: dataclasses.replace(agent, **fields) for name, agent in AGENTS.items()}
+    # A correction under a schema needs one: the tasks whose output is a parser (plan's
+    # sections) are left out of the study.
+    typed = [case for case in dataset.cases if _has_schema(agents[str(case.agent)])]
+    dataset = Dataset(typed, dataset.judges, name=dataset.name)
     return [dataset], (lambda case: agents[str(case.agent)]), options
+
+
+def _has_schema(agent: SubAgent[Any]) -> bool:
+    """Whether the agent's output has a JSON schema (a model or a type, not a parser)."""
+    output = agent.output
+    return isinstance(output, type) or typing.get_origin(output) is not None
 
 
 async def _study(args: argparse.Namespace, base_url: str) -> None:
