@@ -111,3 +111,21 @@ def test_the_study_records_every_variant_of_a_case_once_and_resumes(
     correction_study.main(argv)  # every record there: nothing is run again
     assert len(server.requests) == 5
     assert len(out.read_text().splitlines()) == 6
+
+
+def test_the_study_report_compares_settings_on_the_same_first_attempts() -> None:
+    from correction_report import RESULTS, rows, table
+
+    models = [path.name for path in RESULTS.iterdir() if (path / "tasks.jsonl").exists()]
+    assert models, "no committed correction-study records"
+    for model in models:
+        settings = rows(model)
+        assert [name for name, *_ in settings], model
+        # r0 is the shared first attempt: the same success and calls under every setting
+        first = {(r0.correct, r0.calls, r0.runs) for _, r0, _, _ in settings}
+        assert len(first) == 1, (model, first)
+        for name, r0, r1, r2 in settings:
+            # a correction only adds: r1 and r2 never lose a case r0 got right
+            assert r0.correct <= r1.correct <= r2.correct, name
+            assert r1.salvaged <= r1.corrected
+    assert table().count("\n") >= 2 + sum(len(rows(model)) for model in models)

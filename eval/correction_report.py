@@ -1,0 +1,141 @@
+"""The correction study's table and plot, from its records alone.
+
+    python eval/correction_report.py [--plot docs/images/corrections.png]
+
+Reads ``eval/results/corrections/<model>/tasks.jsonl`` (``eval/correction_study.py``) and,
+where they exist, ``structured-final.jsonl`` and ``fail-refused.jsonl``
+(``eval/fail_refused_probe.py``) with the ``subagent.evals`` report, and prints one row per
+model and correction setting: success at ``return_retries`` 0, 1 and 2 with Wilson 95%
+intervals, correction salvage and repeats at 1, calls, prompt tokens and wall seconds per
+case at 1. The plot shows success at ``return_retries=1`` against prompt tokens per case.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from subagent.evals import Report
+from subagent.evals._report import VariantResult
+
+RESULTS = Path(__file__).resolve().parent / "results" / "corrections"
+MODELS = {"qwen": "Qwen2.5-Coder 0.5B", "qwen1.5b": "Qwen2.5-Coder 1.5B"}
+SETTINGS = ("same", "quote", "sampled", "structured", "tool")
+
+
+def _rate(result: VariantResult) -> str:
+    low, high = result.success_interval
+    return f"{result.success_rate:.0%} ({low:.0%}-{high:.0%})"
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part}/{whole}" if whole else "-"
+
+
+def rows(model: str) -> list[tuple[str, VariantResult, VariantResult, VariantResult]]:
+    """(setting, r0, r1, r2) for each setting the model's records hold."""
+    report = Report.read(RESULTS / model / "tasks.jsonl")
+    names = {result.variant for result in report.variants}
+    out = []
+    for setting in SETTINGS:
+        if f"{setting}-r1" in names:
+            r0, r1, r2 = (report.variant(f"{setting}-r{budget}") for budget in (0, 1, 2))
+            out.append((setting, r0, r1, r2))
+    return out
+
+
+def table() -> str:
+    """The study's table in Markdown."""
+    lines = [
+        "| model | correction turns | success r0 | success r1 | success r2 | salvaged (r1) "
+        "| repeated (r1) | calls/case (r1) | prompt tokens/case (r1) | wall s/case (r1) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for model, label in MODELS.items():
+        if not (RESULTS / model / "tasks.jsonl").exists():
+            continue
+        for setting, r0, r1, r2 in rows(model):
+            lines.append(
+                f"| {label} | {setting} | {_rate(r0)} | {_rate(r1)} | {_rate(r2)} "
+                f"| {_share(r1.salvaged, r1.corrected)} "
+                f"| {_share(r1.repeated_corrections, r1.correction_turns)} "
+                f"| {r1.calls_per_case:.2f} | {r1.prompt_tokens / max(r1.runs, 1):,.0f} "
+                f"| {r1.wall_per_case_s:.1f} |"
+            )
+        for extra in ("structured-final", "fail-refused"):
+            path = RESULTS / model / f"{extra}.jsonl"
+            if path.exists() and path.stat().st_size:
+                for result in Report.read(path).variants:
+                    lines.append(
+                        f"| {label} | {result.variant} ({result.runs} cases) | - "
+                        f"| {_rate(result)} | - | {_share(result.salvaged, result.corrected)} "
+                        f"| {_share(result.repeated_corrections, result.correction_turns)} "
+                        f"| {result.calls_per_case:.2f} "
+                        f"| {result.prompt_tokens / max(result.runs, 1):,.0f} "
+                        f"| {result.wall_per_case_s:.1f} |"
+                    )
+    return "\n".join(lines)
+
+
+def plot(path: Path) -> None:
+    """Success at ``return_retries=1`` against prompt tokens per case, per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.2))
+    for (model, label), marker in zip(MODELS.items(), ("o", "s"), strict=True):
+        colour = "tab:blue" if model == "qwen" else "tab:red"
+        if not (RESULTS / model / "tasks.jsonl").exists():
+            continue
+        first = None
+        labels: dict[tuple[int, int], list[str]] = {}  # settings on one spot share a label
+        for setting, r0, r1, _ in rows(model):
+            first = first or r0
+            low, high = r1.success_interval
+            x = r1.prompt_tokens / max(r1.runs, 1)
+            y = 100 * r1.success_rate
+            axes.errorbar(x, y, yerr=[[y - 100 * low], [100 * high - y]], fmt=marker,
+                          capsize=3, color=colour)  # fmt: skip
+            labels.setdefault((round(x / 4), round(y)), []).append(setting)
+        final = RESULTS / model / "structured-final.jsonl"
+        if final.exists() and final.stat().st_size:
+            (whole,) = Report.read(final).variants
+            low, high = whole.success_interval
+            x = whole.prompt_tokens / max(whole.runs, 1)
+            y = 100 * whole.success_rate
+            axes.errorbar(x, y, yerr=[[y - 100 * low], [100 * high - y]], fmt="*", ms=10,
+                          capsize=3, color=colour)  # fmt: skip
+            labels.setdefault((round(x / 4), round(y)), []).append("structured-final")
+        for (x4, y), names in labels.items():
+            axes.annotate(", ".join(names), (4 * x4, y), textcoords="offset points",
+                          xytext=(6, 3), fontsize=8)  # fmt: skip
+        if first is not None:
+            x0 = first.prompt_tokens / max(first.runs, 1)
+            axes.plot(x0, 100 * first.success_rate, marker, mfc="none", ms=10, color=colour,
+                      label=f"{label}: no correction (r0)")  # fmt: skip
+    axes.set_xlabel("prompt tokens per case (return_retries=1)")
+    axes.set_ylabel("correct, % (95% CI)")
+    axes.set_ylim(0, 100)
+    axes.margins(x=0.15)
+    axes.set_title("make eval's typed tasks: what one correction turn buys, by how it is sent")
+    axes.title.set_fontsize(10)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8, loc="lower right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
+def main() -> None:
+    """Print the table; draw the plot when asked."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plot", type=Path, default=None)
+    args = parser.parse_args()
+    print(table())
+    if args.plot is not None:
+        plot(args.plot)
+
+
+if __name__ == "__main__":
+    main()
