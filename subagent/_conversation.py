@@ -17,6 +17,7 @@ from typing import Literal
 
 from subagent._text import fence
 from subagent.llm import Message
+from subagent.records import with_content
 
 __all__ = ["CONTEXT_POLICIES", "ContextPolicy", "Conversation", "quoted_attempt", "with_notice"]
 
@@ -35,7 +36,7 @@ def with_notice(messages: list[Message], notice: Message) -> list[Message]:
         last = messages[-1]
         return [
             *messages[:-1],
-            last.model_copy(update={"content": f"{last.content}\n\n{notice.content}"}),
+            with_content(last, f"{last.content}\n\n{notice.content}"),
         ]
     return [*messages, notice]
 

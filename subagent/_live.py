@@ -28,6 +28,7 @@ from subagent.records import (
     Turn,
     Usage,
     trusted,
+    with_content,
 )
 
 __all__ = ["LiveRun"]
@@ -94,7 +95,7 @@ class LiveRun:
             if self.notice_chars:
                 last = transcript[end - 1]
                 content = last.content[: len(last.content) - self.notice_chars]
-                transcript[end - 1] = last.model_copy(update={"content": content})
+                transcript[end - 1] = with_content(last, content)
             else:
                 del transcript[end - 1]
         if self.final_reply is not None:

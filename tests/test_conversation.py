@@ -50,6 +50,17 @@ def test_a_notice_joins_the_user_message_it_follows() -> None:
     ]
 
 
+def test_a_joined_notice_is_the_message_validation_would_build() -> None:
+    task = Message(role="user", content="task", name="alice")
+    (merged,) = with_notice([task], Message(role="user", content="final turn"))
+    validated = Message(role="user", content="task\n\nfinal turn", name="alice")
+    assert merged == validated
+    assert merged.model_dump() == validated.model_dump()
+    assert merged.model_fields_set == {"role", "content", "name"}
+    assert Message.model_validate_json(merged.model_dump_json()) == merged
+    assert task.content == "task"  # the task's own message is left as it was
+
+
 def test_a_notice_after_tool_results_stays_a_message_of_its_own() -> None:
     notice = Message(role="user", content="final turn")
     result = Message(role="tool", content="result", tool_call_id="c")
@@ -75,3 +86,15 @@ def test_quote_writes_a_failed_replys_tool_calls_as_json_in_a_fence_it_cannot_cl
         'Your previous reply was:\n````\n``` x\n[{"name": "f", "arguments": {"a": 1}}]\n````'
         "\n\nno tools now"
     )
+
+
+def test_a_kept_reply_is_the_message_validation_would_build() -> None:
+    from subagent import LLMResponse
+    from subagent.protocols import PROTOCOLS
+
+    for name, protocol in PROTOCOLS.items():
+        reply = protocol.failed_reply(LLMResponse(text="an answer \ud800"))
+        validated = Message(role="assistant", content="an answer \ufffd")
+        assert reply == validated, name
+        assert reply.model_fields_set == validated.model_fields_set == {"role", "content"}
+        assert Message.model_validate_json(reply.model_dump_json()) == reply

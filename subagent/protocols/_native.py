@@ -8,7 +8,7 @@ from subagent._templates import TemplateSet
 from subagent.llm import LLMResponse, Message, ToolCall, ToolDefinition, tool_calls_in_text
 from subagent.parsers import OutputContract
 from subagent.protocols._protocol import ProtocolName, Reading
-from subagent.records import ToolResult
+from subagent.records import ToolResult, assistant_message
 
 __all__ = ["NATIVE", "NativeProtocol", "call_written_as_text"]
 
@@ -97,7 +97,7 @@ class NativeProtocol:
         if response.tool_calls:
             calls = "\n".join(f"[call {c.name}({c.arguments})]" for c in response.tool_calls)
             text = f"{text}\n{calls}" if text else calls
-        return Message(role="assistant", content=text)
+        return assistant_message(text)
 
 
 NATIVE = NativeProtocol()

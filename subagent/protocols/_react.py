@@ -20,7 +20,7 @@ from subagent.llm import LLMResponse, Message, ToolCall, ToolDefinition
 from subagent.parsers import OutputContract
 from subagent.protocols._action import read_react_reply
 from subagent.protocols._protocol import ProtocolName, Reading
-from subagent.records import ToolResult
+from subagent.records import ToolResult, assistant_message
 
 __all__ = ["REACT", "ReactProtocol"]
 
@@ -97,7 +97,7 @@ class ReactProtocol:
         ]
 
     def failed_reply(self, response: LLMResponse) -> Message:
-        return Message(role="assistant", content=response.text)
+        return assistant_message(response.text)
 
 
 def _bare_action(text: str, offered: Collection[str]) -> ToolCall | None:

@@ -32,8 +32,10 @@ from subagent.records._messages import (
     TransportRetry,
     TurnInfo,
     Usage,
+    assistant_message,
     trusted,
     user_message,
+    with_content,
 )
 from subagent.records._runs import (
     STATE_VERSION,
@@ -83,6 +85,7 @@ __all__ = [
     "TurnType",
     "Usage",
     "UsageSummary",
+    "assistant_message",
     "build_step",
     "call_digest",
     "count_stop_reasons",
@@ -90,4 +93,5 @@ __all__ = [
     "step_model",
     "trusted",
     "user_message",
+    "with_content",
 ]

@@ -342,6 +342,28 @@ _set = object.__setattr__
 _USER_FIELDS = {"role", "content"}
 
 
+def with_content(message: Message, content: str) -> Message:
+    """``message`` with ``content`` instead of its own (text already scrubbed), trusted.
+
+    What the loop uses in place of ``model_copy``, which copies the record through
+    ``copy.copy`` (several times the cost, on every run that joins a notice to its task).
+    """
+    values = dict(message.__dict__)
+    values["content"] = content
+    return trusted(Message, message.__pydantic_fields_set__ | _CONTENT, values)
+
+
+_CONTENT = frozenset({"content"})
+
+
+def assistant_message(text: str) -> Message:
+    """An assistant message holding ``text`` (a reply as the conversation keeps it), trusted."""
+    return trusted(Message, _USER_FIELDS, {
+        "role": "assistant", "content": scrub_surrogates(text), "tool_calls": (),
+        "tool_call_id": None, "name": None,
+    })  # fmt: skip
+
+
 def user_message(text: str) -> Message:
     """A user message of the runtime's own making (a task, a notice, feedback), trusted."""
     return trusted(Message, _USER_FIELDS, {
