@@ -16,13 +16,13 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dbos import DBOSClient
+from dbos import DBOS, DBOSClient
 from openai_server import MAX_WAIT, RecordedRequest, Reply, ScriptedServer, completion
 
 from subagent import Decision
@@ -30,6 +30,22 @@ from subagent.durable import APPROVAL_TOPIC, PENDING_EVENT, PendingApproval, dec
 
 CHILD = Path(__file__).with_name("durable_child.py")
 WAIT = 120.0  # the longest a test waits for the child (bounded; never a sleep)
+
+
+@contextmanager
+def dbos_on_sqlite(folder: Path, name: str) -> Iterator[Callable[[], None]]:
+    """A launcher of DBOS on a fresh SQLite database in ``folder`` (called once the test
+    built its durable agents); DBOS and its registry destroyed when the block ends."""
+
+    def start() -> None:
+        DBOS(config={"name": name, "log_level": "WARNING",
+                     "system_database_url": f"sqlite:///{folder}/dbos.sqlite"})  # fmt: skip
+        DBOS.launch()
+
+    try:
+        yield start
+    finally:
+        DBOS.destroy(destroy_registry=True)
 
 
 def _call(item: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("dbos", reason="the dbos extra is not installed")
 
 from dbos import DBOS
+from durable_harness import dbos_on_sqlite
 from opentelemetry import trace
 from postgres_server import running_postgres, why_unavailable
 from support import Traced, attrs, parent_id, span_id
@@ -56,16 +57,8 @@ def anyio_backend() -> str:
 @pytest.fixture
 def launch(tmp_path: Path) -> Iterator[Callable[[], None]]:
     """Launches DBOS on a fresh SQLite database, after the test built its durable agents."""
-
-    def start() -> None:
-        DBOS(config={"name": "durable-tests", "log_level": "WARNING",
-                     "system_database_url": f"sqlite:///{tmp_path}/dbos.sqlite"})  # fmt: skip
-        DBOS.launch()
-
-    try:
+    with dbos_on_sqlite(tmp_path, "durable-tests") as start:
         yield start
-    finally:
-        DBOS.destroy(destroy_registry=True)
 
 
 @pytest.fixture(scope="module")
