@@ -53,6 +53,12 @@ class Correction:
             for word).
         allow_fail: Whether the model may still give up (``{"fail": ...}``) on these turns;
             ``False`` feeds an explicit fail back as an answer to correct.
+        json_schema: The schema the answer is constrained to in output modes
+            ``"json_schema"`` and ``"tool"``, when the grammar should be narrower than the
+            output's own schema (the calls of one request's functions, where the output is
+            any list of calls); the answer is still parsed and validated as the output.
+            ``None``: the output's schema. With a schema given, an untyped output (a
+            parser, ``str``) can be constrained too.
 
     Raises:
         ConfigurationError: A value is invalid; the message names the field.
@@ -63,6 +69,7 @@ class Correction:
     llm: LLM | str | None = None
     when: CorrectionWhen = "retry"
     allow_fail: bool = True
+    json_schema: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.output is not None and self.output not in CORRECTION_OUTPUTS:
@@ -83,6 +90,19 @@ class Correction:
                 "correction.allow_fail", f"must be a bool, got {self.allow_fail!r}"
             )
         object.__setattr__(self, "settings", dict(self.settings))
+        if self.json_schema is None:
+            return
+        if not isinstance(self.json_schema, Mapping):
+            raise ConfigurationError(
+                "correction.json_schema", f"must be a JSON schema (a mapping), got "
+                f"{self.json_schema!r}"
+            )  # fmt: skip
+        if self.output not in ("json_schema", "tool"):
+            raise ConfigurationError(
+                "correction.json_schema", f"is sent only with output='json_schema' or "
+                f"'tool', and output is {self.output!r}"
+            )  # fmt: skip
+        object.__setattr__(self, "json_schema", dict(self.json_schema))
 
     def applies(self, phase: Phase, after_repeat: bool) -> bool:
         """Whether a turn in ``phase`` takes these settings.

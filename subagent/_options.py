@@ -250,12 +250,14 @@ def _correct(agent: AgentDefinition[Any, Any], options: RunOptions, correction: 
     mode = correction.output
     if mode is None or mode == "text":
         return
-    schema = agent._parts.contract.json_schema
+    given = correction.json_schema
+    schema = dict(given) if given is not None else agent._parts.contract.json_schema
     if schema is None:
         raise ConfigurationError(
             "correction.output",
             f"{mode!r} sends the output's JSON schema, and agent {agent.name!r} has none: "
-            f"give it a typed output (a pydantic model or a type), or use output='text'",
+            f"give it a typed output (a pydantic model or a type), give "
+            f"correction.json_schema, or use output='text'",
         )
     options.correction_output = OutputRequest(
         mode=mode, json_schema=schema, name="final_answer",

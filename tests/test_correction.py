@@ -177,6 +177,37 @@ def test_a_correction_is_checked_when_it_is_made() -> None:
     assert not_one.value.field == "correction"
 
 
+async def test_a_narrower_schema_is_sent_and_the_answer_is_still_validated() -> None:
+    narrow = {"type": "object", "properties": {"value": {"enum": [3, 4]}}, "required": ["value"]}
+    llm = scripted(BAD, '{"value": "x"}', GOOD)
+    correction = Correction(output="json_schema", json_schema=narrow)
+    step = await AGENT.run(llm=llm, return_retries=2, correction=correction)
+    assert step.ok and step.output == Answer(value=3)
+    sent = [r.output.json_schema if r.output else None for r in llm.requests]
+    assert sent == [None, narrow, narrow]
+    assert step.turns[1].outcome is TurnOutcome.ERROR  # the output's own validation ran
+
+
+async def test_a_given_schema_constrains_an_untyped_output() -> None:
+    text = SubAgent(name="t", prompt="p", max_turns=1)
+    llm = scripted("x", '"y"')
+    schema = {"type": "string"}
+    correction = Correction(output="tool", json_schema=schema, when="final")
+    await text.run(llm=llm, return_retries=1, correction=correction)
+    output = llm.requests[0].output
+    assert output is not None and (output.mode, output.json_schema) == ("tool", schema)
+
+
+def test_a_given_schema_needs_a_schema_mode_and_a_mapping() -> None:
+    with pytest.raises(ConfigurationError) as text_mode:
+        Correction(json_schema={"type": "string"})
+    assert text_mode.value.field == "correction.json_schema" and "None" in text_mode.value.message
+    with pytest.raises(ConfigurationError) as not_a_schema:
+        Correction(output="json_schema", json_schema="string")  # type: ignore[arg-type]
+    assert not_a_schema.value.field == "correction.json_schema"
+    assert "'string'" in not_a_schema.value.message
+
+
 async def test_a_schema_mode_needs_a_typed_output() -> None:
     text = SubAgent(name="t", prompt="p", max_turns=1)
     with pytest.raises(ConfigurationError) as caught:

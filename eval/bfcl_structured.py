@@ -1,0 +1,108 @@
+"""BFCL with the final work turn under a grammar: what structured output does to tool calls.
+
+    python eval/bfcl_structured.py --model qwen1.5b [--cases 20] [--offset 0]
+        [--categories simple_python,...] [--base-url URL]
+
+The correction study's ``contract`` agent (its output is the list of calls, the functions
+in its instructions), ``max_turns=1``, ``return_retries=1``, with its final work turn and
+its correction sent as the server's structured output
+(``Correction(output="json_schema", when="final")``), two ways:
+
+- ``structured-final``: the grammar of the output's own schema, any list of
+  ``{"name", "arguments"}`` (a shape; the names and values are free);
+- ``structured-final-exact``: the grammar of *this request's* calls
+  (``Correction(json_schema=...)``): each call one of the case's functions by name, its
+  arguments that function's parameters, typed, enums and required ones included. The
+  prompt is the same in both: only the grammar differs.
+
+The free first attempt on the same cases is the study's ``same-r0`` / ``same-r1``
+(``eval/correction_study.py --benchmark bfcl``). Records go to
+``eval/results/corrections/<model>/bfcl-structured.jsonl`` (resumable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bfcl_data
+import correction_study
+from bfcl_systems import CALL_TIMEOUT, SETTINGS, ContractAgent
+
+from subagent import Correction, SubAgent
+from subagent.evals import Case, Variant
+
+__all__ = ["VARIANTS", "calls_schema"]
+
+FINAL = Correction(output="json_schema", when="final")
+
+VARIANTS = [
+    Variant("structured-final", {"return_retries": 1, "correction": FINAL}),
+    # The agent of each case carries its own exact grammar (see exact_agent).
+    Variant("structured-final-exact", {"return_retries": 1}),
+]
+
+
+def calls_schema(case: Case[Any]) -> dict[str, Any]:
+    """The JSON schema of a list of calls to ``case``'s functions, and of nothing else."""
+    calls = []
+    for tool in bfcl_data.openai_tools(bfcl_data.functions(case)):
+        function = tool["function"]
+        calls.append({
+            "type": "object",
+            "properties": {"name": {"const": function["name"]},
+                           "arguments": function["parameters"]},
+            "required": ["name", "arguments"],
+        })  # fmt: skip
+    return {"type": "array", "items": {"anyOf": calls}}
+
+
+def exact_agent(case: Case[Any]) -> SubAgent[Any]:
+    """The contract agent of ``case``, its final turn under the grammar of its own calls."""
+    correction = Correction(output="json_schema", when="final", json_schema=calls_schema(case))
+    return dataclasses.replace(ContractAgent()(case), correction=correction)
+
+
+async def structured(args: argparse.Namespace, base_url: str) -> None:
+    """Run both variants on the model at ``base_url``; print each category's report."""
+    out = args.results / args.model / "bfcl-structured.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    async with correction_study._chat(base_url) as llm:
+        for category in [c for c in args.categories.split(",") if c]:
+            dataset = bfcl_data.dataset(category, args.cases, args.offset)
+            report = await dataset.evaluate(
+                exact_agent, VARIANTS, out=out, concurrency=1, llm=llm, max_turns=1,
+                settings=SETTINGS, timeout=CALL_TIMEOUT,
+            )  # fmt: skip
+            print(report.to_markdown(), flush=True)
+
+
+def main() -> None:
+    """The command line: start the local model, run both variants, print the reports."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen1.5b")
+    parser.add_argument("--categories", default=",".join(bfcl_data.DEFAULT_CATEGORIES))
+    parser.add_argument("--cases", type=int, default=20)
+    parser.add_argument("--offset", type=int, default=0)
+    parser.add_argument("--base-url", default=None)
+    parser.add_argument("--results", type=Path, default=correction_study.RESULTS)
+    args = parser.parse_args()
+    if args.base_url:
+        anyio.run(structured, args, args.base_url)
+        return
+    import local_llm
+
+    with local_llm.running(args.model) as server:
+        anyio.run(structured, args, server.base_url)
+
+
+if __name__ == "__main__":
+    main()
