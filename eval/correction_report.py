@@ -20,7 +20,7 @@ from subagent.evals._report import VariantResult
 
 RESULTS = Path(__file__).resolve().parent / "results" / "corrections"
 MODELS = {"qwen": "Qwen2.5-Coder 0.5B", "qwen1.5b": "Qwen2.5-Coder 1.5B"}
-SETTINGS = ("same", "quote", "sampled", "structured", "tool")
+SETTINGS = ("same", "quote", "sampled", "structured", "tool", "escalated", "escalated-structured")
 
 
 def _rate(result: VariantResult) -> str:
@@ -74,6 +74,64 @@ def table() -> str:
                         f"| {result.prompt_tokens / max(result.runs, 1):,.0f} "
                         f"| {result.wall_per_case_s:.1f} |"
                     )
+    return "\n".join(lines)
+
+
+BFCL_ROWS = (
+    ("bfcl-contract", "same-r0", "free text, no correction"),
+    ("bfcl-contract", "same-r1", "free text, one correction as text"),
+    ("bfcl-contract", "structured-r1", "free text, one correction under the schema"),
+    ("bfcl-structured", "structured-final", "final turn under the output's schema (any calls)"),
+    ("bfcl-structured", "structured-final-exact", "final turn under this request's calls"),
+)
+"""The BFCL rows: (records file, variant, what it sends)."""
+
+
+def bfcl_reports(model: str) -> dict[str, Report] | None:
+    """Each BFCL row's report, on the cases every row holds (a paired sample), or ``None``."""
+    folder = RESULTS / model
+    files = {name: folder / f"{name}.jsonl" for name, _, _ in BFCL_ROWS}
+    if not all(path.exists() and path.stat().st_size for path in files.values()):
+        return None
+    read = {name: Report.read(path) for name, path in files.items()}
+    chosen = {variant: [o for o in read[name].outcomes if o.variant == variant]
+              for name, variant, _ in BFCL_ROWS}  # fmt: skip
+    common = set.intersection(*({o.case for o in outcomes} for outcomes in chosen.values()))
+    return {variant: Report("bfcl", [o for o in outcomes if o.case in common])
+            for variant, outcomes in chosen.items()}  # fmt: skip
+
+
+def bfcl_table() -> str:
+    """The BFCL rows in Markdown: overall, with the measures, then per category."""
+    lines = []
+    for model, label in MODELS.items():
+        reports = bfcl_reports(model)
+        if reports is None:
+            continue
+        categories = next(iter(reports.values())).tags()
+        lines += [
+            f"{label}, {next(iter(reports.values())).variants[0].runs} BFCL cases "
+            f"(the first of each category's fixed sample, every row on the same cases):",
+            "",
+            "| answer sent as | correct | salvaged | repeated | calls/case | prompt tokens/case "
+            "| wall s/case | " + " | ".join(categories) + " |",
+            "| --- " * (7 + len(categories)) + "|",
+        ]
+        for _, variant, what in BFCL_ROWS:
+            report = reports[variant]
+            (result,) = report.variants
+            per = [report.tagged(c).variants[0] for c in categories]
+            lines.append(
+                f"| {what} (`{variant}`) | {_rate(result)} "
+                f"| {_share(result.salvaged, result.corrected)} "
+                f"| {_share(result.repeated_corrections, result.correction_turns)} "
+                f"| {result.calls_per_case:.2f} "
+                f"| {result.prompt_tokens / max(result.runs, 1):,.0f} "
+                f"| {result.wall_per_case_s:.1f} | "
+                + " | ".join(f"{r.correct}/{r.runs}" for r in per)
+                + " |"
+            )
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -133,6 +191,8 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args()
     print(table())
+    print()
+    print(bfcl_table())
     if args.plot is not None:
         plot(args.plot)
 

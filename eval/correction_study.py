@@ -18,7 +18,7 @@ very same failed first attempt (a paired design, and no first attempt paid twice
 - ``tool``: a forced final-answer tool (``Correction(output="tool")``);
 - ``sampled``: the corrections at temperature 0.7 (``Correction(settings=...)``);
 - ``escalated``: the corrections on another model (``--escalate-url``: the 1.5B corrects
-  the 0.5B's attempt).
+  the 0.5B's attempt); ``escalated-structured``: there, under the output's schema.
 
 Each setting's run is recorded three times over, as the budgets ``r0`` (the first attempt
 alone), ``r1`` (stopped after its first correction) and ``r2`` (the whole run): ``r1`` is
@@ -70,7 +70,7 @@ BUDGETS = (0, 1, 2)
 SEED = 7
 SAMPLED = {"temperature": 0.7, "seed": 11}
 
-SETTINGS = ("same", "quote", "structured", "tool", "sampled", "escalated")
+SETTINGS = ("same", "quote", "structured", "tool", "sampled", "escalated", "escalated-structured")
 """The correction settings the study knows (see the module's docstring)."""
 
 
@@ -86,10 +86,11 @@ def setting_options(name: str, escalate: Any = None) -> dict[str, Any]:
         return {"correction": Correction(output="tool")}
     if name == "sampled":
         return {"correction": Correction(settings=SAMPLED)}
-    if name == "escalated":
+    if name in ("escalated", "escalated-structured"):
         if escalate is None:
-            raise ValueError("the escalated setting needs the other model (--escalate-url)")
-        return {"correction": Correction(llm=escalate)}
+            raise ValueError(f"setting {name!r} needs the other model (--escalate-url)")
+        output = "json_schema" if name == "escalated-structured" else None
+        return {"correction": Correction(llm=escalate, output=output)}
     raise ValueError(f"no setting {name!r}; there are: {', '.join(SETTINGS)}")
 
 
@@ -251,7 +252,7 @@ def _has_schema(agent: SubAgent[Any]) -> bool:
 async def _study(args: argparse.Namespace, base_url: str) -> None:
     datasets, agent_of, options = _bfcl(args) if args.benchmark == "bfcl" else _tasks(args)
     settings = [s for s in args.settings.split(",") if s]
-    if "escalated" in settings and not args.escalate_url:
+    if any(s.startswith("escalated") for s in settings) and not args.escalate_url:
         raise SystemExit("--settings escalated needs --escalate-url (the stronger model's server)")
     name = args.benchmark if args.benchmark == "tasks" else f"{args.benchmark}-{args.agent}"
     out = args.results / args.model / f"{name}.jsonl"

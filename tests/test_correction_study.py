@@ -78,6 +78,20 @@ async def test_escalation_sends_the_corrections_to_the_other_model() -> None:
     assert [t.model for t in runs["escalated-r2"].turns] == ["small", "large"]
 
 
+async def test_escalated_structured_sends_the_corrections_to_the_other_model_under_the_schema() -> (
+    None
+):
+    small, large = ScriptedLLM([BAD], model_name="small"), ScriptedLLM([GOOD], model_name="large")
+    first = await first_attempt(AGENT, {"llm": small})
+    settings = ["escalated-structured"]
+    runs = {name: step async for name, step in
+            setting_runs(AGENT, first, settings, {"llm": small}, large)}  # fmt: skip
+    assert runs["escalated-structured-r2"].ok
+    (request,) = large.requests
+    assert request.output is not None and request.output.mode == "json_schema"
+    assert small.requests[0].output is None
+
+
 def test_the_variants_name_each_setting_at_each_budget_with_real_run_options() -> None:
     variants = variants_of(["same", "quote", "structured"])
     assert [v.name for v in variants][:4] == ["same-r0", "same-r1", "same-r2", "quote-r0"]
@@ -129,3 +143,18 @@ def test_the_study_report_compares_settings_on_the_same_first_attempts() -> None
             assert r0.correct <= r1.correct <= r2.correct, name
             assert r1.salvaged <= r1.corrected
     assert table().count("\n") >= 2 + sum(len(rows(model)) for model in models)
+
+
+def test_the_bfcl_rows_compare_every_answer_form_on_the_same_cases() -> None:
+    from correction_report import BFCL_ROWS, bfcl_reports, bfcl_table
+
+    reports = bfcl_reports("qwen1.5b")
+    assert reports is not None, "no committed BFCL correction records for the 1.5B"
+    cases = {
+        variant: sorted(o.case for o in report.outcomes) for variant, report in reports.items()
+    }
+    assert len({tuple(names) for names in cases.values()}) == 1 and cases["same-r0"]
+    r0, r1 = reports["same-r0"].variants[0], reports["same-r1"].variants[0]
+    assert r0.correct <= r1.correct and r1.salvaged <= r1.corrected
+    text = bfcl_table()
+    assert all(f"(`{variant}`)" in text for _, variant, _ in BFCL_ROWS)
