@@ -1,7 +1,8 @@
 """BFCL with the final work turn under a grammar: what structured output does to tool calls.
 
     python eval/bfcl_structured.py --model qwen1.5b [--cases 20] [--offset 0]
-        [--categories simple_python,...] [--base-url URL]
+        [--categories simple_python,...] [--variants structured-final,...] [--base-url URL]
+        [--results DIR]
 
 The correction study's ``contract`` agent (its output is the list of calls, the functions
 in its instructions), ``max_turns=1``, ``return_retries=1``, with its final work turn and
@@ -17,7 +18,9 @@ its correction sent as the server's structured output
 
 The free first attempt on the same cases is the study's ``same-r0`` / ``same-r1``
 (``eval/correction_study.py --benchmark bfcl``). Records go to
-``eval/results/corrections/<model>/bfcl-structured.jsonl`` (resumable).
+``eval/results/corrections/<model>/bfcl-structured.jsonl`` (resumable; with ``--offset``,
+``bfcl-structured-from-<offset>.jsonl``: the held-out sample is the 20 cases after the
+first 50 of each category).
 """
 
 from __future__ import annotations
@@ -73,13 +76,15 @@ def exact_agent(case: Case[Any]) -> SubAgent[Any]:
 
 async def structured(args: argparse.Namespace, base_url: str) -> None:
     """Run both variants on the model at ``base_url``; print each category's report."""
-    out = args.results / args.model / "bfcl-structured.jsonl"
+    suffix = f"-from-{args.offset}" if args.offset else ""
+    out = args.results / args.model / f"bfcl-structured{suffix}.jsonl"
+    variants = [v for v in VARIANTS if v.name in args.variants.split(",")]
     out.parent.mkdir(parents=True, exist_ok=True)
     async with correction_study._chat(base_url) as llm:
         for category in [c for c in args.categories.split(",") if c]:
             dataset = bfcl_data.dataset(category, args.cases, args.offset)
             report = await dataset.evaluate(
-                exact_agent, VARIANTS, out=out, concurrency=1, llm=llm, max_turns=1,
+                exact_agent, variants, out=out, concurrency=1, llm=llm, max_turns=1,
                 settings=SETTINGS, timeout=CALL_TIMEOUT,
             )  # fmt: skip
             print(report.to_markdown(), flush=True)
@@ -92,6 +97,7 @@ def main() -> None:
     parser.add_argument("--categories", default=",".join(bfcl_data.DEFAULT_CATEGORIES))
     parser.add_argument("--cases", type=int, default=20)
     parser.add_argument("--offset", type=int, default=0)
+    parser.add_argument("--variants", default=",".join(v.name for v in VARIANTS))
     parser.add_argument("--base-url", default=None)
     parser.add_argument("--results", type=Path, default=correction_study.RESULTS)
     args = parser.parse_args()
