@@ -13,10 +13,14 @@ case at 1. The plot shows success at ``return_retries=1`` against prompt tokens 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import Any
 
 from subagent.evals import Report
 from subagent.evals._report import VariantResult
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 RESULTS = Path(__file__).resolve().parent / "results" / "corrections"
 MODELS = {"qwen": "Qwen2.5-Coder 0.5B", "qwen1.5b": "Qwen2.5-Coder 1.5B"}
@@ -87,15 +91,40 @@ BFCL_ROWS = (
 """The BFCL rows: (records file, variant, what it sends)."""
 
 
+BASELINES = (
+    ("raw-prompted-lenient@template", "baseline: a raw call, the calls prompt, its text read"),
+    ("subagent-prompted-r1@template", "baseline: `subagent-prompted-r1` (native tools)"),
+)
+"""The rows of the model's BFCL baseline (``eval/results/bfcl-<model>``), when recorded."""
+
+BASELINE_DIRS = {"qwen": "bfcl", "qwen1.5b": "bfcl-qwen1.5b"}
+
+
+def _baseline_outcomes(model: str) -> dict[str, list[Any]]:
+    """The baseline systems' graded outcomes (BFCL's checker, derived rows included)."""
+    import bfcl_report
+
+    folder = RESULTS.parent / BASELINE_DIRS.get(model, f"bfcl-{model}")
+    if not folder.exists():
+        return {}
+    outcomes = bfcl_report.read(folder).outcomes
+    return {variant: [o for o in outcomes if o.variant == variant]
+            for variant, _ in BASELINES}  # fmt: skip
+
+
 def bfcl_reports(model: str) -> dict[str, Report] | None:
-    """Each BFCL row's report, on the cases every row holds (a paired sample), or ``None``."""
+    """Each BFCL row's report, on the cases every row holds (a paired sample), or ``None``.
+
+    The baseline's rows come first, where the model has one recorded.
+    """
     folder = RESULTS / model
     files = {name: folder / f"{name}.jsonl" for name, _, _ in BFCL_ROWS}
     if not all(path.exists() and path.stat().st_size for path in files.values()):
         return None
     read = {name: Report.read(path) for name, path in files.items()}
-    chosen = {variant: [o for o in read[name].outcomes if o.variant == variant]
-              for name, variant, _ in BFCL_ROWS}  # fmt: skip
+    chosen = _baseline_outcomes(model)
+    chosen.update({variant: [o for o in read[name].outcomes if o.variant == variant]
+                   for name, variant, _ in BFCL_ROWS})  # fmt: skip
     common = set.intersection(*({o.case for o in outcomes} for outcomes in chosen.values()))
     return {variant: Report("bfcl", [o for o in outcomes if o.case in common])
             for variant, outcomes in chosen.items()}  # fmt: skip
@@ -111,13 +140,15 @@ def bfcl_table() -> str:
         categories = next(iter(reports.values())).tags()
         lines += [
             f"{label}, {next(iter(reports.values())).variants[0].runs} BFCL cases "
-            f"(the first of each category's fixed sample, every row on the same cases):",
+            f"(the first of each category's fixed sample, every row on the same cases; "
+            f"`corrected` and `repeated` count the runs a correction turn ran in):",
             "",
             "| answer sent as | correct | salvaged | repeated | calls/case | prompt tokens/case "
             "| wall s/case | " + " | ".join(categories) + " |",
             "| --- " * (7 + len(categories)) + "|",
         ]
-        for _, variant, what in BFCL_ROWS:
+        rows = [(v, what) for v, what in BASELINES if v in reports]
+        for variant, what in rows + [(variant, what) for _, variant, what in BFCL_ROWS]:
             report = reports[variant]
             (result,) = report.variants
             per = [report.tagged(c).variants[0] for c in categories]
