@@ -166,6 +166,46 @@ def bfcl_table() -> str:
     return "\n".join(lines)
 
 
+SHORT = {
+    "raw-prompted-lenient@template": "raw-prompted-lenient",
+    "subagent-prompted-r1@template": "subagent-prompted-r1",
+    "same-r0": "free",
+    "same-r1": "free + text correction",
+    "structured-r1": "free + schema correction",
+    "structured-final": "final under schema",
+    "structured-final-exact": "final under the calls' schema",
+}
+
+
+def _bfcl_panel(axes: Any) -> None:
+    """BFCL's rows: correct against prompt tokens per case, per model."""
+    for (model, label), marker in zip(MODELS.items(), ("o", "s"), strict=True):
+        reports = bfcl_reports(model)
+        if reports is None:
+            continue
+        colour = "tab:blue" if model == "qwen" else "tab:red"
+        placed: list[tuple[float, float]] = []
+        for variant, report in reports.items():
+            (result,) = report.variants
+            low, high = result.success_interval
+            x = result.prompt_tokens / max(result.runs, 1)
+            y = 100 * result.success_rate
+            axes.errorbar(x, y, yerr=[[y - 100 * low], [100 * high - y]], fmt=marker,
+                          capsize=3, color=colour)  # fmt: skip
+            near = sum(abs(y - py) < 4 and abs(x - px) < 40 for px, py in placed)
+            placed.append((x, y))
+            axes.annotate(SHORT.get(variant, variant), (x, y), textcoords="offset points",
+                          xytext=(6, 3 - 9 * near), fontsize=7, color=colour)  # fmt: skip
+        axes.plot([], [], marker, color=colour, label=f"{label} ({result.runs} cases)")
+    axes.set_xlabel("prompt tokens per case")
+    axes.set_ylim(0, 100)
+    axes.margins(x=0.3)
+    axes.set_title("BFCL (5 categories, the same cases per model)")
+    axes.title.set_fontsize(10)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8, loc="lower right")
+
+
 def plot(path: Path) -> None:
     """Success at ``return_retries=1`` against prompt tokens per case, per model."""
     import matplotlib
@@ -173,7 +213,8 @@ def plot(path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(7, 4.2))
+    figure, (axes, right) = plt.subplots(1, 2, figsize=(12, 4.4), width_ratios=(7, 5))
+    _bfcl_panel(right)
     for (model, label), marker in zip(MODELS.items(), ("o", "s"), strict=True):
         colour = "tab:blue" if model == "qwen" else "tab:red"
         if not (RESULTS / model / "tasks.jsonl").exists():
