@@ -31,8 +31,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -100,14 +98,7 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(v.name for v in VARIANTS))
     parser.add_argument("--base-url", default=None)
     parser.add_argument("--results", type=Path, default=correction_study.RESULTS)
-    args = parser.parse_args()
-    if args.base_url:
-        anyio.run(structured, args, args.base_url)
-        return
-    import local_llm
-
-    with local_llm.running(args.model) as server:
-        anyio.run(structured, args, server.base_url)
+    correction_study.on_model(structured, parser.parse_args())
 
 
 if __name__ == "__main__":

@@ -177,6 +177,17 @@ SHORT = {
 }
 
 
+def _frame(axes: Any, xlabel: str, title: str, margin: float) -> None:
+    """A panel's axis label, title, scale, grid and legend."""
+    axes.set_xlabel(xlabel)
+    axes.set_ylim(0, 100)
+    axes.margins(x=margin)
+    axes.set_title(title)
+    axes.title.set_fontsize(10)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8, loc="lower right")
+
+
 def _bfcl_panel(axes: Any) -> None:
     """BFCL's rows: correct against prompt tokens per case, per model."""
     for (model, label), marker in zip(MODELS.items(), ("o", "s"), strict=True):
@@ -197,13 +208,7 @@ def _bfcl_panel(axes: Any) -> None:
             axes.annotate(SHORT.get(variant, variant), (x, y), textcoords="offset points",
                           xytext=(6, 3 - 9 * near), fontsize=7, color=colour)  # fmt: skip
         axes.plot([], [], marker, color=colour, label=f"{label} ({result.runs} cases)")
-    axes.set_xlabel("prompt tokens per case")
-    axes.set_ylim(0, 100)
-    axes.margins(x=0.3)
-    axes.set_title("BFCL (5 categories, the same cases per model)")
-    axes.title.set_fontsize(10)
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=8, loc="lower right")
+    _frame(axes, "prompt tokens per case", "BFCL (5 categories, the same cases per model)", 0.3)
 
 
 def plot(path: Path) -> None:
@@ -245,14 +250,9 @@ def plot(path: Path) -> None:
             x0 = first.prompt_tokens / max(first.runs, 1)
             axes.plot(x0, 100 * first.success_rate, marker, mfc="none", ms=10, color=colour,
                       label=f"{label}: no correction (r0)")  # fmt: skip
-    axes.set_xlabel("prompt tokens per case (return_retries=1)")
     axes.set_ylabel("correct, % (95% CI)")
-    axes.set_ylim(0, 100)
-    axes.margins(x=0.15)
-    axes.set_title("make eval's typed tasks: what one correction turn buys, by how it is sent")
-    axes.title.set_fontsize(10)
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=8, loc="lower right")
+    title = "make eval's typed tasks: what one correction turn buys, by how it is sent"
+    _frame(axes, "prompt tokens per case (return_retries=1)", title, 0.15)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
 

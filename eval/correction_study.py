@@ -41,7 +41,7 @@ import json
 import sys
 import time
 import typing
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,7 @@ __all__ = [
     "SETTINGS",
     "FirstAttempt",
     "first_attempt",
+    "on_model",
     "quoted",
     "setting_runs",
     "variants_of",
@@ -325,13 +326,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--base-url", default=None)
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    if args.base_url:
-        anyio.run(_study, args, args.base_url)
+    on_model(_study, args)
+
+
+def on_model(study: Callable[[argparse.Namespace, str], Awaitable[None]],
+             args: argparse.Namespace) -> None:  # fmt: skip
+    """Run ``study(args, base_url)`` on ``args.base_url``, else on ``args.model`` started here."""
+    if getattr(args, "base_url", None):
+        anyio.run(study, args, args.base_url)
         return
     import local_llm
 
     with local_llm.running(args.model) as server:
-        anyio.run(_study, args, server.base_url)
+        anyio.run(study, args, server.base_url)
 
 
 if __name__ == "__main__":

@@ -24,8 +24,6 @@ import json
 import sys
 from pathlib import Path
 
-import anyio
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -87,11 +85,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen1.5b")
     parser.add_argument("--all", action="store_true", help="structured-final on every task")
-    args = parser.parse_args()
-    import local_llm
-
-    with local_llm.running(args.model) as server:
-        anyio.run(probe, args, server.base_url)
+    correction_study.on_model(probe, parser.parse_args())
 
 
 if __name__ == "__main__":
