@@ -13,6 +13,7 @@ case at 1. The plot shows success at ``return_retries=1`` against prompt tokens 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,7 @@ def _baseline_outcomes(model: str) -> dict[str, list[Any]]:
             for variant, _ in BASELINES}  # fmt: skip
 
 
+@functools.cache  # the table and the plot read the same records
 def bfcl_reports(model: str) -> dict[str, Report] | None:
     """Each BFCL row's report, on the cases every row holds (a paired sample), or ``None``.
 

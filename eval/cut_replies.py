@@ -59,38 +59,36 @@ def first_value(text: str) -> Any | None:
     return value
 
 
-def cut_replies(path: Path) -> Iterator[tuple[str, int, str]]:
-    """(case, reply index, text) of every reply the runtime called cut off in ``path``."""
-    for line in path.read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
+def cut_replies(records: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], int, str]]:
+    """(record, reply index, text) of every reply the runtime called cut off in ``records``."""
+    for record in records:
         for index, reply in enumerate(record["run"]["replies"]):
             if CUT in (reply.get("error") or ""):
-                yield record["case"], index, reply["text"]
+                yield record, index, reply["text"]
 
 
 def main(argv: list[str]) -> None:
     """Count, per record file, what the first complete value of each cut reply would be."""
     files = [Path(a) for a in argv] or [RESULTS / name for name in DEFAULT_FILES]
     cases: dict[str, Any] = {}
-    total_replies = 0
     for path in files:
         if not path.exists():
             continue
+        records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        replies = sum(len(record["run"]["replies"]) for record in records)
         counts: Counter[str] = Counter()
-        replies = sum(len(json.loads(line)["run"]["replies"])
-                      for line in path.read_text(encoding="utf-8").splitlines())  # fmt: skip
-        total_replies += replies
-        for case_name, index, text in cut_replies(path):
-            category = case_name.rsplit("_", 1)[0]
+        for record, index, text in cut_replies(records):
+            category = record["tags"][0]
             if category not in cases:
                 cases[category] = {c.name: c for c in bfcl_data.load_cases(category, None)}
             value = first_value(text)
             if value is None:
                 counts["no value"] += 1
                 continue
-            right, _ = bfcl_data.grade(cases[category][case_name], bfcl_data.calls_of(value))
+            case = cases[category][record["case"]]
+            right, _ = bfcl_data.grade(case, bfcl_data.calls_of(value))
             counts["complete value, right" if right else "complete value, wrong"] += 1
-            print(f"  {path.parent.name}/{path.name} {case_name} reply {index}: "
+            print(f"  {path.parent.name}/{path.name} {case.name} reply {index}: "
                   f"{'right' if right else 'wrong'}", flush=True)  # fmt: skip
         cut = sum(counts.values())
         print(f"{path.parent.name}/{path.name}: {cut} of {replies} replies cut off; "
