@@ -401,7 +401,8 @@ def section(results: Path = RESULTS) -> tuple[str, list[Row]]:
                        "ran (the first cases of each category's fixed order), so the columns "
                        "compare the same questions."),
         (AGAINST_PEERS, "Against the peers on the set-up where they can call, case for case "
-                        "(on the cases the peers ran):"),
+                        "(on the cases the peers ran; that set-up never showed them the "
+                        'functions, see "The peers" below):'),
     ):  # fmt: skip
         systems = [name for name in names if name in present]
         if names is AGAINST_PEERS and not any(
