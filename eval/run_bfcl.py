@@ -1,7 +1,8 @@
 """`make eval-bfcl`: BFCL's single-turn categories through each system, on subagent.evals.
 
     python eval/run_bfcl.py [--systems raw,subagent-r1,...] [--categories simple_python,...]
-                            [--cases N] [--offset K] [--setup template|tools] [--base-url URL]
+                            [--cases N] [--offset K] [--setup template|tools|parsed]
+                            [--base-url URL]
                             [--model qwen|qwen1.5b]
 
 Each category is a ``subagent.evals`` dataset (``bfcl_data.dataset``: BFCL's questions,
@@ -12,7 +13,9 @@ server set-up) has its records file, ``eval/results/bfcl/<system>@<setup>.jsonl`
 case appended as soon as the case is done; ``Dataset.evaluate`` skips the cases already
 recorded, so a killed run resumes where it stopped. Without ``--base-url`` the local model
 server of ``make demo`` (``scripts/local_llm.py``) is started for the run and stopped after;
-``--setup tools`` starts it with the tools chat format instead of the model's own template.
+``--setup tools`` starts it with the tools chat format instead of the model's own template;
+``--setup parsed`` puts ``eval/calls_proxy.py`` in front of the model's own template, so a
+client that reads native calls only gets the calls the model writes as text as native ones.
 
 Systems marked ``peers`` (pydantic-ai, the Agents SDK) need the peers' venv
 (``make bench-peers`` builds it); the Makefile runs them there. One case at a time: the
@@ -54,7 +57,7 @@ __all__ = [
 ]
 
 RESULTS = Path(__file__).resolve().parent / "results" / "bfcl"
-SETUPS = ("template", "tools")
+SETUPS = ("template", "tools", "parsed")
 CHUNK = 5
 
 
@@ -220,8 +223,13 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--categories: {exc}")
 
     def run_all(base_url: str) -> None:
-        anyio.run(_run_all, systems, categories, args.cases, base_url, args.setup, args.results,
-                  args.offset, args.model)  # fmt: skip
+        with contextlib.ExitStack() as stack:
+            if args.setup == "parsed":
+                import calls_proxy
+
+                base_url = stack.enter_context(calls_proxy.running(base_url))
+            anyio.run(_run_all, systems, categories, args.cases, base_url, args.setup,
+                      args.results, args.offset, args.model)  # fmt: skip
 
     if args.base_url:
         run_all(args.base_url)
