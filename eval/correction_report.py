@@ -7,7 +7,9 @@ where they exist, ``structured-final.jsonl`` and ``fail-refused.jsonl``
 (``eval/fail_refused_probe.py``) with the ``subagent.evals`` report, and prints one row per
 model and correction setting: success at ``return_retries`` 0, 1 and 2 with Wilson 95%
 intervals, correction salvage and repeats at 1, calls, prompt tokens and wall seconds per
-case at 1. The plot shows success at ``return_retries=1`` against prompt tokens per case.
+case at 1. Then the BFCL rows, the 1.5B's headline rows on every case they all ran, and
+the peers on the ``parsed`` set-up. The plot shows success at ``return_retries=1`` against
+prompt tokens per case.
 """
 
 from __future__ import annotations
@@ -132,6 +134,14 @@ def bfcl_reports(model: str) -> dict[str, Report] | None:
             for variant, outcomes in chosen.items()}  # fmt: skip
 
 
+def _row(label: str, report: Report, categories: list[str], measures: list[str]) -> str:
+    """One table row: the label, the accuracy, ``measures``, then correct/run per category."""
+    (result,) = report.variants
+    per = [report.tagged(category).variants[0] for category in categories]
+    cells = [label, _rate(result), *measures, *(f"{r.correct}/{r.runs}" for r in per)]
+    return "| " + " | ".join(cells) + " |"
+
+
 def bfcl_table() -> str:
     """The BFCL rows in Markdown: overall, with the measures, then per category."""
     lines = []
@@ -151,19 +161,82 @@ def bfcl_table() -> str:
         ]
         rows = [(v, what) for v, what in BASELINES if v in reports]
         for variant, what in rows + [(variant, what) for _, variant, what in BFCL_ROWS]:
-            report = reports[variant]
-            (result,) = report.variants
-            per = [report.tagged(c).variants[0] for c in categories]
-            lines.append(
-                f"| {what} (`{variant}`) | {_rate(result)} "
-                f"| {_share(result.salvaged, result.corrected)} "
-                f"| {_share(result.repeated_corrections, result.correction_turns)} "
-                f"| {result.calls_per_case:.2f} "
-                f"| {result.prompt_tokens / max(result.runs, 1):,.0f} "
-                f"| {result.wall_per_case_s:.1f} | "
-                + " | ".join(f"{r.correct}/{r.runs}" for r in per)
-                + " |"
-            )
+            result = reports[variant].variants[0]
+            measures = [
+                _share(result.salvaged, result.corrected),
+                _share(result.repeated_corrections, result.correction_turns),
+                f"{result.calls_per_case:.2f}",
+                f"{result.prompt_tokens / max(result.runs, 1):,.0f}",
+                f"{result.wall_per_case_s:.1f}",
+            ]
+            lines.append(_row(f"{what} (`{variant}`)", reports[variant], categories, measures))
+        lines.append("")
+    return "\n".join(lines)
+
+
+HEADLINE = (
+    "raw-lenient@template",
+    "raw-prompted-lenient@template",
+    "subagent-prompted-r1@template",
+)
+"""The headline rows: a raw call without and with the calls prompt, and subagent's best."""
+
+
+def headline_table(model: str = "qwen1.5b") -> str:
+    """The headline rows on every case all of them ran, case for case, per category."""
+    import bfcl_report
+
+    folder = RESULTS.parent / BASELINE_DIRS.get(model, f"bfcl-{model}")
+    table = bfcl_report.head_to_head(bfcl_report.read(folder).outcomes, HEADLINE)
+    return bfcl_report.render_head_to_head(table, HEADLINE)
+
+
+PEER_ROWS = (
+    ("raw-lenient@template", "a raw call, its text read (no prompt)"),
+    ("raw-prompted-lenient@template", "a raw call, the calls prompt, its text read"),
+    ("subagent-prompted-r1@template", "`subagent-prompted-r1`"),
+    ("pydantic-ai@parsed", "pydantic-ai, its defaults"),
+    ("openai-agents@parsed", "the Agents SDK, its defaults"),
+)
+"""The peers on the ``parsed`` set-up beside the template server's own rows: one server,
+the model's own template, the calls it writes read by the same reader (``eval/calls_proxy.py``
+for the peers, subagent's adapter for subagent)."""
+
+
+def peers_table() -> str:
+    """The peers against subagent and the raw call, case for case, per model recorded."""
+    import bfcl_report
+
+    lines = []
+    for model, label in MODELS.items():
+        folder = RESULTS.parent / BASELINE_DIRS.get(model, f"bfcl-{model}")
+        if not (folder / "pydantic-ai@parsed.jsonl").exists():
+            continue
+        outcomes = bfcl_report.read(folder).outcomes
+        chosen = {variant: [o for o in outcomes if o.variant == variant]
+                  for variant, _ in PEER_ROWS}  # fmt: skip
+        common = set.intersection(*({o.case for o in found} for found in chosen.values()))
+        if not common:
+            continue
+        reports = {variant: Report("bfcl", [o for o in found if o.case in common])
+                   for variant, found in chosen.items()}  # fmt: skip
+        categories = next(iter(reports.values())).tags()
+        lines += [
+            f"{label}, {len(common)} BFCL cases (the first of each category's fixed sample "
+            "that every row ran):",
+            "",
+            "| system | correct | prompt tokens/case | prompt tokens/correct case "
+            "| wall s/case | " + " | ".join(categories) + " |",
+            "| --- " * (5 + len(categories)) + "|",
+        ]
+        for variant, what in PEER_ROWS:
+            result = reports[variant].variants[0]
+            measures = [
+                f"{result.prompt_tokens / max(result.runs, 1):,.0f}",
+                f"{result.prompt_tokens / result.correct:,.0f}" if result.correct else "-",
+                f"{result.wall_per_case_s:.1f}",
+            ]
+            lines.append(_row(f"{what} (`{variant}`)", reports[variant], categories, measures))
         lines.append("")
     return "\n".join(lines)
 
@@ -267,6 +340,10 @@ def main() -> None:
     print(table())
     print()
     print(bfcl_table())
+    print()
+    print(headline_table())
+    print()
+    print(peers_table())
     if args.plot is not None:
         plot(args.plot)
 
