@@ -216,6 +216,20 @@ def openai_tools(functions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
     return tools
 
 
+def calls_schema(case: Case[Any]) -> dict[str, Any]:
+    """The JSON schema of a list of calls to ``case``'s functions, and of nothing else."""
+    calls = []
+    for tool in openai_tools(functions(case)):
+        function = tool["function"]
+        calls.append({
+            "type": "object",
+            "properties": {"name": {"const": function["name"]},
+                           "arguments": function["parameters"]},
+            "required": ["name", "arguments"],
+        })  # fmt: skip
+    return {"type": "array", "items": {"anyOf": calls}}
+
+
 def function_names(case: Case[Any]) -> list[str]:
     """The names the case's functions go by as tools."""
     return [tool_name(function["name"]) for function in functions(case)]

@@ -41,7 +41,7 @@ from bfcl_systems import CALL_TIMEOUT, SETTINGS, ContractAgent
 from subagent import Correction, SubAgent
 from subagent.evals import Case, Variant
 
-__all__ = ["VARIANTS", "calls_schema"]
+__all__ = ["VARIANTS"]
 
 FINAL = Correction(output="json_schema", when="final")
 
@@ -52,23 +52,10 @@ VARIANTS = [
 ]
 
 
-def calls_schema(case: Case[Any]) -> dict[str, Any]:
-    """The JSON schema of a list of calls to ``case``'s functions, and of nothing else."""
-    calls = []
-    for tool in bfcl_data.openai_tools(bfcl_data.functions(case)):
-        function = tool["function"]
-        calls.append({
-            "type": "object",
-            "properties": {"name": {"const": function["name"]},
-                           "arguments": function["parameters"]},
-            "required": ["name", "arguments"],
-        })  # fmt: skip
-    return {"type": "array", "items": {"anyOf": calls}}
-
-
 def exact_agent(case: Case[Any]) -> SubAgent[Any]:
     """The contract agent of ``case``, its final turn under the grammar of its own calls."""
-    correction = Correction(output="json_schema", when="final", json_schema=calls_schema(case))
+    schema = bfcl_data.calls_schema(case)
+    correction = Correction(output="json_schema", when="final", json_schema=schema)
     return dataclasses.replace(ContractAgent()(case), correction=correction)
 
 

@@ -44,10 +44,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from bfcl_data import Case, expects_no_call, functions, grade, openai_tools
+from bfcl_data import Case, calls_schema, expects_no_call, functions, grade, openai_tools
 from pydantic import BaseModel, Field, RootModel, field_validator, model_validator
 
-from subagent import SubAgent
+from subagent import Correction, SubAgent
 from subagent.evals import System, SystemReply, SystemRun, Variant
 
 __all__ = [
@@ -413,11 +413,15 @@ class ToolsAgent:
             with this text: no agent preamble, no tool list, no explicit-fail escape.
         oracle: A validator that checks the answer against the ground truth
             (:func:`oracle_feedback`).
+        schema_corrections: Correction turns under the server's grammar of this request's
+            calls (``Correction(output="json_schema", json_schema=calls_schema(case))``):
+            the first answer as before, a refused one corrected under the grammar.
     """
 
     system: str | None = None
     system_template: str | None = None
     oracle: bool = False
+    schema_corrections: bool = False
 
     def __call__(self, case: Case[Any]) -> SubAgent[Calls]:
         """The agent of ``case`` (tools that record its calls, made afresh for each run)."""
@@ -433,6 +437,9 @@ class ToolsAgent:
             if self.system_template is None
             else {"system": "{{output_instructions}}", "output_json": self.system_template},
             instructions=self.system,
+            correction=Correction(output="json_schema", json_schema=calls_schema(case))
+            if self.schema_corrections
+            else None,
         )
 
 
@@ -596,6 +603,15 @@ SYSTEMS: tuple[BfclSystem, ...] = (
         "subagent-prompted-r1 told by BFCL's checker what is wrong (knows the answer: the "
         "ceiling of a correction turn, not a system a user can run)",
         ToolsAgent(system_template=CALLS_PROMPT, oracle=True),
+        max_turns=2,
+        return_retries=1,
+        protocol="native",
+    ),
+    _subagent(
+        "subagent-prompted-r1-schema",
+        "subagent-prompted-r1 with its correction turn under the grammar of the request's "
+        "calls (Correction(output='json_schema'))",
+        ToolsAgent(system_template=CALLS_PROMPT, schema_corrections=True),
         max_turns=2,
         return_retries=1,
         protocol="native",

@@ -2,8 +2,7 @@
 
     python eval/run_bfcl.py [--systems raw,subagent-r1,...] [--categories simple_python,...]
                             [--cases N] [--offset K] [--setup template|tools|parsed]
-                            [--base-url URL]
-                            [--model qwen|qwen1.5b]
+                            [--base-url URL] [--only CASE,...] [--model qwen|qwen1.5b]
 
 Each category is a ``subagent.evals`` dataset (``bfcl_data.dataset``: BFCL's questions,
 graded by BFCL's checker as a judge); each system is a variant (``bfcl_systems.SYSTEMS``)
@@ -129,11 +128,13 @@ async def _run_all(
     results: Path,
     offset: int = 0,
     model: str | None = None,
+    only: frozenset[str] | None = None,
 ) -> None:
     """Every system on every category, :data:`CHUNK` cases at a time, system after system.
 
     ``offset`` skips that many cases of each category's fixed order first (a held-out
-    sample: the cases after the ones the default sample takes).
+    sample: the cases after the ones the default sample takes). ``only``, when given, keeps
+    the sample's cases of those names (a rerun of chosen cases, in the sample's order).
 
     Interleaved (the first cases of every category for every system, then the next ones)
     so that a run stopped part-way leaves every system measured on the same cases of every
@@ -141,6 +142,13 @@ async def _run_all(
     """
     server = Server(base_url=base_url, setup=setup)
     samples = {category: dataset(category, cases_per, offset) for category in categories}
+    if only is not None:
+        samples = {category: Dataset([case for case in sample.cases if case.name in only],
+                                     sample.judges, name=sample.name)
+                   for category, sample in samples.items()}  # fmt: skip
+        missing = only - {case.name for sample in samples.values() for case in sample.cases}
+        if missing:
+            raise SystemExit(f"--only: not in the sample: {', '.join(sorted(missing))}")
     longest = max((len(sample) for sample in samples.values()), default=0)
     async with contextlib.AsyncExitStack() as stack:
         clients: dict[str, Any] = {}
@@ -198,6 +206,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--offset", type=int, default=0, help="skip this many cases of each category first"
     )
+    parser.add_argument(
+        "--only", default=None, help="run only these cases of the sample (names, comma-separated)"
+    )
     parser.add_argument("--setup", choices=SETUPS, default="template")
     parser.add_argument("--base-url", default=None, help="a running server (else one is started)")
     parser.add_argument("--results", type=Path, default=None)
@@ -216,6 +227,7 @@ def main(argv: list[str] | None = None) -> None:
 
     convert_before_resuming(args.results)  # records a run of the old harness left
     categories = [c for c in args.categories.split(",") if c]
+    only = None if args.only is None else frozenset(n for n in args.only.split(",") if n)
     for category in categories:
         try:
             load_cases(category, 1)
@@ -229,7 +241,7 @@ def main(argv: list[str] | None = None) -> None:
 
                 base_url = stack.enter_context(calls_proxy.running(base_url))
             anyio.run(_run_all, systems, categories, args.cases, base_url, args.setup,
-                      args.results, args.offset, args.model)  # fmt: skip
+                      args.results, args.offset, args.model, only)  # fmt: skip
 
     if args.base_url:
         run_all(args.base_url)

@@ -21,6 +21,7 @@ from bfcl_data import (
     SAMPLE_SIZE,
     BfclChecker,
     calls_of,
+    calls_schema,
     category,
     expects_no_call,
     functions,
@@ -255,6 +256,28 @@ async def test_subagent_corrects_a_call_with_feedback_naming_the_argument_and_ty
     assert graded_run.corrected and graded_run.salvaged
 
 
+async def test_the_schema_corrected_system_sends_its_correction_under_the_calls_grammar(
+    tmp_path: Path,
+) -> None:
+    case, call, key = an_int_argument()
+    wrong = {**call, "arguments": {**call["arguments"], key: "a string"}}
+    with running_server() as server:
+        server.script(
+            Reply(body=native_call(wrong)),  # normal turn: a call the tool's schema refuses
+            Reply(body=completion(json.dumps([wrong]))),  # must_return: refused again
+            Reply(body=completion(json.dumps([call]))),  # retry: under the grammar
+        )
+        (done,) = await run_system("subagent-prompted-r1-schema", [case], server.base_url,
+                                   tmp_path)  # fmt: skip
+        formats = [request.response_format for request in server.requests]
+    assert formats[:2] == [None, None]  # the first attempt as subagent-prompted-r1's
+    assert formats[2]["json_schema"]["schema"] == calls_schema(case)
+    assert done["correct"] and done["step"]["output"] == [call]
+    assert [turn["type"] for turn in done["step"]["turns"]] == ["normal", "must_return", "retry"]
+    (outcome,) = graded([done], {case.name: case}).outcomes
+    assert outcome.corrected and outcome.salvaged
+
+
 async def test_subagent_answers_no_call_on_an_irrelevance_case_with_an_empty_list(
     tmp_path: Path,
 ) -> None:
@@ -425,6 +448,42 @@ def test_an_offset_runs_the_cases_after_the_default_sample(tmp_path: Path) -> No
     # the provenance counts the records, not the runs made (issue 26)
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["records"] == count_records(tmp_path) == 2 and "cases" not in meta
+
+
+def test_only_runs_the_named_cases_of_the_sample_and_refuses_a_name_outside_it(
+    tmp_path: Path,
+) -> None:
+    chosen = [c.name for c in load_cases("irrelevance", 5)[1:4:2]]
+    with running_server() as server:
+        server.script(*(Reply(body=completion("No.")) for _ in range(2)))
+        options = {
+            "--base-url": server.base_url,
+            "--systems": "raw",
+            "--categories": "irrelevance",
+            "--cases": "5",
+            "--results": str(tmp_path),
+        }
+        argv = [part for option in options.items() for part in option]  # fmt: skip
+        main([*argv, "--only", ",".join(chosen)])
+        assert len(server.requests) == 2
+        with pytest.raises(SystemExit, match="not in the sample: irrelevance_9999"):
+            main([*argv, "--only", "irrelevance_9999"])
+    records = list(read_records(record_path(tmp_path, "raw", "template")))
+    assert [r["case"] for r in records] == chosen
+
+
+def test_the_parsed_set_up_runs_through_the_calls_proxy(tmp_path: Path) -> None:
+    (case,) = load_cases("simple_python", 1)
+    (call,) = right_calls(case)[:1]
+    with running_server() as server:
+        text = f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+        server.script(Reply(body=completion(text)))
+        argv = ["--base-url", server.base_url, "--systems", "raw", "--setup", "parsed",
+                "--categories", "simple_python", "--cases", "1"]  # fmt: skip
+        main([*argv, "--results", str(tmp_path)])
+    (done,) = read_records(record_path(tmp_path, "raw", "parsed"))
+    # raw reads native calls only: the call written as text reached it as a native one
+    assert done["correct"] and done["run"]["output"] == [call]
 
 
 def test_the_held_out_command_of_the_page_says_what_its_records_hold() -> None:

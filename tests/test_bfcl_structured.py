@@ -15,7 +15,7 @@ from openai_server import Reply, completion
 def test_the_exact_schema_allows_the_cases_functions_and_their_arguments_only() -> None:
     jsonschema = pytest.importorskip("jsonschema")
     (case,) = bfcl_data.dataset("simple_python", 1).cases
-    schema = bfcl_structured.calls_schema(case)
+    schema = bfcl_data.calls_schema(case)
     (function,) = bfcl_data.openai_tools(bfcl_data.functions(case))
     name = function["function"]["name"]
     required = function["function"]["parameters"].get("required", [])
@@ -39,7 +39,7 @@ def test_each_variant_sends_its_grammar_and_the_runs_are_recorded_once(
     sent = [r.json["response_format"] for r in server.requests]
     assert [body["type"] for body in sent] == ["json_schema", "json_schema"]
     generic, exact = (body["json_schema"]["schema"] for body in sent)
-    assert exact == bfcl_structured.calls_schema(case)
+    assert exact == bfcl_data.calls_schema(case)
     assert generic != exact and generic["type"] == "array"
     out = tmp_path / "qwen1.5b" / "bfcl-structured.jsonl"
     records = [json.loads(line) for line in out.read_text().splitlines()]
