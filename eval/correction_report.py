@@ -134,6 +134,14 @@ def bfcl_reports(model: str) -> dict[str, Report] | None:
             for variant, outcomes in chosen.items()}  # fmt: skip
 
 
+def _categories(report: Report) -> list[str]:
+    """The report's BFCL categories in BFCL's own order (the page's column order)."""
+    from bfcl_data import DEFAULT_CATEGORIES
+
+    order = list(DEFAULT_CATEGORIES)
+    return sorted(report.tags(), key=lambda c: order.index(c) if c in order else len(order))
+
+
 def _row(label: str, report: Report, categories: list[str], measures: list[str]) -> str:
     """One table row: the label, the accuracy, ``measures``, then correct/run per category."""
     (result,) = report.variants
@@ -149,7 +157,7 @@ def bfcl_table() -> str:
         reports = bfcl_reports(model)
         if reports is None:
             continue
-        categories = next(iter(reports.values())).tags()
+        categories = _categories(next(iter(reports.values())))
         lines += [
             f"{label}, {next(iter(reports.values())).variants[0].runs} BFCL cases "
             f"(the first of each category's fixed sample, every row on the same cases; "
@@ -220,7 +228,7 @@ def peers_table() -> str:
             continue
         reports = {variant: Report("bfcl", [o for o in found if o.case in common])
                    for variant, found in chosen.items()}  # fmt: skip
-        categories = next(iter(reports.values())).tags()
+        categories = _categories(next(iter(reports.values())))
         lines += [
             f"{label}, {len(common)} BFCL cases (the first of each category's fixed sample "
             "that every row ran):",
