@@ -158,3 +158,22 @@ def test_the_bfcl_rows_compare_every_answer_form_on_the_same_cases() -> None:
     assert r0.correct <= r1.correct and r1.salvaged <= r1.corrected
     text = bfcl_table()
     assert all(f"(`{variant}`)" in text for _, variant, _ in BFCL_ROWS)
+
+
+def test_the_peers_rows_compare_the_same_cases_on_one_server() -> None:
+    from correction_report import PEER_ROWS, peers_table
+
+    text = peers_table()
+    assert text, "no committed records of the peers on the parsed set-up"
+    assert all(f"(`{variant}`)" in text for variant, _ in PEER_ROWS)
+    # every row of a model's table counts the same cases: the number its heading names
+    cases = 0
+    rows = 0
+    for line in text.splitlines():
+        if " BFCL cases " in line:
+            cases = int(line.split(", ")[1].split()[0])
+        elif line.startswith("| ") and not line.startswith(("| system", "| ---")):
+            per_category = [cell.strip() for cell in line.split("|")[6:-1]]
+            assert sum(int(cell.split("/")[1]) for cell in per_category) == cases, line
+            rows += 1
+    assert cases and rows % len(PEER_ROWS) == 0
