@@ -552,6 +552,16 @@ def _subagent(name: str, title: str, agent: Callable[[Case[Any]], SubAgent[Any]]
                       agent, corrects=corrects)  # fmt: skip
 
 
+def _prompted_r1(name: str, title: str, **agent: Any) -> BfclSystem:
+    """``subagent-prompted-r1`` with ``agent``'s :class:`ToolsAgent` fields on top.
+
+    The calls prompt as the whole system prompt, native tools, ``max_turns=2``,
+    ``return_retries=1``.
+    """
+    return _subagent(name, title, ToolsAgent(system_template=CALLS_PROMPT, **agent),
+                     max_turns=2, return_retries=1, protocol="native")  # fmt: skip
+
+
 def _subagent_contract(n: int, policy: str = "collapse") -> BfclSystem:
     suffix = "" if policy == "collapse" else f"-{policy}"
     title = f"subagent, the call as output, return_retries={n}" + (
@@ -589,32 +599,22 @@ SYSTEMS: tuple[BfclSystem, ...] = (
         return_retries=0,
     ),
     _subagent_tools("react", 1),
-    _subagent(
+    _prompted_r1(
         "subagent-prompted-r1",
         "subagent, native tool calls, raw-prompted's prompt as its system prompt, "
         "max_turns=2, return_retries=1",
-        ToolsAgent(system_template=CALLS_PROMPT),
-        max_turns=2,
-        return_retries=1,
-        protocol="native",
     ),
-    _subagent(
+    _prompted_r1(
         "subagent-oracle-r1",
         "subagent-prompted-r1 told by BFCL's checker what is wrong (knows the answer: the "
         "ceiling of a correction turn, not a system a user can run)",
-        ToolsAgent(system_template=CALLS_PROMPT, oracle=True),
-        max_turns=2,
-        return_retries=1,
-        protocol="native",
+        oracle=True,
     ),
-    _subagent(
+    _prompted_r1(
         "subagent-prompted-r1-schema",
         "subagent-prompted-r1 with its correction turn under the grammar of the request's "
         "calls (Correction(output='json_schema'))",
-        ToolsAgent(system_template=CALLS_PROMPT, schema_corrections=True),
-        max_turns=2,
-        return_retries=1,
-        protocol="native",
+        schema_corrections=True,
     ),
     _subagent(
         "subagent-calls-r1",
