@@ -37,6 +37,7 @@ graded as an answer (on ``irrelevance``, no answer is not "no call").
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -413,15 +414,11 @@ class ToolsAgent:
             with this text: no agent preamble, no tool list, no explicit-fail escape.
         oracle: A validator that checks the answer against the ground truth
             (:func:`oracle_feedback`).
-        schema_corrections: Correction turns under the server's grammar of this request's
-            calls (``Correction(output="json_schema", json_schema=calls_schema(case))``):
-            the first answer as before, a refused one corrected under the grammar.
     """
 
     system: str | None = None
     system_template: str | None = None
     oracle: bool = False
-    schema_corrections: bool = False
 
     def __call__(self, case: Case[Any]) -> SubAgent[Calls]:
         """The agent of ``case`` (tools that record its calls, made afresh for each run)."""
@@ -437,10 +434,24 @@ class ToolsAgent:
             if self.system_template is None
             else {"system": "{{output_instructions}}", "output_json": self.system_template},
             instructions=self.system,
-            correction=Correction(output="json_schema", json_schema=calls_schema(case))
-            if self.schema_corrections
-            else None,
         )
+
+
+@dataclass(frozen=True)
+class SchemaCorrectedToolsAgent(ToolsAgent):
+    """A :class:`ToolsAgent` whose correction turns are under the server's grammar.
+
+    The grammar is that of the request's calls (``Correction(output="json_schema",
+    json_schema=calls_schema(case))``): the first answer as before, a refused one corrected
+    under the grammar. A class of its own, not a field of :class:`ToolsAgent`: a variant's
+    digest covers its factory's fields, and a new field would make every recorded run of
+    the other ``ToolsAgent`` systems look changed, so a resumed run would make them again.
+    """
+
+    def __call__(self, case: Case[Any]) -> SubAgent[Calls]:
+        """The agent of ``case``, its correction turns under the calls' grammar."""
+        correction = Correction(output="json_schema", json_schema=calls_schema(case))
+        return dataclasses.replace(super().__call__(case), correction=correction)
 
 
 @dataclass(frozen=True)
@@ -552,13 +563,15 @@ def _subagent(name: str, title: str, agent: Callable[[Case[Any]], SubAgent[Any]]
                       agent, corrects=corrects)  # fmt: skip
 
 
-def _prompted_r1(name: str, title: str, **agent: Any) -> BfclSystem:
-    """``subagent-prompted-r1`` with ``agent``'s :class:`ToolsAgent` fields on top.
+def _prompted_r1(
+    name: str, title: str, kind: type[ToolsAgent] = ToolsAgent, **agent: Any
+) -> BfclSystem:
+    """``subagent-prompted-r1``: ``kind`` of agent with ``agent``'s fields on top.
 
     The calls prompt as the whole system prompt, native tools, ``max_turns=2``,
     ``return_retries=1``.
     """
-    return _subagent(name, title, ToolsAgent(system_template=CALLS_PROMPT, **agent),
+    return _subagent(name, title, kind(system_template=CALLS_PROMPT, **agent),
                      max_turns=2, return_retries=1, protocol="native")  # fmt: skip
 
 
@@ -614,7 +627,7 @@ SYSTEMS: tuple[BfclSystem, ...] = (
         "subagent-prompted-r1-schema",
         "subagent-prompted-r1 with its correction turn under the grammar of the request's "
         "calls (Correction(output='json_schema'))",
-        schema_corrections=True,
+        SchemaCorrectedToolsAgent,
     ),
     _subagent(
         "subagent-calls-r1",

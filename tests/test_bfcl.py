@@ -429,6 +429,24 @@ def test_a_peers_first_response_becomes_its_run() -> None:
 # --- the runner's command line and provenance ---
 
 
+@pytest.mark.parametrize(
+    "name", ["raw", "raw-prompted", "subagent-prompted-r1", "subagent-oracle-r1"]
+)
+def test_a_resumed_run_keeps_every_committed_run_of_the_1_5b(name: str) -> None:
+    # A variant's digest covers its agent factory's fields: a field added to a factory
+    # (issue 26: ToolsAgent's schema corrections) made hours of committed runs look changed,
+    # and a resumed run began them again.
+    folder = ROOT / "eval" / "results" / "bfcl-qwen1.5b"
+    system = system_named(name)
+    server = Server("http://127.0.0.1:1/v1", setup="template")
+    path = record_path(folder, name, "template")
+    recorded = {record["case"] for record in read_records(path)}
+    cases = [case for category in DEFAULT_CATEGORIES for case in load_cases(category)]
+    ran = Dataset([c for c in cases if c.name in recorded], [BfclChecker()], name="bfcl")
+    assert len(ran) >= 50, f"{name}: too few committed runs to check"
+    assert pending(system, ran, server, client_for(system, server), path, "template") == 0
+
+
 def test_an_offset_runs_the_cases_after_the_default_sample(tmp_path: Path) -> None:
     with running_server() as server:
         server.script(*(Reply(body=completion("No.")) for _ in range(2)))
