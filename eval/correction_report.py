@@ -1,6 +1,6 @@
 """The correction study's table and plot, from its records alone.
 
-    python eval/correction_report.py [--plot docs/images/corrections.png]
+    python eval/correction_report.py [--page] [--plot docs/images/corrections.png]
 
 Reads ``eval/results/corrections/<model>/tasks.jsonl`` (``eval/correction_study.py``) and,
 where they exist, ``structured-final.jsonl`` and ``fail-refused.jsonl``
@@ -8,8 +8,9 @@ where they exist, ``structured-final.jsonl`` and ``fail-refused.jsonl``
 model and correction setting: success at ``return_retries`` 0, 1 and 2 with Wilson 95%
 intervals, correction salvage and repeats at 1, calls, prompt tokens and wall seconds per
 case at 1. Then the BFCL rows, the 1.5B's headline rows on every case they all ran, and
-the peers on the ``parsed`` set-up. The plot shows success at ``return_retries=1`` against
-prompt tokens per case.
+the peers on the ``parsed`` set-up. ``--page`` writes each table between its markers in
+``docs/evaluation.md`` instead of printing them. The plot shows success at
+``return_retries=1`` against prompt tokens per case.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from subagent.evals import Report
+from subagent._stats import mcnemar
+from subagent.evals import Outcome, Report
 from subagent.evals._report import VariantResult
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -105,12 +108,10 @@ BASELINE_DIRS = {"qwen": "bfcl", "qwen1.5b": "bfcl-qwen1.5b"}
 
 def _baseline_outcomes(model: str) -> dict[str, list[Any]]:
     """The baseline systems' graded outcomes (BFCL's checker, derived rows included)."""
-    import bfcl_report
-
     folder = RESULTS.parent / BASELINE_DIRS.get(model, f"bfcl-{model}")
     if not folder.exists():
         return {}
-    outcomes = bfcl_report.read(folder).outcomes
+    outcomes = _graded(folder)
     return {variant: [o for o in outcomes if o.variant == variant]
             for variant, _ in BASELINES}  # fmt: skip
 
@@ -183,26 +184,17 @@ def bfcl_table() -> str:
 
 
 HEADLINE = (
-    "raw-lenient@template",
-    "raw-prompted-lenient@template",
-    "subagent-prompted-r1@template",
-)
-"""The headline rows: a raw call without and with the calls prompt, and subagent's best."""
-
-
-def headline_table(model: str = "qwen1.5b") -> str:
-    """The headline rows on every case all of them ran, case for case, per category."""
-    import bfcl_report
-
-    folder = RESULTS.parent / BASELINE_DIRS.get(model, f"bfcl-{model}")
-    table = bfcl_report.head_to_head(bfcl_report.read(folder).outcomes, HEADLINE)
-    return bfcl_report.render_head_to_head(table, HEADLINE)
-
-
-PEER_ROWS = (
     ("raw-lenient@template", "a raw call, its text read (no prompt)"),
     ("raw-prompted-lenient@template", "a raw call, the calls prompt, its text read"),
     ("subagent-prompted-r1@template", "`subagent-prompted-r1`"),
+)
+"""The headline rows: a raw call without and with the calls prompt, and subagent's best."""
+
+HELD_OUT_DIRS = {"qwen1.5b": "bfcl-qwen1.5b-holdout"}
+"""The model's held-out sample (``--offset 50 --cases 20``), kept apart from the fixed one."""
+
+PEER_ROWS = (
+    *HEADLINE,
     ("pydantic-ai@parsed", "pydantic-ai, its defaults"),
     ("openai-agents@parsed", "the Agents SDK, its defaults"),
 )
@@ -211,41 +203,104 @@ the model's own template, the calls it writes read by the same reader (``eval/ca
 for the peers, subagent's adapter for subagent)."""
 
 
-def peers_table() -> str:
-    """The peers against subagent and the raw call, case for case, per model recorded."""
+@functools.cache  # the tables read one folder several times
+def _graded(folder: Path) -> tuple[Outcome, ...]:
+    """The folder's BFCL outcomes, graded by BFCL's checker (derived rows included)."""
     import bfcl_report
 
+    return tuple(bfcl_report.read(folder).outcomes)
+
+
+def _paired(folder: Path, variants: Sequence[str]) -> dict[str, Report]:
+    """Each variant's report on the cases every one of them ran (empty where none)."""
+    outcomes = _graded(folder)
+    chosen = {variant: [o for o in outcomes if o.variant == variant] for variant in variants}
+    common = set.intersection(*({o.case for o in found} for found in chosen.values()))
+    if not common:
+        return {}
+    return {variant: Report("bfcl", [o for o in found if o.case in common])
+            for variant, found in chosen.items()}  # fmt: skip
+
+
+def _measured(rows: Sequence[tuple[str, str]], reports: dict[str, Report]) -> list[str]:
+    """The rows as a Markdown table: accuracy, prompt tokens, wall time, per category."""
+    categories = _categories(next(iter(reports.values())))
+    lines = [
+        "| system | correct | prompt tokens/case | prompt tokens/correct case "
+        "| wall s/case | " + " | ".join(categories) + " |",
+        "| --- " * (5 + len(categories)) + "|",
+    ]
+    for variant, what in rows:
+        result = reports[variant].variants[0]
+        measures = [
+            f"{result.prompt_tokens / max(result.runs, 1):,.0f}",
+            f"{result.prompt_tokens / result.correct:,.0f}" if result.correct else "-",
+            f"{result.wall_per_case_s:.1f}",
+        ]
+        lines.append(_row(f"{what} (`{variant}`)", reports[variant], categories, measures))
+    return lines
+
+
+def paired_difference(first: Report, second: Report) -> tuple[int, int, float]:
+    """Cases only ``first`` got right, cases only ``second`` did, and McNemar's exact p."""
+    right = {o.case: o.correct for o in second.outcomes}
+    only_first = sum(bool(o.correct) and not right[o.case] for o in first.outcomes)
+    only_second = sum(not o.correct and bool(right[o.case]) for o in first.outcomes)
+    return only_first, only_second, mcnemar(only_first, only_second)
+
+
+def headline_table(model: str = "qwen1.5b", *, held_out: bool = False) -> str:
+    """The headline rows on every case all of them ran, case for case, per category.
+
+    A row with no record in the sample is left out (the held-out sample runs the raw call
+    without the prompt last); without both ``raw-prompted-lenient`` and
+    ``subagent-prompted-r1`` there is no table.
+
+    Args:
+        model: The local model whose records are read.
+        held_out: Read the held-out sample (the 20 cases after each category's first 50)
+            instead of the fixed one.
+    """
+    dirs = HELD_OUT_DIRS if held_out else BASELINE_DIRS
+    folder = RESULTS.parent / dirs.get(model, f"bfcl-{model}")
+    if not folder.exists():
+        return ""
+    recorded = {o.variant for o in _graded(folder)}
+    rows = [(variant, what) for variant, what in HEADLINE if variant in recorded]
+    reports = _paired(folder, [variant for variant, _ in rows])
+    if not reports or len(rows) < 2 or rows[-1] != HEADLINE[-1]:
+        return ""
+    cases = next(iter(reports.values())).variants[0].runs
+    sample = "held-out sample" if held_out else "fixed sample"
+    lines = [f"{MODELS[model]}, {cases} BFCL cases of the {sample}, every row on the same cases:",
+             "", *_measured(rows, reports), ""]  # fmt: skip
+    ours, prompted = reports["subagent-prompted-r1@template"], reports[HEADLINE[1][0]]
+    only_ours, only_prompted, p = paired_difference(ours, prompted)
+    lines.append(
+        f"Case for case, `subagent-prompted-r1` right where `raw-prompted-lenient` is wrong: "
+        f"{only_ours}; the reverse: {only_prompted} (McNemar's exact test, p = {p:.2f})."
+    )
+    return "\n".join(lines)
+
+
+def peers_table() -> str:
+    """The peers against subagent and the raw call, case for case, per model recorded."""
     lines = []
     for model, label in MODELS.items():
         folder = RESULTS.parent / BASELINE_DIRS.get(model, f"bfcl-{model}")
         if not (folder / "pydantic-ai@parsed.jsonl").exists():
             continue
-        outcomes = bfcl_report.read(folder).outcomes
-        chosen = {variant: [o for o in outcomes if o.variant == variant]
-                  for variant, _ in PEER_ROWS}  # fmt: skip
-        common = set.intersection(*({o.case for o in found} for found in chosen.values()))
-        if not common:
+        reports = _paired(folder, [v for v, _ in PEER_ROWS])
+        if not reports:
             continue
-        reports = {variant: Report("bfcl", [o for o in found if o.case in common])
-                   for variant, found in chosen.items()}  # fmt: skip
-        categories = _categories(next(iter(reports.values())))
+        cases = next(iter(reports.values())).variants[0].runs
         lines += [
-            f"{label}, {len(common)} BFCL cases (the first of each category's fixed sample "
+            f"{label}, {cases} BFCL cases (the first of each category's fixed sample "
             "that every row ran):",
             "",
-            "| system | correct | prompt tokens/case | prompt tokens/correct case "
-            "| wall s/case | " + " | ".join(categories) + " |",
-            "| --- " * (5 + len(categories)) + "|",
+            *_measured(PEER_ROWS, reports),
+            "",
         ]
-        for variant, what in PEER_ROWS:
-            result = reports[variant].variants[0]
-            measures = [
-                f"{result.prompt_tokens / max(result.runs, 1):,.0f}",
-                f"{result.prompt_tokens / result.correct:,.0f}" if result.correct else "-",
-                f"{result.wall_per_case_s:.1f}",
-            ]
-            lines.append(_row(f"{what} (`{variant}`)", reports[variant], categories, measures))
-        lines.append("")
     return "\n".join(lines)
 
 
@@ -340,18 +395,63 @@ def plot(path: Path) -> None:
     figure.savefig(path, dpi=100)
 
 
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "evaluation.md"
+"""The page whose marked tables :func:`update_page` writes."""
+
+
+def tables() -> dict[str, str]:
+    """Every table of the study, by the name of the page's markers around it."""
+    return {
+        "tasks": table(),
+        "bfcl": bfcl_table(),
+        "headline": headline_table(),
+        "held-out": headline_table(held_out=True),
+        "peers": peers_table(),
+    }
+
+
+def markers(name: str) -> tuple[str, str]:
+    """The comments around the table called ``name`` on the page."""
+    return (f"<!-- correction-report:{name} (eval/correction_report.py --page writes this) -->",
+            f"<!-- correction-report:{name}:end -->")  # fmt: skip
+
+
+def update_page(content: str, written: dict[str, str]) -> str:
+    """``content`` with each marked table replaced by its text in ``written``.
+
+    A table the page has no markers for is left out; markers of a table not in
+    ``written`` are left as they are.
+
+    Raises:
+        ValueError: A table's start marker without its end marker (the name is given).
+    """
+    for name, text in written.items():
+        start, end = markers(name)
+        if start not in content:
+            continue
+        head, rest = content.split(start, 1)
+        if end not in rest:
+            raise ValueError(f"the page's table {name!r} has no end marker {end!r}")
+        tail = rest.split(end, 1)[1]
+        content = f"{head}{start}\n{text.strip()}\n{end}{tail}"
+    return content
+
+
 def main() -> None:
-    """Print the table; draw the plot when asked."""
+    """Print the tables, or write them into the page; draw the plot when asked."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument(
+        "--page", type=Path, nargs="?", const=PAGE, default=None,
+        help=f"write the tables between the page's markers (default {PAGE.name})",
+    )  # fmt: skip
     args = parser.parse_args()
-    print(table())
-    print()
-    print(bfcl_table())
-    print()
-    print(headline_table())
-    print()
-    print(peers_table())
+    written = tables()
+    if args.page is None:
+        print("\n\n".join(text for text in written.values() if text))
+    else:
+        content = args.page.read_text(encoding="utf-8")
+        args.page.write_text(update_page(content, written), encoding="utf-8")
     if args.plot is not None:
         plot(args.plot)
 

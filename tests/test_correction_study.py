@@ -160,13 +160,8 @@ def test_the_bfcl_rows_compare_every_answer_form_on_the_same_cases() -> None:
     assert all(f"(`{variant}`)" in text for _, variant, _ in BFCL_ROWS)
 
 
-def test_the_peers_rows_compare_the_same_cases_on_one_server() -> None:
-    from correction_report import PEER_ROWS, peers_table
-
-    text = peers_table()
-    assert text, "no committed records of the peers on the parsed set-up"
-    assert all(f"(`{variant}`)" in text for variant, _ in PEER_ROWS)
-    # every row of a model's table counts the same cases: the number its heading names
+def rows_per_table(text: str) -> tuple[int, int]:
+    """The cases a table's heading names and its rows, each row checked to count them all."""
     cases = 0
     rows = 0
     for line in text.splitlines():
@@ -176,4 +171,64 @@ def test_the_peers_rows_compare_the_same_cases_on_one_server() -> None:
             per_category = [cell.strip() for cell in line.split("|")[6:-1]]
             assert sum(int(cell.split("/")[1]) for cell in per_category) == cases, line
             rows += 1
+    return cases, rows
+
+
+def test_the_peers_rows_compare_the_same_cases_on_one_server() -> None:
+    from correction_report import PEER_ROWS, peers_table
+
+    text = peers_table()
+    assert text, "no committed records of the peers on the parsed set-up"
+    assert all(f"(`{variant}`)" in text for variant, _ in PEER_ROWS)
+    # every row of a model's table counts the same cases: the number its heading names
+    cases, rows = rows_per_table(text)
     assert cases and rows % len(PEER_ROWS) == 0
+
+
+@pytest.mark.parametrize("held_out", [False, True], ids=["fixed", "held-out"])
+def test_the_headline_rows_compare_the_same_cases_and_count_the_disagreements(
+    held_out: bool,
+) -> None:
+    import bfcl_report
+    from correction_report import HEADLINE, RESULTS, _paired, headline_table
+
+    text = headline_table(held_out=held_out)
+    assert text, "no committed records of the 1.5B's headline rows"
+    cases, rows = rows_per_table(text)
+    # the held-out sample may leave out the raw call without the prompt, never the pair
+    assert cases and 2 <= rows <= len(HEADLINE)
+    pair = ("raw-prompted-lenient", "subagent-prompted-r1")
+    assert all(f"(`{variant}@template`)" in text for variant in pair)
+    # the disagreements, counted again from the graded records themselves
+    folder = RESULTS.parent / ("bfcl-qwen1.5b-holdout" if held_out else "bfcl-qwen1.5b")
+    reports = _paired(folder, [variant for variant, _ in HEADLINE if f"(`{variant}`)" in text])
+    outcomes = bfcl_report.read(folder).outcomes
+    right = {(o.variant, o.case): o.correct for o in outcomes}
+    common = {o.case for o in reports["subagent-prompted-r1@template"].outcomes}
+    ours = {c: right["subagent-prompted-r1@template", c] for c in common}
+    prompted = {c: right["raw-prompted-lenient@template", c] for c in common}
+    only_ours = sum(ours[c] and not prompted[c] for c in common)
+    only_prompted = sum(prompted[c] and not ours[c] for c in common)
+    assert f"is wrong: {only_ours}; the reverse: {only_prompted} " in text
+
+
+def test_the_pages_tables_are_what_the_committed_records_give() -> None:
+    from correction_report import PAGE, markers, tables, update_page
+
+    content = PAGE.read_text(encoding="utf-8")
+    written = tables()
+    for name in written:
+        start, end = markers(name)
+        assert start in content and end in content, f"the page lacks the {name!r} table"
+    assert update_page(content, written) == content, "run eval/correction_report.py --page"
+
+
+def test_a_table_whose_end_marker_is_missing_is_an_error_naming_it() -> None:
+    from correction_report import markers, update_page
+
+    start, end = markers("peers")
+    page = f"intro\n{start}\nold\n{end}\noutro\n"
+    assert update_page(page, {"peers": "new"}) == f"intro\n{start}\nnew\n{end}\noutro\n"
+    assert update_page(page, {"tasks": "new"}) == page  # no markers: left out
+    with pytest.raises(ValueError, match="'peers'"):
+        update_page(f"intro\n{start}\nold\n", {"peers": "new"})
