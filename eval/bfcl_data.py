@@ -217,14 +217,20 @@ def openai_tools(functions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
 
 
 def calls_schema(case: Case[Any]) -> dict[str, Any]:
-    """The JSON schema of a list of calls to ``case``'s functions, and of nothing else."""
+    """The JSON schema of a list of calls to ``case``'s functions, and of nothing else.
+
+    Each function's parameters accept their documented defaults (``admitting_defaults``:
+    a ``"default": null`` or a default outside its ``enum``), as the tools' validation does.
+    """
+    from subagent.tools._schema_defaults import admitting_defaults
+
     calls = []
     for tool in openai_tools(functions(case)):
         function = tool["function"]
         calls.append({
             "type": "object",
             "properties": {"name": {"const": function["name"]},
-                           "arguments": function["parameters"]},
+                           "arguments": admitting_defaults(function["parameters"])},
             "required": ["name", "arguments"],
         })  # fmt: skip
     return {"type": "array", "items": {"anyOf": calls}}

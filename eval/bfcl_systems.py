@@ -229,7 +229,10 @@ def _schema_problems(call: Call, schemas: Mapping[str, Mapping[str, Any]]) -> li
             f"{', '.join(schemas)}). If none of them does what the user asks, "
             "answer with an empty list []."
         ]
-    validator = jsonschema.Draft202012Validator(schemas[call.name])
+    from subagent.tools._schema_defaults import admitting_defaults
+
+    # A documented default is a right value (the tools' own validation accepts it too).
+    validator = jsonschema.Draft202012Validator(admitting_defaults(schemas[call.name]))
     problems = []
     for error in sorted(validator.iter_errors(call.arguments), key=lambda e: list(e.path)):
         where = "/".join(str(part) for part in error.absolute_path)

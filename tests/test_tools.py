@@ -339,6 +339,42 @@ async def test_schema_validation_feedback_names_the_path_value_and_expectation()
     assert "minimum" in items["lines.0.qty"]["message"]
 
 
+WEATHER_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "dontcare"},
+        "date": {"type": "string", "default": None},
+        "days": {"type": "integer", "default": 1},
+        "where": {
+            "type": "object",
+            "properties": {"country": {"type": "string", "default": None}},
+        },
+    },
+    "required": ["city"],
+}
+
+
+async def test_a_schema_tool_accepts_each_documented_default_even_outside_its_type() -> None:
+    made = Tool.from_schema("weather", "Weather.", WEATHER_SCHEMA, _order)
+    defaults = {"city": "Porto", "unit": "dontcare", "date": None, "days": 1,
+                "where": {"country": None}}  # fmt: skip
+    assert await made.call(defaults) == defaults
+    assert made.definition.parameters == WEATHER_SCHEMA  # the model is shown it unchanged
+
+
+async def test_a_value_neither_allowed_nor_the_default_names_both_in_its_feedback() -> None:
+    made = Tool.from_schema("weather", "Weather.", WEATHER_SCHEMA, _order)
+    with pytest.raises(ToolArgumentsError) as caught:
+        await made.call({"city": "Porto", "unit": "kelvin", "date": 3, "days": "two"})
+    items = {item["location"]: item for item in caught.value.items or []}
+    assert items["unit"]["message"] == (
+        'should be one of: "celsius", "fahrenheit", or its default "dontcare"'
+    )
+    assert items["date"]["message"] == "should be of type string, or its default null"
+    assert items["days"]["message"] == "should be of type integer"  # its default is an integer
+
+
 async def test_a_schema_tool_can_be_async_and_time_out() -> None:
     async def slow(**arguments: Any) -> str:
         await anyio.sleep_forever()

@@ -47,6 +47,7 @@ from subagent.tools._patterns import (
     pattern_search,
     schema_patterns,
 )
+from subagent.tools._schema_defaults import admitting_defaults
 
 __all__ = [
     "FromExtras",
@@ -601,7 +602,8 @@ def _checked_schema(parameters: Any, name: str) -> tuple[dict[str, Any], Any]:
         if len(_CHECKED) >= _CHECKED_LIMIT:
             _CHECKED.pop(next(iter(_CHECKED)))
         _CHECKED[digest] = validator_class
-    return schema, validator_class(schema)
+    # Checked against the schema that accepts every documented default (_schema_defaults).
+    return schema, validator_class(admitting_defaults(schema, validator_class))
 
 
 _CHECKED_LIMIT = 4096
@@ -772,6 +774,43 @@ def _validate_with_schema(validator: Any, arguments: Mapping[str, Any]) -> dict[
     raise ToolArgumentsError(text, items)
 
 
+def _unwidened(errors: list[Any]) -> list[tuple[Any, str | None]]:
+    """The errors, each with the default its property also accepts (``None``: no such default).
+
+    A property widened to accept its documented default (``_schema_defaults``) fails as an
+    ``anyOf``: its feedback is what its own schema says, and that the default would do.
+    """
+    found: list[tuple[Any, str | None]] = []
+    for error in errors:
+        branches = error.validator_value
+        if (
+            error.validator == "anyOf" and isinstance(branches, list) and len(branches) == 2
+            and isinstance(branches[1], Mapping) and list(branches[1]) == ["const"]
+            and isinstance(branches[0], Mapping) and "default" in branches[0]
+            and branches[0]["default"] == branches[1]["const"]
+        ):  # fmt: skip
+            own = [e for e in error.context if list(e.relative_schema_path)[:1] == [0]]
+            default = _short_json(branches[1]["const"], 100)
+            found.extend((inner, default) for inner in own[:1])
+        else:
+            found.append((error, None))
+    return found
+
+
+def _message(error: Any) -> str:
+    """What one error says, as the feedback words it (an enum's values listed)."""
+    if error.validator == "enum":
+        return shorten(
+            "should be one of: " + ", ".join(_short_json(v, 60) for v in error.validator_value),
+            500,
+        )
+    if error.validator == "type":
+        expected = error.validator_value
+        types = expected if isinstance(expected, list) else [expected]
+        return f"should be of type {' or '.join(map(str, types))}"
+    return shorten(str(error.message), 300)
+
+
 def _schema_feedback(errors: list[Any]) -> list[dict[str, str]]:
     """Per-argument feedback items from ``jsonschema``'s errors, as pydantic's are given."""
     items: list[dict[str, str]] = []
@@ -783,10 +822,12 @@ def _schema_feedback(errors: list[Any]) -> list[dict[str, str]]:
             seen.add((location, message))
             items.append({"location": location, "message": message, "received": received})
 
-    for error in errors:
+    for error, default in _unwidened(errors):
         path = [str(part) for part in error.absolute_path]
         kind, expected, instance = error.validator, error.validator_value, error.instance
-        if kind == "required" and isinstance(instance, Mapping):
+        if default is not None:
+            add(path, f"{_message(error)}, or its default {default}", _short_json(instance))
+        elif kind == "required" and isinstance(instance, Mapping):
             for missing in expected:
                 if missing not in instance:
                     add([*path, str(missing)], "Field required", "")
@@ -797,12 +838,8 @@ def _schema_feedback(errors: list[Any]) -> list[dict[str, str]]:
                 if key not in listed and not _matches_any(patterns, key):
                     add([*path, str(key)], "unexpected: the schema does not allow it",
                         _short_json(value))  # fmt: skip
-        elif kind == "type":
-            types = expected if isinstance(expected, list) else [expected]
-            add(path, f"should be of type {' or '.join(map(str, types))}", _short_json(instance))
-        elif kind == "enum":
-            allowed = ", ".join(_short_json(value, 60) for value in expected)
-            add(path, shorten(f"should be one of: {allowed}", 500), _short_json(instance))
+        elif kind in ("type", "enum"):
+            add(path, _message(error), _short_json(instance))
         elif kind == "const":
             add(path, f"should be {_short_json(expected, 200)}", _short_json(instance))
         else:
