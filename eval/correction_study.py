@@ -11,7 +11,8 @@ Each case's first attempt is made **once**, with ``return_retries=2``: the run i
 then resumes that same state (``SubAgent.resume``), so the settings are compared on the
 very same failed first attempt (a paired design, and no first attempt paid twice):
 
-- ``same``: the correction turns as the work turns (today's default);
+- ``same``: the correction turns as the work turns (the default when the study was made;
+  ``Correction()`` since the defaults changed);
 - ``quote``: the failed reply quoted inside the feedback (``context_policy="quote"``);
 - ``structured``: the output's JSON schema sent as the provider's structured output
   (``Correction(output="json_schema")``): think freely first, correct under the grammar;
@@ -75,12 +76,18 @@ SETTINGS = ("same", "quote", "structured", "tool", "sampled", "escalated", "esca
 """The correction settings the study knows (see the module's docstring)."""
 
 
+AS_WORK_TURNS = Correction()
+"""Every turn sent as the work turns: the study's first attempts and its ``same`` setting."""
+
+
 def setting_options(name: str, escalate: Any = None) -> dict[str, Any]:
     """What setting ``name`` changes in a run (a variant's options, the resumed part's)."""
+    # Correction(): as the work turns, which the library's default no longer is for a typed
+    # output (the study's `same` is the default it had when the study was made).
     if name == "same":
-        return {}
+        return {"correction": AS_WORK_TURNS}
     if name == "quote":
-        return {"context_policy": "quote"}
+        return {"context_policy": "quote", "correction": AS_WORK_TURNS}
     if name == "structured":
         return {"correction": Correction(output="json_schema")}
     if name == "tool":
@@ -117,7 +124,8 @@ async def first_attempt(agent: SubAgent[Any], run: Mapping[str, Any]) -> FirstAt
             raise _Stopped
 
     try:
-        step = await agent.run(**run, return_retries=2, on_state=stop_at_the_first_correction)
+        step = await agent.run(**{"correction": AS_WORK_TURNS, **run}, return_retries=2,
+                               on_state=stop_at_the_first_correction)  # fmt: skip
     except _Stopped:
         return FirstAttempt(state=kept[0])
     return FirstAttempt(step=step)

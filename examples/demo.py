@@ -7,10 +7,12 @@ set, the agents run on that model (``OPENAI_API_KEY`` for the key). Otherwise th
 up and starts a small local model with subagent.local_model (the first time it builds
 llama-cpp-python and downloads the weights: several minutes), runs the agents on it, and
 stops it. Last it shows the correction budget at work: a contact extraction where the small
-model's first answer echoes the schema instead of filling it, corrected twice, once with
-correction turns like the first (the model repeats itself) and once with correction turns
-sent as structured output (``Correction(output="json_schema")``). It prints one table row
-per turn: type, outcome, error, tokens, seconds.
+model's first free answer echoes the schema instead of filling it, run three ways: with
+correction turns like the first (``Correction()``: the model repeats itself), with
+correction turns sent as structured output (``Correction(output="json_schema")``), and with
+the defaults (the final turn and its correction under the output's schema, where the server
+has structured output). It prints one table row per turn: type, outcome, error, tokens,
+seconds.
 
 Small local models get things wrong; that is the point of the demo: the runtime records the
 wrong answers, feeds back what was wrong, and ends either done or failed(budget_exhausted)
@@ -124,14 +126,16 @@ CONTACT = SubAgent(name="contact", prompt="Extract the person's name, age and ci
                    output=Contact)  # fmt: skip
 PERSON = "Lena Fischer, 45, teaches chemistry at a school in Leipzig."
 CORRECTIONS = {
-    "like the first turn": None,
+    "like the first turn": Correction(),
     "as structured output": Correction(output="json_schema"),
+    "with the defaults": None,
 }
-"""How the correction turn is sent: as the failed one was, or under the output's schema."""
+"""How the correction turn is sent: as the failed one was, under the output's schema, or as
+the library does by default (a typed object's final turn under its schema too)."""
 
 
 async def run_corrections(llm: OpenAIChat) -> list[Step[Any]]:
-    """One extraction, corrected two ways: the correction budget at work (must_return,
+    """One extraction, corrected three ways: the correction budget at work (must_return,
     then a retry turn with the feedback), done or failed(budget_exhausted) within
     max_turns + return_retries calls."""
     options = run_options(llm)

@@ -128,8 +128,18 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
             paused Step: see :meth:`resume`.
         correction: How correction turns differ from the failed attempt: their own output
             mode (the provider's structured output, a forced answer tool), sampling and
-            model (:class:`~subagent.Correction`); ``None``: they are sent as the work
-            turns are. ``run(correction=...)`` replaces it for one run.
+            model (:class:`~subagent.Correction`). ``None`` (default): the records' choice
+            for the output: an object output (a pydantic model) has
+            its final work turn and its corrections under the server's structured output,
+            another typed output its corrections, where the server has structured output
+            (else they go as text); a text or parser output sends every turn alike.
+            ``Correction()`` sends every turn as the work turns are.
+            ``run(correction=...)`` replaces it for one run.
+        allow_fail: Whether the model is offered the explicit fail (``{"fail": "<why>"}``
+            ends the run ``failed(explicit_fail)``). ``False``: the system prompt does not
+            offer it, and a fail the model writes anyway is fed back as an answer to
+            correct. ``None`` (default): offered unless the output is plain text (small
+            models take the offer on questions they can answer: docs/evaluation.md).
     """
 
     def __post_init__(self) -> None:

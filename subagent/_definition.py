@@ -69,6 +69,7 @@ class AgentDefinition(Generic[OutputT, DepsT]):
     usage_limits: UsageLimits | None = None
     approval: Callable[[str, Mapping[str, Any]], bool] | None = None
     correction: Correction | None = None
+    allow_fail: bool | None = None
     _parts: AgentParts = field(init=False, repr=False)
     _task: Template = field(init=False, repr=False)
     # The settings every run without overrides sends (one dict, read by adapters only).

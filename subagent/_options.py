@@ -24,7 +24,7 @@ from subagent._build import article, check_limits, check_llm, check_policy, type
 from subagent._checks import check_int, check_seconds
 from subagent._context import RunContext, takes_run_context
 from subagent._conversation import ContextPolicy
-from subagent._correction import Correction
+from subagent._correction import Correction, auto_output
 from subagent._definition import AgentDefinition
 from subagent._errors import ConfigurationError
 from subagent._hooks import NO_HOOKS, Hooks, RunHook
@@ -236,11 +236,20 @@ def resolve(agent: AgentDefinition[Any, Any], given: Mapping[str, Any]) -> RunOp
 def _correct(agent: AgentDefinition[Any, Any], options: RunOptions, correction: object) -> None:
     """Resolve how the run's correction turns are sent (its model, settings, output mode).
 
+    Neither the agent nor the run giving one, the run takes the agent's default
+    (:func:`~subagent._correction.default_correction`, resolved once per agent).
+
     Raises:
         ConfigurationError: ``correction`` is not a :class:`Correction`, names a model that
             is none, or asks for an output mode the agent's output cannot have.
     """
     if correction is None:
+        parts = agent._parts
+        if parts.default_correction is not None:  # None: an untyped output, nothing differs
+            options.correction = parts.default_correction
+            options.correction_llm = options.llm
+            options.correction_settings = options.settings
+            options.correction_output = parts.default_output
         return
     if not isinstance(correction, Correction):
         raise ConfigurationError("correction", f"must be a Correction or None, got {correction!r}")
@@ -252,12 +261,15 @@ def _correct(agent: AgentDefinition[Any, Any], options: RunOptions, correction: 
         return
     given = correction.json_schema
     schema = dict(given) if given is not None else agent._parts.contract.json_schema
+    if mode == "auto":
+        options.correction_output = auto_output(schema)
+        return
     if schema is None:
         raise ConfigurationError(
             "correction.output",
             f"{mode!r} sends the output's JSON schema, and agent {agent.name!r} has none: "
             f"give it a typed output (a pydantic model or a type), give "
-            f"correction.json_schema, or use output='text'",
+            f"correction.json_schema, or use output='text' or 'auto'",
         )
     options.correction_output = OutputRequest(
         mode=mode, json_schema=schema, name="final_answer",

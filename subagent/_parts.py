@@ -67,6 +67,12 @@ class AgentParts:
     _notices: dict[str, Message] = field(default_factory=dict)
     # Whether a validator takes a RunContext: the run builds one for validators only then.
     validators_take_context: bool = False
+    # Whether the model may give up ({"fail": ...}); else a fail is fed back to correct.
+    allow_fail: bool = True
+    # The correction of runs that give none (default_correction), and what it asks of the
+    # turns it takes (the output's grammar where the server has one); None: untyped output.
+    default_correction: Correction | None = None
+    default_output: OutputRequest | None = None
 
     def turn_info(self, index: int, turn_type: TurnType) -> TurnInfo:
         """The (shared, frozen) :class:`TurnInfo` of turn ``index`` of this agent."""

@@ -62,7 +62,7 @@ def prepared(live: LiveRun, parts: AgentParts, options: RunOptions) -> tuple[LLM
     llm = options.correction_llm if corrected and options.correction_llm else options.llm
     draft = TurnDraft(start, phase, time.perf_counter(), llm=llm, model=model_name(llm),
                       corrected=corrected, output_mode=None if output is None else output.mode,
-                      previous=previous)  # fmt: skip
+                      earlier=live.turns if phase is Phase.RETRY else ())  # fmt: skip
     return request, draft
 
 

@@ -282,9 +282,11 @@ class _Run:
         if isinstance(read, ToolBatch):
             return await run_batch(self, response, read)
         correction = options.correction
-        refuse_fail = draft.corrected and correction is not None and not correction.allow_fail
+        refuse_fail = not self.parts.allow_fail or (
+            draft.corrected and correction is not None and not correction.allow_fail
+        )
         if isinstance(read, GaveUp) and refuse_fail:
-            # The correction must answer: giving up is fed back as an answer to correct.
+            # The turn must answer: giving up is fed back as an answer to correct.
             refused = self.parts.templates.render("fail_not_allowed", reason=read.error)
             return Missed(refused, "explicit_fail_refused")
         return read

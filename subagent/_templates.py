@@ -49,7 +49,7 @@ _MEMO_TEXT = 256
 # The top-level variables the runtime gives each shipped template when it renders it (a
 # partial sees the variables of the template including it: tool_list is system's). An
 # override may read these only; a test keeps the table true to the shipped templates.
-_SYSTEM = frozenset({"agent_name", "has_tools", "tools", "output_instructions"})
+_SYSTEM = frozenset({"agent_name", "has_tools", "tools", "output_instructions", "allow_fail"})
 TEMPLATE_VARIABLES: dict[str, frozenset[str]] = {
     "answer_json": frozenset({"schema"}),
     "answer_text": frozenset(),
@@ -69,7 +69,15 @@ TEMPLATE_VARIABLES: dict[str, frozenset[str]] = {
     "react_invalid": frozenset({"problem"}),
     "react_observation": frozenset({"results"}),
     "react_system": frozenset(
-        {"agent_name", "has_tools", "tools", "example_tool", "example_input", "answer_format"}
+        {
+            "agent_name",
+            "has_tools",
+            "tools",
+            "example_tool",
+            "example_input",
+            "answer_format",
+            "allow_fail",
+        }
     ),
     "reply_too_long": frozenset({"length", "limit"}),
     "retry_feedback": frozenset({"error_message", "current_retry", "total_retries", "repeated"}),

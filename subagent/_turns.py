@@ -49,7 +49,8 @@ class TurnDraft:
         model: Its name, for the record.
         corrected: Whether the turn is sent with the run's correction settings.
         output_mode: How the answer is asked for, when not in the prompt alone.
-        previous: The turn before it, when it was a failed attempt this turn corrects.
+        earlier: The run's turns before it (a correction's reply is compared with every
+            refused reply among them).
     """
 
     start: TurnStart
@@ -62,7 +63,7 @@ class TurnDraft:
     model: str | None = None
     corrected: bool = False
     output_mode: str | None = None
-    previous: Turn | None = None
+    earlier: Sequence[Turn] = ()
 
     def retried(self, retry: TransportRetry) -> None:
         """Keep one transport retry of the turn's call."""
@@ -147,11 +148,19 @@ class TurnDraft:
         })  # fmt: skip
 
     def _repeated(self) -> bool:
-        """Whether this correction's reply is the failed reply before it, word for word."""
-        previous, response = self.previous, self.response
-        if previous is None or response is None or self.start.type is not TurnType.RETRY:
+        """Whether this correction's reply is a reply the run refused before, word for word.
+
+        Any refused reply of the run, not only the one before: a correction that sends the
+        first turn's refused call again after a refused prose answer repeats it too.
+        """
+        response = self.response
+        if response is None or self.start.type is not TurnType.RETRY:
             return False
-        return said(response.text, response.tool_calls) == said(previous.reply, previous.tool_calls)
+        reply = said(response.text, response.tool_calls)
+        return any(
+            turn.outcome is TurnOutcome.ERROR and said(turn.reply, turn.tool_calls) == reply
+            for turn in self.earlier
+        )
 
 
 def said(text: str, calls: Sequence[ToolCall]) -> str:

@@ -6,23 +6,26 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from openai_server import LLAMA_CPP_PYTHON, Reply, ScriptedServer, completion
+from openai_server import LLAMA_CPP_PYTHON, Dialect, Reply, ScriptedServer, completion, sse_chunk
 from pydantic import BaseModel
 from support import Traced, attrs
 
 from subagent import (
     ConfigurationError,
     Correction,
+    ErrorKind,
     FailReason,
     LLMResponse,
     OpenAIChat,
     ScriptedLLM,
     SubAgent,
+    ToolCall,
     TurnOutcome,
     Usage,
+    Validation,
     summarize,
 )
-from subagent.llm import forget_profiles
+from subagent.llm import ModelProfile, forget_profiles
 
 pytestmark = pytest.mark.anyio
 
@@ -40,13 +43,70 @@ def scripted(*replies: Any, name: str = "small") -> ScriptedLLM:
     return ScriptedLLM(list(replies), model_name=name)
 
 
-async def test_without_a_correction_every_turn_is_sent_alike() -> None:
+async def test_by_default_a_typed_agents_final_turn_and_corrections_ask_for_its_schema() -> None:
     llm = scripted(BAD, GOOD)
     step = await AGENT.run(llm=llm, return_retries=1)
     assert step.ok
+    for request in llm.requests:
+        assert request.output is not None
+        assert (request.output.mode, request.output.fallback) == ("json_schema", "text")
+        assert request.output.json_schema == Answer.model_json_schema()
+    assert [(t.corrected, t.output_mode) for t in step.turns] == [(True, "json_schema")] * 2
+    assert [t.model for t in step.turns] == ["small", "small"]
+
+
+async def test_by_default_a_list_output_is_free_on_its_final_turn_and_corrected_under_schema() -> (
+    None
+):
+    llm = scripted("one, two", "[1, 2]")
+    numbers = SubAgent(name="numbers", prompt="p", output=list[int], max_turns=1)
+    step = await numbers.run(llm=llm, return_retries=1)
+    assert step.ok and step.output == [1, 2]
+    first, correction = llm.requests
+    assert first.output is None
+    assert correction.output is not None and correction.output.json_schema == {
+        "type": "array", "items": {"type": "integer"},
+    }  # fmt: skip
+
+
+async def test_by_default_work_turns_before_the_final_one_carry_no_schema() -> None:
+    llm = scripted(BAD, BAD, GOOD)
+    agent = SubAgent(name="calc", prompt="p", output=Answer, max_turns=2)
+    step = await agent.run(llm=llm, return_retries=1)
+    assert [t.type.value for t in step.turns] == ["normal", "must_return", "retry"]
+    assert [r.output is not None for r in llm.requests] == [False, True, True]
+
+
+async def test_by_default_an_untyped_agent_sends_every_turn_alike() -> None:
+    llm = scripted("3", "three")
+    in_words = SubAgent(name="t", prompt="p", max_turns=1,
+                        validators=[lambda text: Validation.ok() if text.isalpha()
+                                    else Validation.fail("in words")])  # fmt: skip
+    step = await in_words.run(llm=llm, return_retries=1)
+    assert step.ok and step.output == "three"
     assert [r.output for r in llm.requests] == [None, None]
     assert [t.corrected for t in step.turns] == [False, False]
-    assert [t.model for t in step.turns] == ["small", "small"]
+
+
+async def test_an_empty_correction_sends_every_turn_as_the_work_turns() -> None:
+    llm = scripted(BAD, GOOD)
+    step = await AGENT.run(llm=llm, return_retries=1, correction=Correction())
+    assert step.ok
+    assert [r.output for r in llm.requests] == [None, None]
+    assert [t.corrected for t in step.turns] == [False, True]
+    assert [t.output_mode for t in step.turns] == [None, None]
+
+
+async def test_auto_asks_for_a_given_schema_and_nothing_for_an_untyped_output() -> None:
+    calls = {"type": "array", "items": {"type": "string"}}
+    llm = scripted('["a"]')
+    text = SubAgent(name="t", prompt="p", max_turns=1)
+    await text.run(llm=llm, correction=Correction(output="auto", json_schema=calls, when="final"))
+    output = llm.requests[0].output
+    assert output is not None and (output.json_schema, output.fallback) == (calls, "text")
+    llm = scripted("x")
+    await text.run(llm=llm, correction=Correction(output="auto", when="final"))
+    assert llm.requests[0].output is None
 
 
 async def test_a_json_schema_correction_asks_for_the_outputs_schema_on_correction_turns_only() -> (
@@ -140,6 +200,24 @@ async def test_a_repeat_is_the_same_reply_whitespace_aside_and_only_on_correctio
     assert "1 repeat(s) of 3 correction turn(s)" in summary.table()
 
 
+async def test_a_correction_that_sends_any_earlier_refused_reply_again_is_a_repeat() -> None:
+    llm = scripted(BAD, "about three", BAD, GOOD)
+    step = await AGENT.run(llm=llm, return_retries=3)
+    assert [t.repeated for t in step.turns] == [False, False, True, False]
+
+
+async def test_a_correction_that_sends_the_first_turns_refused_call_again_is_a_repeat() -> None:
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    refused_call = LLMResponse(tool_calls=[ToolCall(name="add", arguments={"a": "x", "b": 2})])
+    agent = SubAgent(name="calc", prompt="p", output=Answer, tools=[add], max_turns=2)
+    step = await agent.run(llm=scripted(refused_call, BAD, refused_call), return_retries=1)
+    assert [t.type.value for t in step.turns] == ["normal", "must_return", "retry"]
+    assert [t.outcome for t in step.turns] == [TurnOutcome.ERROR] * 3
+    assert [t.repeated for t in step.turns] == [False, False, True]
+
+
 async def test_a_repeat_is_marked_on_the_turns_span(traced: Traced) -> None:
     await AGENT.run(llm=scripted(BAD, BAD, GOOD), return_retries=2,
                     tracer_provider=traced.provider)  # fmt: skip
@@ -163,6 +241,42 @@ async def test_a_work_turn_may_still_give_up_when_corrections_may_not() -> None:
     step = await AGENT.run(llm=scripted('{"fail": "no"}'), return_retries=2,
                            correction=Correction(allow_fail=False))  # fmt: skip
     assert step.failure is not None and step.failure.reason is FailReason.EXPLICIT_FAIL
+
+
+async def test_an_agent_that_may_not_fail_is_not_offered_it_and_a_fail_is_corrected() -> None:
+    llm = scripted('{"fail": "cannot"}', GOOD)
+    agent = SubAgent(name="calc", prompt="p", output=Answer, max_turns=1, allow_fail=False)
+    step = await agent.run(llm=llm, return_retries=1)
+    assert step.ok and step.output == Answer(value=3)
+    system = llm.requests[0].messages[0].content
+    assert '{"fail"' not in system and system.rstrip().endswith("}")  # ends with the schema
+    assert step.turns[0].error_type == "explicit_fail_refused"
+
+
+async def test_an_agent_offers_the_explicit_fail_unless_told_not_to() -> None:
+    llm = scripted('{"fail": "cannot"}')
+    step = await SubAgent(name="calc", prompt="p", output=Answer, max_turns=1).run(llm=llm)
+    assert '{"fail": "<why>"}' in llm.requests[0].messages[0].content
+    assert step.failure is not None and step.failure.reason is FailReason.EXPLICIT_FAIL
+
+
+async def test_a_text_agent_is_not_offered_the_explicit_fail_by_default() -> None:
+    llm = scripted('{"fail": "cannot"}', "Paris.")
+    chat = SubAgent(name="guide", prompt="Capital of France?", max_turns=2)
+    step = await chat.run(llm=llm)
+    assert step.ok and step.output == "Paris."
+    assert '{"fail"' not in llm.requests[0].messages[0].content
+    assert step.turns[0].error_type == "explicit_fail_refused"
+    offered = SubAgent(name="guide", prompt="p", max_turns=1, allow_fail=True)
+    llm = scripted('{"fail": "cannot"}')
+    assert (await offered.run(llm=llm)).failure.reason is FailReason.EXPLICIT_FAIL  # type: ignore[union-attr]
+    assert '{"fail": "<why>"}' in llm.requests[0].messages[0].content
+
+
+def test_allow_fail_is_checked_when_the_agent_is_made() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        SubAgent(name="calc", prompt="p", allow_fail="no")  # type: ignore[arg-type]
+    assert caught.value.field == "allow_fail"
 
 
 def test_a_correction_is_checked_when_it_is_made() -> None:
@@ -264,3 +378,85 @@ async def test_a_server_that_cannot_serve_the_mode_ends_the_run_naming_mode_and_
     assert "tool" in message and server.base_url in message
     assert "sk-test" not in message
     assert [t.error_type for t in step.turns] == ["invalid_output", "bad_request"]
+
+
+async def test_by_default_llama_cpp_python_gets_the_schema_as_the_final_turns_grammar(
+    server: ScriptedServer,
+) -> None:
+    server.dialect = LLAMA_CPP_PYTHON
+    server.script(Reply.json(completion(GOOD)))
+    async with server_llm(server) as llm:
+        step = await AGENT.run(llm=llm)
+    assert step.ok
+    (request,) = server.requests
+    assert request.response_format == {
+        "type": "json_object", "schema": Answer.model_json_schema(),
+    }  # fmt: skip
+
+
+async def test_by_default_a_server_without_structured_output_is_asked_in_the_prompt_alone(
+    server: ScriptedServer,
+) -> None:
+    server.script(Reply.json(completion(GOOD)))
+    plain = ModelProfile("plain", structured_output=None, forced_tool=False)
+    llm = OpenAIChat(model="served-model", base_url=server.base_url, api_key="sk-test",
+                     profile=plain, _environ={})  # fmt: skip
+    async with llm:
+        step = await AGENT.run(llm=llm)
+    assert step.ok
+    (request,) = server.requests
+    assert request.response_format is None
+    assert "JSON schema" in request.json["messages"][0]["content"]  # asked in the prompt
+
+
+async def test_a_server_that_refuses_the_default_grammar_is_asked_again_without_it_and_after(
+    server: ScriptedServer,
+) -> None:
+    server.dialect = Dialect(owned_by=None, takes=frozenset())  # takes no structured output
+    server.script(Reply.json(completion(GOOD)), Reply.json(completion(GOOD)))
+    async with server_llm(server) as llm:
+        first = await AGENT.run(llm=llm)
+        second = await AGENT.run(llm=llm)
+    assert first.ok and second.ok
+    # The first run's request was refused (400) and sent again without the grammar, once;
+    # the server's refusal is remembered, so the second run's goes without it at once.
+    assert [r.response_format is not None for r in server.requests if r.method == "POST"] == [
+        True, False, False,
+    ]  # fmt: skip
+    assert llm.profile.structured_output is None
+
+
+async def test_an_explicit_schema_mode_is_still_refused_by_a_server_without_it(
+    server: ScriptedServer,
+) -> None:
+    server.dialect = Dialect(owned_by=None, takes=frozenset())
+    server.script(Reply.json(completion(BAD)))
+    async with server_llm(server) as llm:
+        step = await AGENT.run(llm=llm, correction=Correction(output="json_schema", when="final"))
+    assert step.failure is not None and step.failure.reason is FailReason.LLM_ERROR
+    assert [r.response_format is not None for r in server.requests if r.method == "POST"] == [True]
+
+
+async def test_a_refusal_that_names_no_output_field_is_the_error_not_a_fallback(
+    server: ScriptedServer,
+) -> None:
+    server.script(Reply.error(400, "context length exceeded"), Reply.json(completion(GOOD)))
+    async with server_llm(server) as llm:
+        step = await AGENT.run(llm=llm)
+        assert llm.profile.structured_output is not None  # nothing was learnt of the server
+    assert step.failure is not None and step.failure.error_kind is ErrorKind.BAD_REQUEST
+    assert len([r for r in server.requests if r.method == "POST"]) == 1
+
+
+async def test_a_streamed_request_the_server_refuses_the_grammar_of_goes_again_as_text(
+    server: ScriptedServer,
+) -> None:
+    server.dialect = Dialect(owned_by=None, takes=frozenset())
+    server.script(Reply.sse([sse_chunk(GOOD), sse_chunk(None, finish_reason="stop"), "[DONE]"]))
+    pieces: list[str] = []
+    async with server_llm(server) as llm:
+        step = await AGENT.run(llm=llm, on_text=pieces.append)
+    assert step.ok and "".join(pieces) == GOOD
+    posts = [r for r in server.requests if r.method == "POST"]
+    assert [r.response_format is not None for r in posts] == [True, False]
+    assert all(r.json.get("stream") is True for r in posts)

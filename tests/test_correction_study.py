@@ -92,10 +92,20 @@ async def test_escalated_structured_sends_the_corrections_to_the_other_model_und
     assert small.requests[0].output is None
 
 
+async def test_the_first_attempt_and_same_are_free_text_whatever_the_librarys_default() -> None:
+    llm = ScriptedLLM([BAD, BAD, GOOD])
+    runs = await runs_of(llm, ["same"])
+    assert runs["same-r2"].ok
+    assert [request.output for request in llm.requests] == [None, None, None]
+
+
 def test_the_variants_name_each_setting_at_each_budget_with_real_run_options() -> None:
     variants = variants_of(["same", "quote", "structured"])
     assert [v.name for v in variants][:4] == ["same-r0", "same-r1", "same-r2", "quote-r0"]
-    assert variants[5].options == {"return_retries": 2, "context_policy": "quote"}
+    assert variants[5].options == {
+        "return_retries": 2, "context_policy": "quote", "correction": Correction(),
+    }  # fmt: skip
+    assert variants[0].options["correction"] == Correction()  # as the work turns, explicitly
     assert variants[8].options["correction"] == Correction(output="json_schema")
     AGENT.check_options(**variants[8].options, llm=ScriptedLLM([]))  # real options
     with pytest.raises(ValueError, match="--escalate-url"):

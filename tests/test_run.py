@@ -251,8 +251,8 @@ async def test_explicit_fail_ends_the_run_in_any_phase_without_retry(
     assert llm.remaining == 1  # wire.answer(GOOD) was never requested
 
 
-async def test_explicit_fail_works_for_text_output() -> None:
-    text_agent = SubAgent(name="t", prompt="Say hi")
+async def test_explicit_fail_works_for_text_output_when_allowed() -> None:
+    text_agent = SubAgent(name="t", prompt="Say hi", allow_fail=True)
     step = await text_agent.run(llm=ScriptedLLM(['{"fail": "no"}']), return_retries=2)
     assert step.failure is not None and step.failure.reason is FailReason.EXPLICIT_FAIL
 

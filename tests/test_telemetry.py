@@ -132,6 +132,9 @@ async def test_run_that_recovers_through_a_retry_has_an_unset_run_status_and_a_r
         "subagent.context.collapsed": 0,
         "gen_ai.response.finish_reasons": ("stop",),
         "error.type": "invalid_output",
+        # the typed output's default: the final turn and its correction under its schema
+        "subagent.turn.corrected": True,
+        "subagent.turn.output_mode": "json_schema",
     }
 
     assert retry.status.status_code is StatusCode.UNSET
@@ -149,6 +152,8 @@ async def test_run_that_recovers_through_a_retry_has_an_unset_run_status_and_a_r
         "subagent.context.messages": 4,
         "subagent.context.collapsed": 0,
         "gen_ai.response.finish_reasons": ("stop",),
+        "subagent.turn.corrected": True,
+        "subagent.turn.output_mode": "json_schema",
     }
 
     first_chat = next(chat for chat in chats if parent_id(chat) == span_id(failed))
@@ -161,6 +166,7 @@ async def test_run_that_recovers_through_a_retry_has_an_unset_run_status_and_a_r
         "gen_ai.response.finish_reasons": ("stop",),
         "gen_ai.usage.input_tokens": 10,
         "gen_ai.usage.output_tokens": 3,
+        "subagent.request.output_mode": "json_schema",
     }
 
 

@@ -79,8 +79,8 @@ class BatchSummary(BaseModel):
         corrected_runs: Runs in which a correction turn ran (their final work turn's answer
             was invalid).
         salvaged: Of those, the runs that ended done: what the correction budget bought.
-        repeated_corrections: Correction turns whose reply repeated the failed reply before
-            it word for word (a correction that changed nothing).
+        repeated_corrections: Correction turns whose reply repeated a reply the run refused
+            before, word for word (a correction that changed nothing).
         duration_p50_s: The median run's wall time.
         duration_p95_s: The 95th percentile run's wall time.
         hints: What the figures suggest changing, if anything.

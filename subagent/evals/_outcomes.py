@@ -11,9 +11,10 @@ after the final work turn's answer was refused and are what the correction budge
 (``return_retries``) and a :class:`~subagent.Correction` pay for and shape; an answer
 refused in a ``normal`` turn is asked again in the next work turn, which is no correction.
 A system's reply is a correction when it says so (``SystemReply.correction``), else when the
-reply before it was refused. A correction *repeats* when its reply is the refused one
-again: the same text (whitespace aside) and the same calls; an agent's turn carries the
-loop's own mark (``Turn.repeated``), which is read where the record has it.
+reply before it was refused. A correction *repeats* when its reply is a refused one again:
+the same text (whitespace aside) and the same calls; an agent's turn carries the loop's own
+mark (``Turn.repeated``: any reply the run refused before), which is read where the record
+has it (a system's replies are compared with the refused reply before them).
 """
 
 from __future__ import annotations

@@ -58,8 +58,8 @@ class VariantResult(BaseModel):
         salvaged: Of those, the runs that ended correct.
         salvage_rate: ``salvaged / corrected`` (``None`` without a correction).
         correction_turns: Correction turns in all.
-        repeated_corrections: Correction turns whose reply repeated the failed reply before
-            it, whitespace aside.
+        repeated_corrections: Correction turns whose reply repeated a refused reply,
+            whitespace aside.
         repeat_rate: ``repeated_corrections / correction_turns`` (``None`` without one).
         calls: LLM calls in all; ``calls_per_case`` per run.
         prompt_tokens: Prompt tokens in all (nested agents included).

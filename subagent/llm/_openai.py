@@ -28,6 +28,7 @@ The JSON sent and read, and the classification of errors, live in
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import math
 import os
@@ -55,7 +56,13 @@ from subagent.llm._profile import (
     remember,
     remembered,
 )
-from subagent.llm._protocol import LLMRequest, LLMResponse, StopReason, StreamDelta
+from subagent.llm._protocol import (
+    LLMRequest,
+    LLMResponse,
+    StopReason,
+    StreamDelta,
+    UnsupportedOutputError,
+)
 from subagent.llm._redact import Redactor, redact_url_credentials
 from subagent.llm._sse import SSEEvents, StreamAccumulator, read_body
 from subagent.llm._structured import answer_from_tool
@@ -64,6 +71,7 @@ from subagent.llm._wire import (
     malformed_reply,
     parse_completion,
     parse_retry_after,
+    rejects_output_mode,
     rejects_stream_options,
     request_body,
     status_error,
@@ -453,14 +461,44 @@ class OpenAIChat:
         """The server as errors name it: its profile, base URL and model (never a key)."""
         return f"{self.profile.name} at {self.base_url} (model {self.model_name!r})"
 
-    async def _profile_for(self, request: LLMRequest) -> ModelProfile:
-        """The profile to serve ``request`` with; refuses an output mode it cannot serve."""
+    async def _served(self, request: LLMRequest) -> tuple[LLMRequest, ModelProfile]:
+        """``request`` as the server can serve it, and the profile to serve it with.
+
+        An output mode the server cannot serve is refused, unless the request falls back
+        to text (``OutputRequest.fallback``): then it goes without the mode.
+        """
         output = getattr(request, "output", None)  # absent from requests built before it
         if output is None or output.mode == "text":
-            return self.profile
+            return request, self.profile
         profile = await self.find_profile()
-        check_output(output, profile, self.describe_server())
-        return profile
+        try:
+            check_output(output, profile, self.describe_server())
+        except UnsupportedOutputError:
+            if output.fallback != "text":
+                raise
+            return as_text(request), profile
+        return request, profile
+
+    def _refused_output(self, request: LLMRequest, error: LLMError) -> LLMRequest | None:
+        """The request to send again as text when the server refused its output mode.
+
+        A server taken to have structured output (one not identified is taken to follow
+        OpenAI's API) may refuse it, naming the field: a request that falls back to text is
+        sent again without the mode, once. A refusal for anything else is the error.
+        """
+        output = getattr(request, "output", None)
+        if output is None or output.fallback != "text" or not rejects_output_mode(error):
+            return None
+        return as_text(request)
+
+    def _without_structured_output(self) -> None:
+        """Remember that this server refused a structured output its profile promised."""
+        profile = dataclasses.replace(self.profile, structured_output=None, forced_tool=False)
+        if self._given_profile is not None:
+            self._given_profile = profile
+        else:
+            self._found_profile = profile
+            remember(self.base_url, self.model, profile)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -504,7 +542,18 @@ class OpenAIChat:
                 serve; nothing was sent.
         """
         check_model_request(self)
-        profile = await self._profile_for(request)
+        request, profile = await self._served(request)
+        try:
+            return await self._complete(request, profile)
+        except LLMError as error:
+            again = self._refused_output(request, error)
+            if again is None:
+                raise
+        reply = await self._complete(again, profile)
+        self._without_structured_output()
+        return reply
+
+    async def _complete(self, request: LLMRequest, profile: ModelProfile) -> LLMResponse:
         body = self._body(request, False, profile)
         text = ""
         status = 0
@@ -588,7 +637,8 @@ class OpenAIChat:
                 serve; nothing was sent.
         """
         check_model_request(self)
-        profile = await self._profile_for(request)
+        request, profile = await self._served(request)
+        fell_back = False
         headers = {**self._headers, "Accept": "text/event-stream"}
         redactor = self._redactor
         deadline = self._deadline()
@@ -612,11 +662,17 @@ class OpenAIChat:
                                 break
                             text = await read_body(response, _MAX_ERROR_READ, truncate=True)
                             error = status_error(status, response.headers, text)
+                            again = None if fell_back else self._refused_output(request, error)
+                            if again is not None:  # its output mode refused: once as text
+                                request, fell_back = again, True
+                                continue
                             if not (asked_usage and rejects_stream_options(error)):
                                 raise error
                             # A server that does not know stream_options: asked again
                             # without it, now and for the rest of this adapter's calls.
                             self._stream_usage = False
+                        if fell_back:
+                            self._without_structured_output()
                         streamed = "text/event-stream" in response.headers.get("content-type", "")
                         if not streamed:  # the server ignored stream=true: one piece
                             text = await read_body(response, self.max_response_bytes)
@@ -733,6 +789,11 @@ class LLMSpec:
         async with self._adapter() as llm, aclosing(llm.stream(request)) as deltas:  # type: ignore[type-var]
             async for delta in deltas:
                 yield delta
+
+
+def as_text(request: LLMRequest) -> LLMRequest:
+    """``request`` without its output mode: the answer asked for in the prompt alone."""
+    return request.model_copy(update={"output": None})
 
 
 def _basic_auth(username: str, password: str) -> str:

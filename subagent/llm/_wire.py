@@ -44,6 +44,7 @@ __all__ = [
     "parse_completion",
     "parse_retry_after",
     "reasoning_text",
+    "rejects_output_mode",
     "rejects_stream_options",
     "request_body",
     "status_error",
@@ -610,6 +611,23 @@ def rejects_stream_options(error: LLMError) -> bool:
         return False
     said = f"{error.message} {error.body or ''}"
     return "stream_options" in said or "include_usage" in said
+
+
+_OUTPUT_FIELDS = ("response_format", "json_schema", "json_object", "guided_json",
+                  "structured_outputs", "schema", "grammar")  # fmt: skip
+
+
+def rejects_output_mode(error: LLMError) -> bool:
+    """Whether ``error`` is a server refusing the structured-output field a request sent.
+
+    Servers that do not take ``response_format`` (or a dialect of it) answer 400 or 422
+    naming the field (``Unrecognized request argument supplied: response_format``); a 400
+    for anything else (a context too long) names none of them.
+    """
+    if error.kind is not ErrorKind.BAD_REQUEST:
+        return False
+    said = f"{error.message} {error.body or ''}".lower()
+    return any(field in said for field in _OUTPUT_FIELDS)
 
 
 def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:

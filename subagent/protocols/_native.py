@@ -60,11 +60,13 @@ class NativeProtocol:
         agent_name: str,
         tools: Sequence[ToolDefinition],
         contract: OutputContract,
+        *,
+        allow_fail: bool = True,
     ) -> str:
         listed = [{"name": tool.name, "description": tool.description} for tool in tools]
         return templates.render(
             "system", agent_name=agent_name, has_tools=bool(listed), tools=listed,
-            output_instructions=contract.instructions(templates),
+            output_instructions=contract.instructions(templates), allow_fail=allow_fail,
         )  # fmt: skip
 
     def read(

@@ -57,8 +57,13 @@ class ReplyProtocol(Protocol):
         agent_name: str,
         tools: Sequence[ToolDefinition],
         contract: OutputContract,
+        *,
+        allow_fail: bool = True,
     ) -> str:
-        """The system prompt; ``tools`` is empty where tools are not offered."""
+        """The system prompt; ``tools`` is empty where tools are not offered.
+
+        ``allow_fail``: whether it offers the explicit fail (``{"fail": "<why>"}``).
+        """
         ...
 
     def read(

@@ -47,6 +47,8 @@ class ReactProtocol:
         agent_name: str,
         tools: Sequence[ToolDefinition],
         contract: OutputContract,
+        *,
+        allow_fail: bool = True,
     ) -> str:
         listed = [
             {"name": tool.name, "description": tool.description,
@@ -57,7 +59,7 @@ class ReactProtocol:
             "react_system", agent_name=agent_name, has_tools=bool(listed), tools=listed,
             example_tool=tools[0].name if tools else "",
             example_input=_example_input(tools[0].parameters) if tools else "{}",
-            answer_format=contract.answer_format(templates),
+            answer_format=contract.answer_format(templates), allow_fail=allow_fail,
         )  # fmt: skip
 
     def read(

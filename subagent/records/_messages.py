@@ -190,6 +190,10 @@ class OutputRequest(BaseModel):
         strict: Ask for strict adherence where the provider has such a switch (OpenAI's
             ``strict: true``), when the schema can be made to meet its rules; otherwise the
             schema is sent with ``strict: false``.
+        fallback: ``"text"``: where the server cannot serve ``mode``, send the request
+            without it (the answer asked for in the prompt alone) rather than refuse it;
+            ``None``: refuse (:class:`~subagent.llm.UnsupportedOutputError`). What an agent's
+            default correction sends (``Correction(output="auto")``).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -199,6 +203,7 @@ class OutputRequest(BaseModel):
     name: str = "final_answer"
     description: str = ""
     strict: bool = True
+    fallback: Literal["text"] | None = Field(default=None, exclude_if=lambda value: value is None)
 
     @field_validator("name")
     @classmethod

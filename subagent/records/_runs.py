@@ -229,8 +229,8 @@ class Turn(BaseModel):
         output_mode: How the answer was asked for, when not in the prompt alone
             (``json_schema``: the provider's structured output; ``tool``: a forced answer
             tool).
-        repeated: A correction turn whose reply repeated the failed reply before it, word
-            for word (whitespace aside).
+        repeated: A correction turn whose reply repeated a reply the run refused before
+            (any of them, not only the one before), word for word (whitespace aside).
     """
 
     index: int

@@ -237,11 +237,12 @@ def test_the_demo_runs_its_agents_on_the_model_from_the_environment(
     out = result.stdout
     assert f"at {qwen.base_url} (from the environment)" in out
     assert "== calc" in out and "== extract" in out and "== contact, corrected as structured" in out
+    assert "== contact, corrected with the defaults" in out
     # each run's table ends with its Step summary: done or failed, never an llm_error
     # (a failure's summary quotes the last error, which may run over several lines)
     summary = re.compile(r"^(done in \d+ turns? \(|failed \()")
     summaries = [line for line in out.splitlines() if summary.match(line)]
-    assert len(summaries) == 4, out
+    assert len(summaries) == 5, out
     assert all(line.startswith(("done", "failed (budget_exhausted")) for line in summaries), out
 
 
@@ -277,12 +278,15 @@ async def test_the_demos_correction_runs_follow_the_state_table_and_send_their_c
     qwen: local_llm.LocalServer,
 ) -> None:
     async with adapter(qwen, text_tool_calls=True) as llm:
-        same, structured = await load_demo().run_corrections(llm)
-    for step in (same, structured):
+        same, structured, default = await load_demo().run_corrections(llm)
+    for step in (same, structured, default):
         assert_state_table_path(step, max_turns=1, return_retries=1)
-    assert [turn.corrected for turn in same.turns] == [False] * len(same.turns)
+    assert [turn.output_mode for turn in same.turns] == [None] * len(same.turns)
     # a correction turn of the second run is asked for under the output's schema
     for turn in structured.turns[1:]:
+        assert (turn.corrected, turn.output_mode) == (True, "json_schema")
+    # by default, the final work turn too (the server has structured output)
+    for turn in default.turns:
         assert (turn.corrected, turn.output_mode) == (True, "json_schema")
 
 
