@@ -124,6 +124,16 @@ async def test_the_runner_records_every_run_and_skips_finished_ones_when_resumed
     assert pending("m", both, tmp_path, model) == 0
 
 
+def test_the_committed_lookups_of_the_1_5b_stay_its_records_after_fields_were_added() -> None:
+    # allow_fail came after these records; at its default it changes nothing for a typed
+    # agent, so the records keep their digests and a resumed `make eval` does not redo them.
+    from run_eval import RESULTS_DIR
+
+    lookups = [config_named(name) for name in
+               ("tools-native", "tools-react", "tools-native-3", "tools-react-3")]  # fmt: skip
+    assert pending("qwen1.5b", plan(TASKS, lookups), RESULTS_DIR, local_chat()) == 0
+
+
 async def test_each_group_has_its_records_file_and_a_record_cut_short_runs_again(
     tmp_path: Path,
 ) -> None:

@@ -3,6 +3,7 @@ the report and its reproduction from the records, traces."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -958,3 +959,18 @@ def test_importing_the_evaluations_imports_neither_matplotlib_nor_pyyaml() -> No
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert result.stdout.split() == ["False", "False"]
+
+
+def test_a_field_added_later_keeps_the_digest_where_it_changes_nothing() -> None:
+    from pydantic import BaseModel as Model
+
+    from subagent.evals._variants import _agent_digest
+
+    class Out(Model):
+        value: int
+
+    typed = SubAgent(name="a", prompt="p", output=Out)
+    assert _agent_digest(typed) == _agent_digest(dataclasses.replace(typed, allow_fail=True))
+    assert _agent_digest(typed) != _agent_digest(dataclasses.replace(typed, allow_fail=False))
+    text = SubAgent(name="a", prompt="p")  # not offered the fail by default: a change
+    assert _agent_digest(text) != _agent_digest(dataclasses.replace(text, allow_fail=True))

@@ -164,6 +164,15 @@ def describe(value: object, depth: int = 0) -> Any:
     return {"type": kind}
 
 
+# Agent fields added after records were kept, each with when it leaves an agent's runs as
+# they were before it: then it is left out of the digest, so those records stay the
+# agent's (a resumed evaluation does not make them again). allow_fail: the fail offered,
+# as every agent offered it before (None offers it unless the output is plain text).
+_LATER_FIELDS: dict[str, Callable[[SubAgent[Any]], bool]] = {
+    "allow_fail": lambda agent: agent._parts.allow_fail,
+}
+
+
 def _agent_digest(agent: SubAgent[Any]) -> str:
     """A digest of what in the agent's definition shapes its runs' results."""
     output = agent.output
@@ -171,9 +180,18 @@ def _agent_digest(agent: SubAgent[Any]) -> str:
         shape: Any = output.model_json_schema()
     else:
         shape = describe(output)
-    fields = {f.name: describe(getattr(agent, f.name)) for f in dataclasses.fields(agent)
-              if f.init and f.name not in ("output", "llm")}  # fmt: skip
+    fields = {
+        f.name: describe(getattr(agent, f.name))
+        for f in dataclasses.fields(agent)
+        if f.init and f.name not in ("output", "llm") and not _as_before(agent, f.name)
+    }
     return digest([fields, shape])
+
+
+def _as_before(agent: SubAgent[Any], name: str) -> bool:
+    """Whether field ``name`` is one added later, at a value that changes nothing."""
+    unchanged = _LATER_FIELDS.get(name)
+    return unchanged is not None and unchanged(agent)
 
 
 @dataclass(frozen=True, slots=True)
