@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -72,7 +73,7 @@ def table() -> str:
                 f"| {r1.calls_per_case:.2f} | {r1.prompt_tokens / max(r1.runs, 1):,.0f} "
                 f"| {r1.wall_per_case_s:.1f} |"
             )
-        for extra in ("structured-final", "fail-refused"):
+        for extra in ("structured-final", "fail-refused", "defaults"):
             path = RESULTS / model / f"{extra}.jsonl"
             if path.exists() and path.stat().st_size:
                 for result in Report.read(path).variants:
@@ -399,9 +400,113 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "evaluation.md"
 """The page whose marked tables :func:`update_page` writes."""
 
 
+DEFAULTS_ROWS = (
+    ("typed tasks", "tasks", "same-r1", "defaults", "defaults"),
+    (
+        "BFCL, a list of calls",
+        "bfcl-contract",
+        "same-r1",
+        "bfcl-contract",
+        "structured-r1",
+    ),
+)
+"""The defaults' before and after: (what, before's file, variant, after's file, variant).
+
+Before: the correction as the work turns (the default until these records); after: what
+the default sends now (an object output: the final turn and its correction under the
+schema, a run of ``eval/typed_defaults.py``; a list of calls: the correction under it, the
+study's ``structured`` setting, whose requests are the default's)."""
+
+
+def _correct_by_case(path: Path, variant: str) -> dict[str, tuple[bool, str]]:
+    """Each case's (correct, category) under ``variant`` in the records at ``path``."""
+    found = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        if record["variant"] == variant:
+            category = record["tags"][0] if record["tags"] else record["case"].rsplit("_", 1)[0]
+            found[record["case"]] = (bool(record["correct"]), category)
+    return found
+
+
+def defaults_table() -> str:
+    """Today's defaults against the ones before, case for case, by category."""
+    lines = [
+        "| model | cases | before: as the work turns | after: the default | only before | "
+        "only after | p | by category (before -> after) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for model, label in MODELS.items():
+        for what, before_file, before, after_file, after in DEFAULTS_ROWS:
+            paths = (
+                RESULTS / model / f"{before_file}.jsonl",
+                RESULTS / model / f"{after_file}.jsonl",
+            )
+            if not all(path.exists() for path in paths):
+                continue
+            old, new = _correct_by_case(paths[0], before), _correct_by_case(paths[1], after)
+            cases = sorted(set(old) & set(new))
+            if not cases:
+                continue
+            only_old = sum(old[c][0] and not new[c][0] for c in cases)
+            only_new = sum(new[c][0] and not old[c][0] for c in cases)
+            categories: dict[str, list[int]] = {}
+            for case in cases:
+                counts = categories.setdefault(old[case][1], [0, 0, 0])
+                counts[0] += old[case][0]
+                counts[1] += new[case][0]
+                counts[2] += 1
+            shown = ", ".join(f"{name} {a}/{n} -> {b}/{n}"
+                              for name, (a, b, n) in sorted(categories.items()))  # fmt: skip
+            lines.append(
+                f"| {label} | {what}: {len(cases)} | {sum(old[c][0] for c in cases)} "
+                f"| {sum(new[c][0] for c in cases)} | {only_old} | {only_new} "
+                f"| {mcnemar(only_old, only_new):.3g} | {shown} |"
+            )
+    return "\n".join(lines)
+
+
+CHAT = RESULTS.parent / "chat"
+CHAT_ROWS = (
+    ("", "fail-line", "the agent, its system prompt offering the explicit fail"),
+    ("", "no-fail-line", "the agent, without it (`allow_fail=False`; a text output's default)"),
+    ("-raw", "raw", "control: a raw call, the conversation alone, no system prompt"),
+)
+"""The chat set's rows: (records file suffix, variant, what it is)."""
+
+
+def chat_table() -> str:
+    """The chat set (``eval/chat.py``): answered, right, failed, per model and variant."""
+    lines = [
+        "| model | what | right | answered (not failed) | explicit fails |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for model, label in MODELS.items():
+        for suffix, variant, what in CHAT_ROWS:
+            path = CHAT / f"{model}{suffix}.jsonl"
+            if not path.exists():
+                continue
+            records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+            chosen = [record for record in records if record["variant"] == variant]
+            if not chosen:
+                continue
+            result = Report.read(path).variant(variant)
+            fails = sum(
+                ((record.get("step") or {}).get("failure") or {}).get("reason") == "explicit_fail"
+                for record in chosen
+            )
+            lines.append(
+                f"| {label} | {what} | {_rate(result)} ({result.correct}/{result.runs}) "
+                f"| {result.valid}/{result.runs} | {fails} |"
+            )
+    return "\n".join(lines)
+
+
 def tables() -> dict[str, str]:
     """Every table of the study, by the name of the page's markers around it."""
     return {
+        "defaults": defaults_table(),
+        "chat": chat_table(),
         "tasks": table(),
         "bfcl": bfcl_table(),
         "headline": headline_table(),
