@@ -373,18 +373,21 @@ def plot(path: Path) -> None:
             axes.errorbar(x, y, yerr=[[y - 100 * low], [100 * high - y]], fmt=marker,
                           capsize=3, color=colour)  # fmt: skip
             labels.setdefault((round(x / 4), round(y)), []).append(setting)
-        final = RESULTS / model / "structured-final.jsonl"
-        if final.exists() and final.stat().st_size:
+        for extra, star in (("structured-final", "*"), ("defaults", "D")):
+            final = RESULTS / model / f"{extra}.jsonl"
+            if not (final.exists() and final.stat().st_size):
+                continue
             (whole,) = Report.read(final).variants
             low, high = whole.success_interval
             x = whole.prompt_tokens / max(whole.runs, 1)
             y = 100 * whole.success_rate
-            axes.errorbar(x, y, yerr=[[y - 100 * low], [100 * high - y]], fmt="*", ms=10,
+            axes.errorbar(x, y, yerr=[[y - 100 * low], [100 * high - y]], fmt=star, ms=8,
                           capsize=3, color=colour)  # fmt: skip
-            labels.setdefault((round(x / 4), round(y)), []).append("structured-final")
+            labels.setdefault((round(x / 4), round(y)), []).append(extra)
         for (x4, y), names in labels.items():
+            below = names == ["defaults"]  # beside structured-final: its label goes under
             axes.annotate(", ".join(names), (4 * x4, y), textcoords="offset points",
-                          xytext=(6, 3), fontsize=8)  # fmt: skip
+                          xytext=(6, -12 if below else 3), fontsize=8)  # fmt: skip
         if first is not None:
             x0 = first.prompt_tokens / max(first.runs, 1)
             axes.plot(x0, 100 * first.success_rate, marker, mfc="none", ms=10, color=colour,
