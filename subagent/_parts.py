@@ -78,7 +78,7 @@ class AgentParts:
         """The (shared, frozen) :class:`TurnInfo` of turn ``index`` of this agent."""
         info = self._turn_infos.get((index, turn_type))
         if info is None:
-            info = TurnInfo(index=index, type=turn_type.value, agent=self.name)
+            info = TurnInfo(index=index, type=turn_type, agent=self.name)
             if len(self._turn_infos) < _CACHE_LIMIT:
                 self._turn_infos[(index, turn_type)] = info
         return info

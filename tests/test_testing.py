@@ -32,6 +32,7 @@ from subagent import (
     TestLLM,
     ToolCall,
     TurnOutcome,
+    TurnType,
     testing,
 )
 
@@ -198,6 +199,20 @@ async def test_the_function_llm_decides_each_reply_from_the_request() -> None:
     step = await CALC.run({"question": "2+3"}, llm=llm, max_turns=2)
     assert step.output == Answer(value=5)
     assert [request.turn.index for request in llm.requests if request.turn] == [1, 2]
+
+
+async def test_a_requests_turn_type_is_the_same_enum_as_the_turns() -> None:
+    def reply(request: LLMRequest) -> str | LLMResponse:
+        assert request.turn is not None
+        if request.turn.type is TurnType.NORMAL:  # a str here once took the wrong branch
+            return LLMResponse(tool_calls=[ToolCall(name="add", arguments={"a": 2, "b": 3})])
+        return '{"value": 5}'
+
+    llm = FunctionLLM(reply)
+    step = await CALC.run({"question": "2+3"}, llm=llm, max_turns=2)
+    assert step.output == Answer(value=5)
+    assert [r.turn.type for r in llm.requests if r.turn] == [t.type for t in step.turns]
+    assert [t.type for t in step.turns] == [TurnType.NORMAL, TurnType.MUST_RETURN]
 
 
 async def test_the_function_llm_awaits_an_async_function() -> None:

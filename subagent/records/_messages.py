@@ -22,7 +22,7 @@ from subagent._text import (
     scrub_surrogates,
     scrub_surrogates_in,
 )
-from subagent.records._kinds import ErrorKind
+from subagent.records._kinds import ErrorKind, TurnType
 
 __all__ = [
     "LLMRequest",
@@ -153,14 +153,15 @@ class TurnInfo(BaseModel):
 
     Attributes:
         index: The 1-based turn number.
-        type: ``normal``, ``must_return`` or ``retry``.
+        type: The phase the turn starts in (a :class:`~subagent.TurnType`, as
+            ``Turn.type`` is: ``request.turn.type is TurnType.NORMAL`` holds).
         agent: The agent's name.
     """
 
     model_config = ConfigDict(frozen=True)
 
     index: int
-    type: str
+    type: TurnType
     agent: str = ""
 
 
