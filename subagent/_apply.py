@@ -47,6 +47,8 @@ def apply(
         case _:
             kind = verdict.error_kind if isinstance(verdict, Ended) else None
             live.failure = failure(live, _failure_message(options, verdict), kind)
+            if response is not None:  # the reply that ended the run, failed or not
+                live.final_reply = parts.protocol.failed_reply(response)
     return None
 
 

@@ -57,7 +57,7 @@ class LiveRun:
         elapsed: Seconds the run ran before this part of it (a resumed run's first parts).
         traceparent: The trace of the run's first part, continued by a resumed part.
         resumed: Whether this part goes on from a saved state.
-        final_reply: The reply that ended the run done, as the model said it.
+        final_reply: The reply that ended the run (done or failed), as the model said it.
     """
 
     budget: Budget

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import warnings
 
 import anyio
@@ -542,6 +543,18 @@ def test_a_chat_goes_on_from_the_message_history_of_the_step_before() -> None:
         "Its population?",
         "About 2.1 million.",
     ]
+
+
+def test_a_failed_runs_messages_end_with_the_reply_that_ended_it() -> None:
+    agent = SubAgent(name="n", prompt="A number?", output=Answer, max_turns=1)
+    llm = ScriptedLLM(["no", "still no", "Paris.", "About 2.1 million."])
+    failed = agent.run_sync(llm=llm, return_retries=1)
+    assert failed.failure is not None
+    assert [(m.role, m.content) for m in failed.messages][-1] == ("assistant", "still no")
+    chat = SubAgent(name="chat", prompt="{{question}}", max_turns=1)
+    chat.run_sync({"question": "Capital of France?"}, llm=llm, message_history=failed.messages)
+    roles = [m.role for m in llm.requests[-1].messages]
+    assert all(a != b for a, b in itertools.pairwise(roles[1:]))  # no two in a row
 
 
 def test_a_message_history_that_is_not_messages_is_refused_naming_it() -> None:
