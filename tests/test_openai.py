@@ -499,14 +499,17 @@ async def test_connection_dropped_in_the_middle_of_the_body(server: ScriptedServ
     assert error.kind is ErrorKind.CONNECTION
 
 
-async def test_connection_refused() -> None:
+async def test_connection_refused_names_the_address_tried_without_its_credentials() -> None:
     with socket.socket() as probe:  # a port that nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    async with OpenAIChat(base_url=f"http://127.0.0.1:{port}/v1", _environ=NO_ENV) as llm:
+    base_url = f"http://user:s3cret-pass@127.0.0.1:{port}/v1"
+    async with OpenAIChat(base_url=base_url, _environ=NO_ENV) as llm:
         with pytest.raises(LLMError) as caught:
             await llm.complete(ask())
     assert caught.value.kind is ErrorKind.CONNECTION
+    assert f"127.0.0.1:{port}/v1/chat/completions" in caught.value.message
+    assert "s3cret-pass" not in str(caught.value)
 
 
 async def test_slow_reply_is_a_timeout(server: ScriptedServer) -> None:

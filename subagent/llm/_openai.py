@@ -317,6 +317,8 @@ class OpenAIChat:
         self.timeout: float | None = checked_timeout
         self.default_settings: dict[str, Any] = dict(default_settings or {})
         self._endpoint = f"{self.base_url}/chat/completions"
+        # The address a failed connection names (credentials in the URL removed).
+        self._where = redact_url_credentials(self._endpoint)
         self._timeout = httpx.Timeout(self.timeout)
         # Only encodings decoded in bounded pieces (see _decode): a gzip bomb is counted
         # as it inflates, never inflated whole first.
@@ -571,7 +573,7 @@ class OpenAIChat:
                         text = await read_body(response, self.max_response_bytes)
                 self._check_deadline(scope)
             except httpx.HTTPError as error:
-                raise transport_error(error) from error
+                raise transport_error(error, self._where) from error
             try:
                 reply = parse_completion(text, self.model, status)
                 return self._redactor.response(self._read_reply(request, reply))
@@ -718,7 +720,7 @@ class OpenAIChat:
                     except MALFORMED as error:
                         raise malformed_reply(error, "", status) from None
             except httpx.HTTPError as error:
-                raise transport_error(error) from error
+                raise transport_error(error, self._where) from error
         except LLMError as error:
             redactor.error(error)
             raise

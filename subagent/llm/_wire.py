@@ -513,12 +513,18 @@ _LETTERS: Final = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 # -- errors ----------------------------------------------------------------------------------
 
 
-def transport_error(error: httpx.HTTPError) -> LLMError:
+def transport_error(error: httpx.HTTPError, where: str | None = None) -> LLMError:
+    """The :class:`LLMError` of a failed exchange.
+
+    ``where``: the address tried, named in the message of a timeout or a failed connection
+    (its credentials removed by the caller).
+    """
     detail = str(error) or type(error).__name__
+    at = f" (at {where})" if where else ""
     if isinstance(error, httpx.TimeoutException):
-        return LLMError(ErrorKind.TIMEOUT, f"{type(error).__name__}: {detail}")
+        return LLMError(ErrorKind.TIMEOUT, f"{type(error).__name__}: {detail}{at}")
     if isinstance(error, httpx.NetworkError | httpx.RemoteProtocolError | httpx.ProxyError):
-        return LLMError(ErrorKind.CONNECTION, f"{type(error).__name__}: {detail}")
+        return LLMError(ErrorKind.CONNECTION, f"{type(error).__name__}: {detail}{at}")
     if isinstance(error, httpx.DecodingError):
         return LLMError(ErrorKind.INVALID_RESPONSE, f"{type(error).__name__}: {detail}")
     return LLMError(ErrorKind.OTHER, f"{type(error).__name__}: {detail}")
