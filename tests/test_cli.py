@@ -93,6 +93,18 @@ def test_run_exits_1_when_the_run_fails(
     assert len(model.requests) == 2
 
 
+def test_a_rows_error_is_its_first_field_error_not_the_heading_above_it(
+    model: ScriptedServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model.script(reply('{"value": "three"}'))
+    status, out, _ = run(["run", "cli_agents:answer", "--context", '{"question": "1+2"}'],
+                         capsys)  # fmt: skip
+    assert status == cli.EXIT_FAILED
+    row = out.splitlines()[1]
+    assert row.split()[:3] == ["1", "must_return", "error"]
+    assert "value: " in row and "does not match" not in row
+
+
 def test_the_budgets_given_reach_the_run(
     model: ScriptedServer, capsys: pytest.CaptureFixture[str]
 ) -> None:

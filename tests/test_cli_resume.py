@@ -90,6 +90,17 @@ def test_resume_runs_an_edited_call_with_the_new_arguments(
     assert step.turns[0].tool_calls[1].arguments == {"env": "eu-west"}  # the model's own
 
 
+def test_the_turn_table_marks_an_edited_call(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], deployed: list[str]
+) -> None:
+    state = paused_state("approval_flow", tmp_path / "state.json", capsys)
+    status, out, _ = run(["resume", "cli_agents:approval_flow", str(state), "--approve", "d1",
+                          "--edit", 'd2={"env": "staging"}'], capsys)  # fmt: skip
+    assert status == 0
+    paused_turn = out.splitlines()[1]
+    assert paused_turn.endswith("called deploy, deploy (edited)")
+
+
 def test_decisions_come_from_a_file_or_stdin_as_decision_json_or_booleans(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],

@@ -24,10 +24,12 @@ def turn_table(step: Step[Any]) -> str:
         f"{'s':>6}  error / tool calls"
     ]
     for turn in step.turns:
-        error = (turn.error or "").strip().splitlines()
-        note = error[0][:70] if error else ""
+        note = _first_error(turn.error or "")
         if turn.tool_calls and not note:
-            note = "called " + ", ".join(call.name for call in turn.tool_calls)
+            note = "called " + ", ".join(
+                f"{call.name} (edited)" if _edited(turn, call) else call.name
+                for call in turn.tool_calls
+            )
         rows.append(
             f"{turn.index:>4}  {turn.type.value:<11} {turn.outcome.value:<8} "
             f"{turn.usage.input_tokens:>6} {turn.usage.output_tokens:>7} "
@@ -40,6 +42,27 @@ def turn_table(step: Step[Any]) -> str:
     if step.ok:
         rows.append(f"output: {step.output!r}")
     return "\n".join(rows)
+
+
+def _first_error(error: str) -> str:
+    """What a row shows of a turn's error: its first field error, not the heading above it.
+
+    Feedback lists its findings as ``- field: problem`` lines under a heading (``Your
+    answer does not match the required output:``): the first of them, and how many more.
+    """
+    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    items = [line[2:] for line in lines if line.startswith("- ")]
+    if not items:
+        return lines[0][:70]
+    more = f" (+{len(items) - 1} more)" if len(items) > 1 else ""
+    return f"{items[0][: 70 - len(more)]}{more}"
+
+
+def _edited(turn: Any, call: ToolCall) -> bool:
+    decision = turn.decisions.get(call.id)
+    return decision is not None and decision.action == "edit"
 
 
 def call_line(call: ToolCall) -> str:
