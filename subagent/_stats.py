@@ -187,6 +187,20 @@ def holm(p_values: Sequence[float], alpha: float) -> list[bool]:
     return rejected
 
 
+def holm_adjusted(p_values: Sequence[float]) -> list[float]:
+    """Holm's adjusted p-values: each rejected at ``alpha`` exactly when :func:`holm` does.
+
+    The k-th smallest p-value times ``m - k + 1``, never below an earlier one's, at most 1.
+    """
+    order = sorted(range(len(p_values)), key=p_values.__getitem__)
+    adjusted = [1.0] * len(p_values)
+    running = 0.0
+    for position, index in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - position) * p_values[index]))
+        adjusted[index] = running
+    return adjusted
+
+
 def percentile(values: Sequence[float], fraction: float) -> float:
     """The nearest-rank percentile of ``values`` (0.0 for none)."""
     if not values:

@@ -13,15 +13,17 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from subagent import LLMRequest, LLMResponse, SubAgent, Usage
+from subagent import LLMRequest, LLMResponse, SubAgent, Usage, Validation
 from subagent.evals import Case, Dataset, EqualsExpected, Judge, JudgeContext, Verdict
 
 __all__ = [
     "AGENTS",
+    "BUG",
     "Answer",
     "CoinModel",
     "NotNegative",
     "adder",
+    "buggy",
     "half_right",
     "positive",
     "sums",
@@ -118,6 +120,27 @@ worse = SubAgent(
     llm=CoinModel(first=0.2, fix=0.2),
 )
 """The same agent on a worse model: a regression."""
+
+
+BUG = {"in": True}
+"""Whether :data:`buggy`'s validator has its bug (a test fixes it by setting False)."""
+
+
+def _check_with_a_bug(answer: Answer) -> Validation:
+    if BUG["in"]:
+        raise RuntimeError("the validator has a bug")
+    return Validation.ok()
+
+
+buggy = SubAgent(
+    name="adder",
+    prompt="What is {{a}} + {{b}}?",
+    output=Answer,
+    max_turns=1,
+    llm=CoinModel(first=1.0, fix=1.0),
+    validators=[_check_with_a_bug],
+)
+"""An adder whose validator raises while ``BUG["in"]``: every run crashes."""
 
 
 def positive(ctx: Any) -> bool:

@@ -974,3 +974,22 @@ def test_a_field_added_later_keeps_the_digest_where_it_changes_nothing() -> None
     assert _agent_digest(typed) != _agent_digest(dataclasses.replace(typed, allow_fail=False))
     text = SubAgent(name="a", prompt="p")  # not offered the fail by default: a change
     assert _agent_digest(text) != _agent_digest(dataclasses.replace(text, allow_fail=True))
+
+
+async def test_a_run_whose_model_cannot_be_reached_is_a_crash_and_blocks_the_recommendation(
+    tmp_path: Any,
+) -> None:
+    from subagent import ErrorKind, FunctionLLM, LLMError, RetryPolicy
+
+    def unreachable(request: Any) -> str:
+        raise LLMError(ErrorKind.CONNECTION, "ConnectError: refused (at http://127.0.0.1:9/v1)")
+
+    report = await sums(3).evaluate(
+        adder, {"a": {}, "b": {"return_retries": 1}}, llm=FunctionLLM(unreachable),
+        retry_policy=RetryPolicy(max_attempts=1),
+    )  # fmt: skip
+    assert report.crashed == 6 and report.recommend() is None
+    result = report.variant("a")
+    assert result.crash_kinds == {"llm_error: connection": 3}
+    assert result.crash_sample is not None and "127.0.0.1:9" in result.crash_sample
+    assert "never ran to a result" in report.to_markdown()

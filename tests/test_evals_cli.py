@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from evals_models import Answer, sums
+from evals_models import BUG, Answer, sums
 
 from subagent import cli
+from subagent.evals._cli import EXIT_CRASHED
 from subagent.evals import Case, Dataset
 
 
@@ -54,6 +55,32 @@ def test_eval_run_records_every_run_and_prints_the_report(
     again, printed_again, _ = run(argv, capsys)  # everything recorded: nothing runs
     assert again == 0 and printed_again == printed
     assert len(out.read_text().splitlines()) == 80
+
+
+def test_runs_that_raised_exit_3_name_the_error_recommend_nothing_and_rerun_when_asked(
+    dataset: Path, variants: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "records.jsonl"
+    argv = ["eval", "run", str(dataset), "--agent", "evals_models:buggy",
+            "--variants", str(variants), "--out", str(out)]  # fmt: skip
+    status, printed, err = run(argv, capsys)
+    assert status == EXIT_CRASHED == 3
+    assert "**80 of 80 runs never ran to a result**" in printed
+    assert "ParserContractError" in printed and "the validator has a bug" in printed
+    assert "Recommended" not in printed
+    assert "--rerun-failed" in err
+    again, _, _ = run(argv, capsys)  # the crashes are recorded: still no result, nothing run
+    assert again == 3 and len(out.read_text().splitlines()) == 80
+
+    BUG["in"] = False  # the bug fixed
+    try:
+        fixed, printed, _ = run([*argv, "--rerun-failed"], capsys)
+    finally:
+        BUG["in"] = True
+    assert fixed == 0
+    assert len(out.read_text().splitlines()) == 160  # the crashed runs made again
+    assert "| r0 | 40 | 100.0%" in printed and "never ran" not in printed
+    assert "**Recommended:** r0" in printed
 
 
 def test_eval_run_takes_agents_by_name_and_a_judge_class(
@@ -130,6 +157,41 @@ def test_eval_compare_exits_1_on_a_significant_regression_and_0_without(
         ["eval", "compare", str(bad), "--baseline", str(good), "--json"], capsys
     )
     assert status == 1 and json.loads(as_json)["changes"][0]["direction"] == "worse"
+
+
+def test_compare_shows_the_p_its_verdict_used_and_max_drop_fails_a_small_dataset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    small = sums(10).to_file(tmp_path / "small.jsonl")
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    for agent, out in (("half_right", good), ("worse", bad)):
+        run(["eval", "run", str(small), "--agent", f"evals_models:{agent}", "--out", str(out)],
+            capsys)  # fmt: skip
+    status, as_json, _ = run(
+        ["eval", "compare", str(bad), "--baseline", str(good), "--json"], capsys
+    )
+    success = json.loads(as_json)["changes"][0]
+    assert success["metric"] == "success" and success["baseline"] - success["current"] > 0.3
+    # ten cases: the drop is not significant once adjusted, and the verdict says so by the
+    # adjusted p it was decided on (the raw p beside it, labelled)
+    assert status == 0 and not success["significant"] and success["p_adjusted"] > 0.05
+    assert success["p_adjusted"] >= success["p_value"]
+    status, printed, _ = run(["eval", "compare", str(bad), "--baseline", str(good)], capsys)
+    assert "| p (Holm) | p (raw) |" in printed
+    assert (
+        f"| {success['p_adjusted']:.3g} | {success['p_value']:.3g} | no significant change |"
+        in (printed)
+    )
+    status, printed, _ = run(
+        ["eval", "compare", str(bad), "--baseline", str(good), "--max-drop", "20"], capsys
+    )
+    assert status == 1 and "**worse** (over the maximum drop)" in printed
+    assert "Regression (alpha 0.05, Holm; or success down more than 20%): default success" in (
+        printed
+    )
+    status, _, err = run(["eval", "compare", str(bad), "--baseline", str(good),
+                          "--max-drop", "150"], capsys)  # fmt: skip
+    assert status == 2 and "--max-drop" in err
 
 
 def test_a_grid_in_yaml_a_judge_in_code_and_prices_reach_the_evaluation(

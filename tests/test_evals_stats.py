@@ -17,6 +17,7 @@ from subagent._stats import (
     Option,
     fisher_exact,
     holm,
+    holm_adjusted,
     mcnemar,
     percentile,
     recommend,
@@ -110,6 +111,17 @@ def test_wilcoxon_normal_approximation_is_close_to_exact_where_they_meet() -> No
     exact = wilcoxon_signed_rank(differences)
     approximate = wilcoxon_signed_rank([*differences, 0.0001])  # one more: the normal form
     assert approximate == pytest.approx(exact, abs=0.02)
+
+
+def test_holms_adjusted_p_values_reject_exactly_where_holm_does() -> None:
+    assert holm_adjusted([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    rng = random.Random(5)
+    for _ in range(500):
+        p_values = [rng.random() ** 3 for _ in range(rng.randint(1, 8))]
+        adjusted = holm_adjusted(p_values)
+        assert all(1.0 >= a >= p for a, p in zip(adjusted, p_values, strict=True))
+        for alpha in (0.01, 0.05, 0.1):
+            assert [a <= alpha for a in adjusted] == holm(p_values, alpha)
 
 
 def test_holm_rejects_in_order_until_one_is_not() -> None:

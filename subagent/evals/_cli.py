@@ -25,12 +25,23 @@ from subagent.evals._judges import Judge
 from subagent.evals._report import DEFAULT_ALPHA, DEFAULT_MARGIN, Report
 from subagent.evals._variants import Variant, grid
 
-__all__ = ["EXIT_DONE", "EXIT_INTERRUPTED", "EXIT_REGRESSED", "EXIT_USAGE", "main", "register"]
+__all__ = [
+    "EXIT_CRASHED",
+    "EXIT_DONE",
+    "EXIT_INTERRUPTED",
+    "EXIT_REGRESSED",
+    "EXIT_USAGE",
+    "main",
+    "register",
+]
 
 EXIT_DONE: Final = 0
 EXIT_REGRESSED: Final = 1
 """``compare``: a metric of a variant got significantly worse than the baseline's."""
 EXIT_USAGE: Final = 2
+EXIT_CRASHED: Final = 3
+"""``run``: a run raised or its model could not be reached: a bug to fix, no result (as
+``subagent batch``'s status 3); ``--rerun-failed`` makes those runs again."""
 EXIT_INTERRUPTED: Final = 130
 
 
@@ -72,6 +83,9 @@ def register(subparsers: Any) -> None:
     )
     run.add_argument("--max-cost", type=float, metavar="X",
                      help="what the whole evaluation may spend, by --prices")  # fmt: skip
+    run.add_argument("--rerun-failed", action="store_true",
+                     help="make again the recorded runs that raised or whose model could not "
+                     "be reached")  # fmt: skip
     run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="show a progress bar (default: when stderr is a terminal)")  # fmt: skip
     _output_arguments(run)
@@ -97,6 +111,9 @@ def register(subparsers: Any) -> None:
         metavar="A",
         help="significance level for the whole comparison (default 0.05)",
     )
+    compare.add_argument("--max-drop", type=float, default=None, metavar="POINTS",
+                         help="a success rate down by more points than this is a regression "
+                         "whatever the test (for small datasets): 10 means ten points")  # fmt: skip
     compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
     compare.set_defaults(command=main, name="eval compare", parser=compare, eval_command=_compare)
 
@@ -157,7 +174,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         report = dataset.evaluate_sync(agent, variants, out=args.out, repeat=args.repeat,
                                        concurrency=args.concurrency, progress=args.progress,
-                                       batch_limits=limits, prices=prices, **options)  # fmt: skip
+                                       batch_limits=limits, prices=prices,
+                                       rerun_failed=args.rerun_failed, **options)  # fmt: skip
     except KeyboardInterrupt:
         print(
             f"subagent eval run: interrupted: the runs finished are in {args.out}; the same "
@@ -172,6 +190,14 @@ def _run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     _print_report(report, args)
+    if report.crashed:
+        print(
+            f"subagent eval run: {report.crashed} run(s) raised or could not reach the model "
+            "(the report names what); fix the cause, then the same command with "
+            "--rerun-failed makes them again",
+            file=sys.stderr,
+        )
+        return EXIT_CRASHED
     return EXIT_DONE
 
 
@@ -279,9 +305,14 @@ def _report(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     if not 0 < args.alpha < 1:
         raise _Usage(f"--alpha: must be between 0 and 1, got {args.alpha}")
+    max_drop = args.max_drop
+    if max_drop is not None and not 0 <= max_drop < 100:
+        raise _Usage(f"--max-drop: points between 0 and 100, got {max_drop:g}")
     current = _read(args.records, "FILE")
     baseline = _read(args.baseline, "--baseline")
-    comparison = current.compare(baseline, alpha=args.alpha)
+    comparison = current.compare(
+        baseline, alpha=args.alpha, max_drop=None if max_drop is None else max_drop / 100
+    )
     if args.json:
         print(comparison.model_dump_json(indent=2))
     else:

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from subagent._stats import Option, holm, mcnemar, recommend, wilcoxon_signed_rank
+from subagent._stats import Option, holm_adjusted, mcnemar, recommend, wilcoxon_signed_rank
 from subagent.evals._outcomes import Outcome
 
 __all__ = [
@@ -96,9 +96,12 @@ class Change(BaseModel):
         current: The current evaluation's.
         p_value: The test's two-sided p-value (McNemar exact; Wilcoxon signed-rank for
             cost), before adjustment.
-        significant: Whether the difference is significant at ``alpha`` after Holm's
-            adjustment over every test of the comparison.
+        p_adjusted: The same after Holm's adjustment over every test of the comparison:
+            the p-value the verdict is decided on.
+        significant: Whether ``p_adjusted`` is at most ``alpha``.
         direction: ``better``, ``worse`` or ``same``.
+        over_max_drop: A success rate that fell by more than the comparison's
+            ``max_drop``: a regression however few the cases (a practical threshold).
     """
 
     variant: str
@@ -107,13 +110,15 @@ class Change(BaseModel):
     baseline: float | None
     current: float | None
     p_value: float
+    p_adjusted: float = 1.0
     significant: bool = False
     direction: Literal["better", "worse", "same"] = "same"
+    over_max_drop: bool = False
 
     @property
     def regression(self) -> bool:
-        """A significant change for the worse."""
-        return self.significant and self.direction == "worse"
+        """A significant change for the worse, or a success drop over ``max_drop``."""
+        return (self.significant and self.direction == "worse") or self.over_max_drop
 
     def line(self, unit: str) -> str:
         """The change as a table row of Markdown."""
@@ -125,10 +130,16 @@ class Change(BaseModel):
 
         flag = {"better": "better", "worse": "**worse**", "same": "same"}[self.direction]
         verdict = f"{flag} (significant)" if self.significant else "no significant change"
+        if self.over_max_drop:
+            verdict = (
+                "**worse** (significant, over the maximum drop)"
+                if self.significant
+                else ("**worse** (over the maximum drop)")
+            )
         metric = f"cost ({unit})" if self.metric == "cost" else self.metric
         return (
             f"| {self.variant} | {metric} | {self.pairs} | {shown(self.baseline)} | "
-            f"{shown(self.current)} | {self.p_value:.3g} | {verdict} |"
+            f"{shown(self.current)} | {self.p_adjusted:.3g} | {self.p_value:.3g} | {verdict} |"
         )
 
 
@@ -140,12 +151,15 @@ class Comparison(BaseModel):
         measure: What cost was counted in (``cost``, ``tokens`` or ``calls``).
         changes: Every metric of every variant compared.
         unpaired: Variants of one side with no counterpart in the other.
+        max_drop: The largest fall of a success rate taken as no regression, whatever the
+            test says (0.1: ten points); ``None``: the tests alone decide.
     """
 
     alpha: float
     measure: Measure
     changes: list[Change]
     unpaired: list[str] = []
+    max_drop: float | None = None
 
     @property
     def regressions(self) -> list[Change]:
@@ -161,17 +175,20 @@ class Comparison(BaseModel):
         """The comparison as a Markdown table, with a verdict line."""
         unit = _UNITS[self.measure]
         lines = [
-            "| variant | metric | pairs | baseline | current | p | verdict |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
+            "| variant | metric | pairs | baseline | current | p (Holm) | p (raw) | verdict |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
             *(change.line(unit) for change in self.changes),
             "",
         ]
         regressions = self.regressions
+        kind, rule = "Significant regression", f"alpha {self.alpha:g}, Holm"
+        if self.max_drop is not None:
+            kind, rule = "Regression", f"{rule}; or success down more than {self.max_drop:.0%}"
         if regressions:
             named = ", ".join(f"{c.variant} {c.metric}" for c in regressions)
-            lines.append(f"Significant regression (alpha {self.alpha:g}, Holm): {named}.")
+            lines.append(f"{kind} ({rule}): {named}.")
         else:
-            lines.append(f"No significant regression (alpha {self.alpha:g}, Holm).")
+            lines.append(f"No {kind.lower()} ({rule}).")
         if self.unpaired:
             lines.append(f"Not compared (in one evaluation only): {', '.join(self.unpaired)}.")
         return "\n".join(lines)
@@ -196,10 +213,12 @@ def compare_outcomes(
     baseline: Mapping[str, Sequence[Outcome]],
     *,
     alpha: float,
+    max_drop: float | None = None,
 ) -> Comparison:
     """Compare each variant of ``current`` with the same variant of ``baseline``.
 
     Variants pair by name; two evaluations of one variant each pair whatever their names.
+    ``max_drop``: a success rate that falls by more is a regression whatever the test.
     """
     names = [name for name in current if name in baseline]
     matched = [(name, name, name) for name in names]
@@ -233,12 +252,19 @@ def compare_outcomes(
             current=sum(b for _, b in amounts) / len(amounts) if amounts else None,
             p_value=wilcoxon_signed_rank([b - a for a, b in amounts]),
         ))  # fmt: skip
-    rejected = holm([change.p_value for change in changes], alpha)
-    for change, significant in zip(changes, rejected, strict=True):
+    adjusted = holm_adjusted([change.p_value for change in changes])
+    for change, p_adjusted in zip(changes, adjusted, strict=True):
         change.direction = _direction(change.baseline, change.current,  # type: ignore[assignment]
                                       higher_is_better=change.metric != "cost")  # fmt: skip
-        change.significant = significant and change.direction != "same"
-    return Comparison(alpha=alpha, measure=measure, changes=changes, unpaired=unpaired)
+        change.p_adjusted = p_adjusted
+        change.significant = p_adjusted <= alpha and change.direction != "same"
+        change.over_max_drop = (
+            max_drop is not None and change.metric == "success"
+            and change.baseline is not None and change.current is not None
+            and change.baseline - change.current > max_drop + 1e-12
+        )  # fmt: skip
+    return Comparison(alpha=alpha, measure=measure, changes=changes, unpaired=unpaired,
+                      max_drop=max_drop)  # fmt: skip
 
 
 class Recommendation(BaseModel):

@@ -177,6 +177,7 @@ class Dataset(Generic[OutputT]):
         progress: bool | None = None,
         batch_limits: UsageLimits | None = None,
         prices: Price | Mapping[str, Price] | None = None,
+        rerun_failed: bool = False,
         **options: Unpack[RunArguments],
     ) -> Report:
         """Run ``agent`` on every case under every variant, judge the runs, report.
@@ -206,6 +207,9 @@ class Dataset(Generic[OutputT]):
                 ``Report.pending``).
             prices: What tokens cost (a :class:`~subagent.Price`, or a mapping of model
                 names to prices), for the report's cost; default: ``batch_limits``'s.
+            rerun_failed: Make again the recorded runs that never became a result of their
+                variant: they raised (a bug since fixed) or their model could not be
+                reached (``Outcome.crashed``). Their new records take the old ones' place.
             **options: Run options of every run (``llm=``, ``tracer_provider=``...), under
                 each variant's own.
 
@@ -229,6 +233,7 @@ class Dataset(Generic[OutputT]):
             batch_limits=batch_limits,
             prices=prices,
             options=options,
+            rerun_failed=rerun_failed,
         )
 
     def evaluate_sync(

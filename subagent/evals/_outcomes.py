@@ -21,12 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
+from subagent._text import shorten
 from subagent.evals._systems import SystemRun
 from subagent.records import Step, Turn, TurnType
 
 __all__ = [
+    "CRASHES",
     "Outcome",
     "normalised",
     "outcome_from_data",
@@ -63,6 +65,8 @@ class Outcome:
             and cases, however the runs finished.
         tags: The case's tags (``Report.tagged`` selects by them).
         stop_reasons: How many of its replies ended for each stop reason.
+        error: What went wrong, for a run that raised (failure ``error``) or failed at the
+            transport (``llm_error``): the failure's message, shortened.
     """
 
     case: str
@@ -85,6 +89,16 @@ class Outcome:
     case_index: int = 0
     tags: tuple[str, ...] = ()
     stop_reasons: tuple[tuple[str, int], ...] = ()
+    error: str | None = None
+
+    @property
+    def crashed(self) -> bool:
+        """Whether the run never became a result of its variant.
+
+        It raised, or its model could not be reached (``subagent eval run --rerun-failed``
+        makes it again).
+        """
+        return self.failure in CRASHES
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Outcome:
@@ -131,6 +145,12 @@ def _repeats(reply: str, calls: Sequence[Any], before: str, calls_before: Sequen
     return all(_call_key(a) == _call_key(b) for a, b in zip(calls, calls_before, strict=True))
 
 
+CRASHES: Final = frozenset({"error", "llm_error"})
+"""The failure reasons of a run that is no result of its variant: it raised (a bug in the
+agent, a tool, a validator), or its model could not be reached."""
+_ERROR_CHARS: Final = 200
+
+
 def _outcome(
     head: Mapping[str, Any],
     *,
@@ -140,6 +160,7 @@ def _outcome(
     tokens: tuple[int, int],
     duration_s: float,
     calls: int | None = None,
+    message: str | None = None,
 ) -> Outcome:
     correction_turns = repeated = counted = 0
     stops: dict[str, int] = {}
@@ -179,6 +200,7 @@ def _outcome(
         case_index=head.get("case_index", 0),
         tags=_shared(tuple(head.get("tags") or ())),
         stop_reasons=_shared(tuple(stops.items())),
+        error=shorten(message or "", _ERROR_CHARS) if failure in CRASHES else None,
     )
 
 
@@ -262,6 +284,7 @@ def outcome_from_data(record: Mapping[str, Any]) -> Outcome:
         ),
         tokens=_data_tokens(turns),
         duration_s=step.get("duration_s", 0.0),
+        message=None if failure is None else failure.get("message"),
     )
 
 
@@ -289,6 +312,7 @@ def outcome_from_run(
         ),
         tokens=run_tokens(step.turns) if tokens is None else tokens,
         duration_s=step.duration_s,
+        message=None if step.failure is None else step.failure.message,
     )
 
 
@@ -314,4 +338,5 @@ def outcome_from_system(head: Mapping[str, Any], run: SystemRun | Mapping[str, A
         tokens=(data.get("input_tokens") or 0, data.get("output_tokens") or 0),
         duration_s=data.get("duration_s") or 0.0,
         calls=data.get("calls"),
+        message=data.get("message"),
     )

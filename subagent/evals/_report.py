@@ -71,6 +71,12 @@ class VariantResult(BaseModel):
             percentiles (the median, and the nearest-rank 95th percentile).
         stop_reasons: How many replies ended for each stop reason (``stop``, ``length``:
             cut at the token limit, ``tool_calls``...), most frequent first.
+        crashed: Runs that never became a result of the variant: they raised (a bug in the
+            agent, a tool, a validator) or their model could not be reached (failure
+            ``error`` or ``llm_error``; ``subagent eval run --rerun-failed`` makes them
+            again). Counted in ``runs`` and never correct.
+        crash_kinds: Those runs by what went wrong (the exception's class, or the transport
+            error's kind); ``crash_sample``: one of their messages.
     """
 
     variant: str
@@ -103,6 +109,9 @@ class VariantResult(BaseModel):
     wall_p50_s: float = 0.0
     wall_p95_s: float = 0.0
     stop_reasons: dict[str, int] = {}
+    crashed: int = 0
+    crash_kinds: dict[str, int] = {}
+    crash_sample: str | None = None
 
     @classmethod
     def of(
@@ -124,6 +133,7 @@ class VariantResult(BaseModel):
         stops: Counter[str] = Counter()
         for outcome in outcomes:
             stops.update(dict(outcome.stop_reasons))
+        crashes = [o for o in outcomes if o.crashed]
         return cls(
             variant=variant,
             options=options,
@@ -155,6 +165,9 @@ class VariantResult(BaseModel):
             wall_p50_s=statistics.median(durations) if durations else 0.0,
             wall_p95_s=percentile(durations, 0.95),
             stop_reasons=dict(sorted(stops.items(), key=lambda item: (-item[1], item[0]))),
+            crashed=len(crashes),
+            crash_kinds=dict(Counter(_crash_kind(o) for o in crashes)),
+            crash_sample=next((o.error for o in crashes if o.error), None),
         )
 
     def row(self) -> str:
@@ -177,6 +190,14 @@ class VariantResult(BaseModel):
             f"{self.wall_per_case_s:.2f} / {wall_success} | "
             f"{self.wall_p50_s:.2f} / {self.wall_p95_s:.2f} |"
         )
+
+
+def _crash_kind(outcome: Outcome) -> str:
+    """What went wrong in a crashed run: ``RuntimeError``, ``llm_error: connection``..."""
+    head = (outcome.error or "").split(":", 1)[0].strip()
+    if outcome.failure == "llm_error":
+        return f"llm_error: {head}" if head else "llm_error"
+    return head if head.isidentifier() else "error"
 
 
 class CaseResult(BaseModel):
@@ -299,24 +320,36 @@ class Report:
         A variant qualifies when its success rate is at most ``margin`` below the best's
         and McNemar's exact test on the cases both ran finds no significant difference at
         ``alpha``. Cheapest by cost when every run was priced, else by tokens, else by
-        calls. ``None`` with a single variant.
+        calls. ``None`` with a single variant, or when a run crashed (raised, or its model
+        could not be reached): a run that never ran says nothing of its variant.
         """
+        if any(outcome.crashed for outcome in self.outcomes):
+            return None
         return recommend_variant(self._grouped, margin=margin, alpha=alpha)
+
+    @property
+    def crashed(self) -> int:
+        """Runs that raised or whose model could not be reached (see ``VariantResult``)."""
+        return sum(result.crashed for result in self.variants)
 
     @property
     def recommendation(self) -> Recommendation | None:
         """:meth:`recommend` with the default margin (5 points) and alpha (0.05)."""
         return self.recommend()
 
-    def compare(self, baseline: Report, alpha: float = DEFAULT_ALPHA) -> Comparison:
+    def compare(
+        self, baseline: Report, alpha: float = DEFAULT_ALPHA, max_drop: float | None = None
+    ) -> Comparison:
         """This evaluation against ``baseline``, case by case.
 
         Variants pair by name (two evaluations of one variant each pair whatever their
         names); cases by name, inputs digest and repetition. Success and salvage by
         McNemar's exact test, cost by the Wilcoxon signed-rank test, all the tests adjusted
-        together by Holm's method (``alpha`` for the whole comparison).
+        together by Holm's method (``alpha`` for the whole comparison). ``max_drop``: a
+        success rate that falls by more (0.1: ten points) is a regression whatever the
+        test, so a small dataset can still fail a build on a large drop.
         """
-        return compare_outcomes(self._grouped, baseline._grouped, alpha=alpha)
+        return compare_outcomes(self._grouped, baseline._grouped, alpha=alpha, max_drop=max_drop)
 
     def to_markdown(self, margin: float = DEFAULT_MARGIN, alpha: float = DEFAULT_ALPHA) -> str:
         """The report as Markdown.
@@ -325,6 +358,7 @@ class Report:
         :meth:`recommend`), the cases where the variants disagree.
         """
         lines = [f"## {self.dataset}", "", _HEADER, *(v.row() for v in self.variants), ""]
+        lines += self._crashes()
         recommendation = self.recommend(margin, alpha)
         if recommendation is not None:
             lines += [f"**Recommended:** {recommendation.reason}", ""]
@@ -338,6 +372,29 @@ class Report:
         if len(self.variants) > 1:
             lines += self._disagreements()
         return "\n".join(lines).rstrip() + "\n"
+
+    def _crashes(self) -> list[str]:
+        """What the report says of runs that crashed: how many, what, and what to do."""
+        crashed = [v for v in self.variants if v.crashed]
+        if not crashed:
+            return []
+        total = sum(v.crashed for v in crashed)
+        kinds = "; ".join(
+            f"{v.variant}: " + ", ".join(f"{kind} {n}" for kind, n in sorted(v.crash_kinds.items()))
+            for v in crashed
+        )
+        sample = next((v.crash_sample for v in crashed if v.crash_sample), None)
+        lines = [
+            f"**{total} of {len(self.outcomes)} runs never ran to a result** (they raised, or "
+            f"the model could not be reached), so nothing is recommended: {kinds}.",
+        ]
+        if sample is not None:
+            lines.append(f"For instance: `{sample}`")
+        lines += [
+            "Fix the cause, then `subagent eval run ... --rerun-failed` makes them again.",
+            "",
+        ]
+        return lines
 
     def _disagreements(self) -> list[str]:
         names = [v.variant for v in self.variants]

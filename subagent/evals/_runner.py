@@ -229,13 +229,22 @@ def _head(dataset: str, work: _Work, cost: float | None) -> dict[str, Any]:
     }
 
 
-def _recorded(path: Path | None, tally: Tally) -> set[_Slot]:
-    """What the file holds: not made again, and counted in the report."""
+def _recorded(path: Path | None, tally: Tally, *, keep_crashed: bool = True) -> set[_Slot]:
+    """What the file holds: counted in the report, and not made again.
+
+    ``keep_crashed=False``: a run that crashed (``Outcome.crashed``) is made again (its
+    slot is left out of the set); its new record takes its place in the report.
+    """
     done: set[_Slot] = set()
     if path is not None:
         for record in read_records(path):
-            done.add(slot_key(record))
-            tally.add(outcome_from_data(record), record)
+            outcome = outcome_from_data(record)
+            key = slot_key(record)
+            if keep_crashed or not outcome.crashed:
+                done.add(key)
+            else:
+                done.discard(key)  # a later record of the same run crashed: made again
+            tally.add(outcome, record)
     return done
 
 
@@ -275,6 +284,7 @@ async def run_evaluation(
     batch_limits: UsageLimits | None,
     prices: Prices | None,
     options: Mapping[str, Any],
+    rerun_failed: bool = False,
 ) -> Report:
     """Run (or resume) an evaluation; return its report. See ``Dataset.evaluate``."""
     _checked_start(cases, repeat, options)
@@ -284,7 +294,7 @@ async def run_evaluation(
     digests = [case.digest for case in cases]
     path = None if out is None else Path(out)
     tally = Tally()
-    done = _recorded(path, tally)
+    done = _recorded(path, tally, keep_crashed=not rerun_failed)
     planned = _Planned(cases, digests, repeat, planner, done)
     runner = _CaseRunner(dataset, judges, CaseTracer(options.get("tracer_provider"), dataset))
     stopped = 0
