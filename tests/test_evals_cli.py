@@ -9,8 +9,8 @@ import pytest
 from evals_models import BUG, Answer, sums
 
 from subagent import cli
-from subagent.evals._cli import EXIT_CRASHED
 from subagent.evals import Case, Dataset
+from subagent.evals._cli import EXIT_CRASHED
 
 
 @pytest.fixture
