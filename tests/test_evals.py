@@ -993,3 +993,25 @@ async def test_a_run_whose_model_cannot_be_reached_is_a_crash_and_blocks_the_rec
     assert result.crash_kinds == {"llm_error: connection": 3}
     assert result.crash_sample is not None and "127.0.0.1:9" in result.crash_sample
     assert "never ran to a result" in report.to_markdown()
+
+
+async def test_the_report_names_each_judge_and_the_cases_every_variant_got_wrong() -> None:
+    from subagent.evals import FunctionJudge
+
+    def small(ctx: Any) -> tuple[bool, str] | bool:
+        return ctx.output.value < 30  # wrong for large sums, whatever the variant
+
+    dataset = sums(6, start=5)  # sums of 15, 18, ... 30: the last one fails `small`
+    dataset = dataset.__class__(dataset.cases, [*dataset.judges, FunctionJudge(small)],
+                                name=dataset.name)  # fmt: skip
+    report = await dataset.evaluate(adder, {"r0": {"return_retries": 0},
+                                            "r1": {"return_retries": 1}},
+                                    llm=CoinModel(first=1.0, fix=1.0))  # fmt: skip
+    judges = report.variant("r1").judges
+    assert set(judges) == {"equals_expected", "small"}
+    assert (judges["small"].judged, judges["small"].passed) == (6, 5)
+    assert judges["equals_expected"].pass_rate == 1.0 and judges["small"].mean_score is None
+    text = report.to_markdown()
+    assert "| r1 | small | 6 | 5 (83%) | - |" in text
+    wrong = [c.case for c in report.cases() if not any(c.correct.values())]
+    assert len(wrong) == 1 and f"Cases every variant got wrong (1): {wrong[0]}." in text

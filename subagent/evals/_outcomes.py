@@ -67,6 +67,8 @@ class Outcome:
         stop_reasons: How many of its replies ended for each stop reason.
         error: What went wrong, for a run that raised (failure ``error``) or failed at the
             transport (``llm_error``): the failure's message, shortened.
+        judged: Each judge's verdict on it: ``(judge, passed, score)`` (none for a run
+            that failed: judges see valid outputs only).
     """
 
     case: str
@@ -90,6 +92,7 @@ class Outcome:
     tags: tuple[str, ...] = ()
     stop_reasons: tuple[tuple[str, int], ...] = ()
     error: str | None = None
+    judged: tuple[tuple[str, bool, float | None], ...] = ()
 
     @property
     def crashed(self) -> bool:
@@ -149,6 +152,18 @@ CRASHES: Final = frozenset({"error", "llm_error"})
 """The failure reasons of a run that is no result of its variant: it raised (a bug in the
 agent, a tool, a validator), or its model could not be reached."""
 _ERROR_CHARS: Final = 200
+_JUDGE_NAMES: dict[str, str] = {}  # one string per judge name across a report's outcomes
+
+
+def _judged(verdict: Mapping[str, Any]) -> tuple[str, bool, float | None]:
+    """A recorded verdict as an outcome keeps it: (judge, passed, score)."""
+    name = str(verdict.get("judge"))
+    score = verdict.get("score")
+    return (
+        _JUDGE_NAMES.setdefault(name, name),
+        bool(verdict.get("passed")),
+        float(score) if isinstance(score, int | float) else None,
+    )
 
 
 def _outcome(
@@ -201,6 +216,7 @@ def _outcome(
         tags=_shared(tuple(head.get("tags") or ())),
         stop_reasons=_shared(tuple(stops.items())),
         error=shorten(message or "", _ERROR_CHARS) if failure in CRASHES else None,
+        judged=tuple(_judged(verdict) for verdict in verdicts),
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -29,7 +29,15 @@ from subagent.evals._compare import (
 from subagent.evals._outcomes import Outcome, outcome_from_data
 from subagent.evals._records import read_records
 
-__all__ = ["DEFAULT_ALPHA", "DEFAULT_MARGIN", "CaseResult", "Report", "Tally", "VariantResult"]
+__all__ = [
+    "DEFAULT_ALPHA",
+    "DEFAULT_MARGIN",
+    "CaseResult",
+    "JudgeResult",
+    "Report",
+    "Tally",
+    "VariantResult",
+]
 
 DEFAULT_MARGIN: Final = 0.05
 """The loss of success rate the recommendation accepts for a cheaper variant (5 points)."""
@@ -37,6 +45,38 @@ DEFAULT_ALPHA: Final = 0.05
 """The significance level of the paired tests."""
 CASES_SHOWN: Final = 20
 """Cases listed in the Markdown report where the variants disagree (all are in the JSON)."""
+
+
+class JudgeResult(BaseModel):
+    """What one judge made of one variant's valid runs.
+
+    Attributes:
+        judged: Runs it judged (judges see valid outputs only).
+        passed: Runs it passed.
+        pass_rate: ``passed / judged`` (``None`` when it judged none).
+        mean_score: Its mean score, where it gives scores (``FieldsMatch``, an LLM judge).
+    """
+
+    judged: int = 0
+    passed: int = 0
+    pass_rate: float | None = None
+    mean_score: float | None = None
+
+
+def _judge_results(outcomes: Sequence[Outcome]) -> dict[str, JudgeResult]:
+    verdicts: dict[str, list[tuple[bool, float | None]]] = {}
+    for outcome in outcomes:
+        for judge, passed, score in outcome.judged:
+            verdicts.setdefault(judge, []).append((passed, score))
+    results = {}
+    for judge, given in verdicts.items():
+        count = sum(ok for ok, _ in given)
+        scores = [s for _, s in given if s is not None]
+        results[judge] = JudgeResult(
+            judged=len(given), passed=count, pass_rate=count / len(given),
+            mean_score=sum(scores) / len(scores) if scores else None,
+        )  # fmt: skip
+    return results
 
 
 class VariantResult(BaseModel):
@@ -77,6 +117,8 @@ class VariantResult(BaseModel):
             again). Counted in ``runs`` and never correct.
         crash_kinds: Those runs by what went wrong (the exception's class, or the transport
             error's kind); ``crash_sample``: one of their messages.
+        judges: Per judge (by name): the runs it judged (the valid ones), how many it
+            passed, its pass rate and, where it scores, its mean score.
     """
 
     variant: str
@@ -112,6 +154,7 @@ class VariantResult(BaseModel):
     crashed: int = 0
     crash_kinds: dict[str, int] = {}
     crash_sample: str | None = None
+    judges: dict[str, JudgeResult] = {}
 
     @classmethod
     def of(
@@ -168,6 +211,7 @@ class VariantResult(BaseModel):
             crashed=len(crashes),
             crash_kinds=dict(Counter(_crash_kind(o) for o in crashes)),
             crash_sample=next((o.error for o in crashes if o.error), None),
+            judges=_judge_results(outcomes),
         )
 
     def row(self) -> str:
@@ -369,9 +413,37 @@ class Report:
         errors = [f"{v.variant} {v.judge_errors}" for v in self.variants if v.judge_errors]
         if errors:
             lines += ["Runs a judge raised on (not counted correct): " + ", ".join(errors), ""]
+        lines += self._judges()
+        lines += self._all_wrong()
         if len(self.variants) > 1:
             lines += self._disagreements()
         return "\n".join(lines).rstrip() + "\n"
+
+    def _judges(self) -> list[str]:
+        """A row per variant and judge: what each judge passed of the valid runs."""
+        rows = [
+            f"| {v.variant} | {judge} | {result.judged} | {result.passed} ({result.pass_rate:.0%}) "
+            f"| {'-' if result.mean_score is None else f'{result.mean_score:.3g}'} |"
+            for v in self.variants
+            for judge, result in v.judges.items()
+            if result.pass_rate is not None
+        ]
+        if not rows:
+            return []
+        return ["| variant | judge | judged (valid runs) | passed | mean score |",
+                "| --- | --- | --- | --- | --- |", *rows, ""]  # fmt: skip
+
+    def _all_wrong(self) -> list[str]:
+        """The cases no variant got right (what a better setting alone will not fix)."""
+        wrong = [c for c in self.cases() if not any(c.correct.values())]
+        if not wrong:
+            return []
+        names = [c.case if c.repeat == 0 else f"{c.case} #{c.repeat}" for c in wrong]
+        shown = ", ".join(names[:CASES_SHOWN]) + (
+            f" (and {len(names) - CASES_SHOWN} more)" if len(names) > CASES_SHOWN else ""
+        )
+        every = "the variant" if len(self.variants) == 1 else "every variant"
+        return [f"Cases {every} got wrong ({len(wrong)}): {shown}.", ""]
 
     def _crashes(self) -> list[str]:
         """What the report says of runs that crashed: how many, what, and what to do."""
