@@ -460,3 +460,17 @@ async def test_a_streamed_request_the_server_refuses_the_grammar_of_goes_again_a
     posts = [r for r in server.requests if r.method == "POST"]
     assert [r.response_format is not None for r in posts] == [True, False]
     assert all(r.json.get("stream") is True for r in posts)
+
+
+async def test_llama_cpp_python_behind_a_proxy_refuses_json_schema_with_500_and_gets_text(
+    server: ScriptedServer,
+) -> None:
+    # Not identified (the proxy names no owner): OpenAI's json_schema goes first, and
+    # llama-cpp-python's 500 (its request model's validation error) names the field.
+    server.dialect = Dialect(owned_by=None, takes=frozenset({"json_object"}), refusal_status=500)
+    server.script(Reply.json(completion(GOOD)))
+    async with server_llm(server) as llm:
+        step = await AGENT.run(llm=llm)
+    assert step.ok and step.turns[0].transport_retries == []
+    posts = [r for r in server.requests if r.method == "POST"]
+    assert [r.response_format is not None for r in posts] == [True, False]
