@@ -241,6 +241,47 @@ def judged(output: object, expected: object) -> JudgeContext[Any]:
     return JudgeContext(Case(name="c", expected=expected), output, None, "v")  # type: ignore[arg-type]
 
 
+async def test_contains_looks_in_text_lists_and_objects() -> None:
+    from subagent.evals import Contains
+
+    assert (await Contains("Paris").judge(judged("It is Paris.", None))).passed
+    assert not (await Contains("paris").judge(judged("It is Paris.", None))).passed
+    assert (
+        await Contains("paris", case_sensitive=False).judge(judged("It is Paris.", None))
+    ).passed
+    assert (await Contains().judge(judged([1, 2, 3], 2))).passed  # the expected output
+    assert (await Contains({"value": 3}).judge(judged(Answer(value=3), None))).passed
+    verdict = await Contains({"value": 4}).judge(judged(Answer(value=3), None))
+    assert not verdict.passed and verdict.reason == '{"value": 3} does not contain {"value": 4}'
+
+
+async def test_is_instance_and_max_duration_judge_the_type_and_the_wall_time() -> None:
+    from subagent import ScriptedLLM
+    from subagent.evals import IsInstance, MaxDuration
+
+    assert (await IsInstance("Answer").judge(judged(Answer(value=3), None))).passed
+    assert (await IsInstance("BaseModel").judge(judged(Answer(value=3), None))).passed
+    wrong = await IsInstance("str").judge(judged(Answer(value=3), None))
+    assert not wrong.passed and wrong.reason == "a Answer, not a str"
+    step = await adder.run({"a": 1, "b": 2}, llm=ScriptedLLM(['{"value": 3}']))
+    ctx = JudgeContext(Case(name="c"), step.output, step, "v")
+    assert (await MaxDuration(60).judge(ctx)).passed
+    slow = step.model_copy(update={"duration_s": 61.0})
+    late = await MaxDuration(60).judge(JudgeContext(Case(name="c"), slow.output, slow, "v"))
+    assert not late.passed and late.reason == "took 61 s, more than 60 s"
+    with pytest.raises(ConfigurationError):
+        MaxDuration(0)
+
+
+def test_the_new_built_in_judges_travel_in_a_dataset_file(tmp_path: Any) -> None:
+    from subagent.evals import Contains, IsInstance, MaxDuration
+
+    judges = [Contains("x", case_sensitive=False), IsInstance("Answer"), MaxDuration(2.5)]
+    path = Dataset(sums(1).cases, judges, name="s").to_file(tmp_path / "s.jsonl")
+    again = Dataset.from_file(path).judges
+    assert [j.spec() for j in again] == [j.spec() for j in judges]
+
+
 async def test_equals_expected_compares_json_forms() -> None:
     assert (await EqualsExpected().judge(judged(Answer(value=3), {"value": 3}))).passed
     verdict = await EqualsExpected().judge(judged(Answer(value=4), {"value": 3}))

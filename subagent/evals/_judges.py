@@ -32,11 +32,14 @@ __all__ = [
     "REASON_LIMIT",
     "AgentJudge",
     "AgentVerdict",
+    "Contains",
     "EqualsExpected",
     "FieldsMatch",
     "FunctionJudge",
+    "IsInstance",
     "Judge",
     "JudgeContext",
+    "MaxDuration",
     "Verdict",
     "VerdictRecord",
     "as_judge",
@@ -200,6 +203,113 @@ class FieldsMatch(Judge):
         return Verdict(False, f"{len(wrong)} of {len(fields)} fields differ: {details}", score)
 
 
+_MISSING: Any = object()
+
+
+class Contains(Judge):
+    """Correct when the output contains a value.
+
+    A substring of text, an item of a list, a key (or some keys with their values) of an
+    object.
+
+    Args:
+        value: What the output must contain; default: the case's expected output.
+        case_sensitive: For text, whether case counts (default ``True``).
+    """
+
+    def __init__(self, value: Any = _MISSING, case_sensitive: bool = True):
+        if not isinstance(case_sensitive, bool):
+            raise ConfigurationError("case_sensitive", f"must be a bool, got {case_sensitive!r}")
+        self.value = value
+        self.case_sensitive = case_sensitive
+        self.name = "contains"
+
+    def spec(self) -> str | dict[str, Any]:
+        """``contains``, with its arguments when it has any."""
+        arguments: dict[str, Any] = {}
+        if self.value is not _MISSING:
+            arguments["value"] = _json_form(self.value)
+        if not self.case_sensitive:
+            arguments["case_sensitive"] = False
+        return {"contains": arguments} if arguments else "contains"
+
+    async def judge(self, ctx: JudgeContext[Any]) -> Verdict:
+        """Look for the value in the output's JSON form (text as it is)."""
+        wanted = _json_form(_needs_expected(ctx) if self.value is _MISSING else self.value)
+        output = ctx.output if isinstance(ctx.output, str) else _json_form(ctx.output)
+        if _holds(output, wanted, self.case_sensitive):
+            return Verdict(True)
+        return Verdict(False, f"{_shown(output)} does not contain {_shown(wanted)}")
+
+
+def _holds(output: Any, wanted: Any, case_sensitive: bool) -> bool:
+    if isinstance(output, str) and isinstance(wanted, str):
+        return wanted in output if case_sensitive else wanted.casefold() in output.casefold()
+    if isinstance(output, list):
+        return wanted in output
+    if isinstance(output, dict) and isinstance(wanted, dict):
+        return all(key in output and output[key] == item for key, item in wanted.items())
+    if isinstance(output, dict) and isinstance(wanted, str):
+        return wanted in output
+    return False
+
+
+class IsInstance(Judge):
+    """Correct when the output is of the named type (its class, or one it derives from).
+
+    Args:
+        type_name: The class's name (``"Answer"``, ``"str"``, ``"list"``).
+    """
+
+    def __init__(self, type_name: str):
+        if not isinstance(type_name, str) or not type_name:
+            raise ConfigurationError("type_name", f"must be a class's name, got {type_name!r}")
+        self.type_name = type_name
+        self.name = "is_instance"
+
+    def spec(self) -> dict[str, Any]:
+        """``is_instance`` with its ``type_name``."""
+        return {"is_instance": {"type_name": self.type_name}}
+
+    async def judge(self, ctx: JudgeContext[Any]) -> Verdict:
+        """Compare the names of the output's classes with ``type_name``."""
+        names = [cls.__name__ for cls in type(ctx.output).__mro__]
+        if self.type_name in names:
+            return Verdict(True)
+        return Verdict(False, f"a {names[0]}, not a {self.type_name}")
+
+
+class MaxDuration(Judge):
+    """Correct when the run took at most ``seconds`` of wall time.
+
+    The Step's wall time, or a system's run's.
+
+    Args:
+        seconds: The longest a run may take.
+    """
+
+    def __init__(self, seconds: float):
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+            raise ConfigurationError("seconds", f"must be a positive number, got {seconds!r}")
+        self.seconds = float(seconds)
+        self.name = "max_duration"
+
+    def spec(self) -> dict[str, Any]:
+        """``max_duration`` with its ``seconds``."""
+        return {"max_duration": {"seconds": self.seconds}}
+
+    async def judge(self, ctx: JudgeContext[Any]) -> Verdict:
+        """Read the run's wall time from its Step (or its system run)."""
+        took = ctx.step.duration_s if ctx.step is not None else (
+            ctx.run.duration_s if ctx.run is not None else None
+        )  # fmt: skip
+        if took is None:
+            raise ValueError("the run's duration is not known")
+        if took <= self.seconds:
+            return Verdict(True, score=None)
+        return Verdict(False, f"took {took:.3g} s, more than {self.seconds:g} s")
+
+
 JudgeFunction = Callable[[JudgeContext[Any]], "Verdict | bool | tuple[bool, str] | Awaitable[Any]"]
 
 
@@ -322,6 +432,9 @@ class AgentJudge(Judge):
 BUILT_IN_JUDGES: Mapping[str, Callable[..., Judge]] = {
     "equals_expected": EqualsExpected,
     "fields_match": FieldsMatch,
+    "contains": Contains,
+    "is_instance": IsInstance,
+    "max_duration": MaxDuration,
 }
 """The judges a dataset file can name (judges defined in code stay in code)."""
 
