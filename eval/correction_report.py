@@ -404,21 +404,25 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "evaluation.md"
 
 
 DEFAULTS_ROWS = (
-    ("typed tasks", "tasks", "same-r1", "defaults", "defaults"),
-    (
-        "BFCL, a list of calls",
-        "bfcl-contract",
-        "same-r1",
-        "bfcl-contract",
-        "structured-r1",
-    ),
-)
-"""The defaults' before and after: (what, before's file, variant, after's file, variant).
+    ("typed tasks", "corrections/{model}/tasks", "same-r1", "corrections/{model}/defaults",
+     "defaults"),
+    ("BFCL, a list of calls", "corrections/{model}/bfcl-contract", "same-r1",
+     "corrections/{model}/bfcl-contract", "structured-r1"),
+    ("BFCL held out, the tool agent", "{held_out}/subagent-tools-r1@template",
+     "subagent-tools-r1@template", "{held_out}-defaults/subagent-tools-r1@template",
+     "subagent-tools-r1@template"),
+)  # fmt: skip
+"""The defaults' before and after: (what, before's records, variant, after's, variant).
 
-Before: the correction as the work turns (the default until these records); after: what
-the default sends now (an object output: the final turn and its correction under the
-schema, a run of ``eval/typed_defaults.py``; a list of calls: the correction under it, the
-study's ``structured`` setting, whose requests are the default's)."""
+Paths under ``eval/results``. Before: the correction as the work turns (the default until
+these records); after: what the default sends now (an object output: the final turn and
+its correction under the schema, a run of ``eval/typed_defaults.py``; a list of calls: the
+correction under it, the study's ``structured`` setting, whose requests are the
+default's; the tool agent with no prompt of its own, ``subagent-tools-r1``, run by main
+before and after the change on BFCL's held-out sample)."""
+
+HELD_OUT = {"qwen": "bfcl-holdout", "qwen1.5b": "bfcl-qwen1.5b-holdout"}
+"""Each model's held-out BFCL records."""
 
 
 def _correct_by_case(path: Path, variant: str) -> dict[str, tuple[bool, str]]:
@@ -441,9 +445,10 @@ def defaults_table() -> str:
     ]
     for model, label in MODELS.items():
         for what, before_file, before, after_file, after in DEFAULTS_ROWS:
+            names = {"model": model, "held_out": HELD_OUT[model]}
             paths = (
-                RESULTS / model / f"{before_file}.jsonl",
-                RESULTS / model / f"{after_file}.jsonl",
+                RESULTS.parent / f"{before_file.format(**names)}.jsonl",
+                RESULTS.parent / f"{after_file.format(**names)}.jsonl",
             )
             if not all(path.exists() for path in paths):
                 continue
