@@ -278,10 +278,10 @@ def test_trace_prints_the_span_tree_of_the_run(
                             "--return-retries", "1", "--trace"], capsys)  # fmt: skip
     assert status == 0
     tree = [line for line in err.splitlines() if "ms" in line]
-    assert tree[0].startswith("invoke_agent answer  done")
-    assert tree[1].startswith("├─ agent_turn must_return  error  invalid_output")
+    assert tree[0].startswith("invoke_agent answer  done  budget 1+1")
+    assert tree[1].startswith("├─ agent_turn must_return  error  invalid_output  stop  left 0+1")
     assert tree[2].startswith("│  └─ chat served-model  stop  tokens 11/7")
-    assert tree[3].startswith("└─ agent_turn retry  success")
+    assert tree[3].startswith("└─ agent_turn retry  success  stop  left 0+0")
     assert tree[4].startswith("   └─ chat served-model")
     assert "done in 2 turns" in out
 

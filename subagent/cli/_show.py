@@ -82,7 +82,11 @@ def _plain(text: str) -> str:
 
 
 def span_tree(spans: Sequence[Any]) -> str:
-    """Finished spans as an indented tree: name, status, duration, the telling attributes."""
+    """Finished spans as an indented tree: name, status, duration, the telling attributes.
+
+    The run's budgets (``budget 3+1``: work turns + correction turns) and what each turn
+    left of them (``left 2+1``) are among those.
+    """
     ids = {span.context.span_id for span in spans}
     children: dict[int | None, list[Any]] = {}
     for span in spans:
@@ -117,6 +121,16 @@ def _span_label(span: Any) -> str:
         if key in attributes:
             value = attributes[key]
             parts.append(",".join(value) if isinstance(value, tuple) else str(value))
+    if "subagent.max_turns" in attributes:  # the run: its budgets, work + corrections
+        parts.append(
+            f"budget {attributes['subagent.max_turns']}+"
+            f"{attributes.get('subagent.return_retries', 0)}"
+        )
+    if "subagent.budget.work_remaining" in attributes:  # a turn: what it left
+        parts.append(
+            f"left {attributes['subagent.budget.work_remaining']}+"
+            f"{attributes.get('subagent.budget.retries_remaining', 0)}"
+        )
     if "gen_ai.usage.input_tokens" in attributes:
         parts.append(
             f"tokens {attributes['gen_ai.usage.input_tokens']}/"
