@@ -494,18 +494,13 @@ def chat_table() -> str:
             path = CHAT / f"{model}{suffix}.jsonl"
             if not path.exists():
                 continue
-            records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-            chosen = [record for record in records if record["variant"] == variant]
-            if not chosen:
+            report = Report.read(path)
+            if variant not in {result.variant for result in report.variants}:
                 continue
-            result = Report.read(path).variant(variant)
-            fails = sum(
-                ((record.get("step") or {}).get("failure") or {}).get("reason") == "explicit_fail"
-                for record in chosen
-            )
+            result = report.variant(variant)
             lines.append(
                 f"| {label} | {what} | {_rate(result)} ({result.correct}/{result.runs}) "
-                f"| {result.valid}/{result.runs} | {fails} |"
+                f"| {result.valid}/{result.runs} | {result.failed.get('explicit_fail', 0)} |"
             )
     return "\n".join(lines)
 

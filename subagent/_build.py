@@ -256,7 +256,7 @@ def fingerprint(agent: AgentDefinition[Any, Any]) -> dict[str, str]:
                            if instructions is None or isinstance(instructions, str)
                            else _qualified(instructions),
                            # as before the switch where the fail is offered
-                           *([] if may_fail(agent) else ["no explicit fail"])]),
+                           *([] if parts.allow_fail else ["no explicit fail"])]),
         "protocol": digest(agent.protocol),
     }  # fmt: skip
 

@@ -259,10 +259,11 @@ def _correct(agent: AgentDefinition[Any, Any], options: RunOptions, correction: 
     mode = correction.output
     if mode is None or mode == "text":
         return
+    parts = agent._parts
     given = correction.json_schema
-    schema = dict(given) if given is not None else agent._parts.contract.json_schema
-    if mode == "auto":
-        options.correction_output = auto_output(schema)
+    schema = dict(given) if given is not None else parts.contract.json_schema
+    if mode == "auto":  # the output's own schema: the agent's request, made when it was built
+        options.correction_output = parts.default_output if given is None else auto_output(schema)
         return
     if schema is None:
         raise ConfigurationError(

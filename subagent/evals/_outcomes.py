@@ -152,15 +152,13 @@ CRASHES: Final = frozenset({"error", "llm_error"})
 """The failure reasons of a run that is no result of its variant: it raised (a bug in the
 agent, a tool, a validator), or its model could not be reached."""
 _ERROR_CHARS: Final = 200
-_JUDGE_NAMES: dict[str, str] = {}  # one string per judge name across a report's outcomes
 
 
 def _judged(verdict: Mapping[str, Any]) -> tuple[str, bool, float | None]:
     """A recorded verdict as an outcome keeps it: (judge, passed, score)."""
-    name = str(verdict.get("judge"))
     score = verdict.get("score")
     return (
-        _JUDGE_NAMES.setdefault(name, name),
+        str(verdict.get("judge")),
         bool(verdict.get("passed")),
         float(score) if isinstance(score, int | float) else None,
     )
@@ -216,7 +214,7 @@ def _outcome(
         tags=_shared(tuple(head.get("tags") or ())),
         stop_reasons=_shared(tuple(stops.items())),
         error=shorten(message or "", _ERROR_CHARS) if failure in CRASHES else None,
-        judged=tuple(_judged(verdict) for verdict in verdicts),
+        judged=_shared(tuple(_judged(verdict) for verdict in verdicts)),
     )
 
 
@@ -227,8 +225,8 @@ _SHARED_LIMIT = 4096  # distinct tag sets and stop-reason counts kept shared
 def _shared(value: tuple[Any, ...]) -> tuple[Any, ...]:
     """``value``, or an equal tuple already held.
 
-    Outcomes share their few distinct tag sets and stop-reason counts instead of each
-    holding its own (about 150 bytes a run); at most :data:`_SHARED_LIMIT` are kept.
+    Outcomes share their few distinct tag sets, stop-reason counts and verdicts instead of
+    each holding its own (about 150 bytes a run); at most :data:`_SHARED_LIMIT` are kept.
     """
     found = _SHARED.get(value)
     if found is not None:

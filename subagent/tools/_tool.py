@@ -596,19 +596,23 @@ def _checked_schema(parameters: Any, name: str) -> tuple[dict[str, Any], Any]:
             "tools", f"the JSON schema of tool {name!r} is not JSON: {exc}"
         ) from exc
     digest = hashlib.sha256(text.encode(errors="surrogatepass")).digest()
-    validator_class = _CHECKED.get(digest)
-    if validator_class is None:
+    checked = _CHECKED.get(digest)
+    if checked is None:
         validator_class = _check_schema(schema, name, text)
+        # Arguments are checked against the schema that accepts every documented default
+        # (_schema_defaults); never changed once made, so shared like the class.
+        checked = (validator_class, admitting_defaults(copy.deepcopy(schema), validator_class))
         if len(_CHECKED) >= _CHECKED_LIMIT:
             _CHECKED.pop(next(iter(_CHECKED)))
-        _CHECKED[digest] = validator_class
-    # Checked against the schema that accepts every documented default (_schema_defaults).
-    return schema, validator_class(admitting_defaults(schema, validator_class))
+        _CHECKED[digest] = checked
+    validator_class, widened = checked
+    return schema, validator_class(widened)
 
 
 _CHECKED_LIMIT = 4096
-_CHECKED: dict[bytes, Any] = {}
-"""The validator classes of the schemas checked so far, by the digest of their JSON."""
+_CHECKED: dict[bytes, tuple[Any, dict[str, Any]]] = {}
+"""The schemas checked so far, by the digest of their JSON: each one's validator class and
+the schema its arguments are checked against (its documented defaults accepted)."""
 
 
 def _check_schema(schema: dict[str, Any], name: str, text: str) -> Any:
