@@ -424,6 +424,7 @@ async def test_a_server_that_refuses_the_default_grammar_is_asked_again_without_
         True, False, False,
     ]  # fmt: skip
     assert llm.profile.structured_output is None
+    assert llm.profile.forced_tool  # what was refused is the grammar, not a forced tool
 
 
 async def test_an_explicit_schema_mode_is_still_refused_by_a_server_without_it(

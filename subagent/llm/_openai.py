@@ -495,7 +495,7 @@ class OpenAIChat:
 
     def _without_structured_output(self) -> None:
         """Remember that this server refused a structured output its profile promised."""
-        profile = dataclasses.replace(self.profile, structured_output=None, forced_tool=False)
+        profile = dataclasses.replace(self.profile, structured_output=None)
         if self._given_profile is not None:
             self._given_profile = profile
         else:
