@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from typing_extensions import TypeVar, Unpack
 
 from subagent._as_tool import PASS_DOWN, agent_tool
-from subagent._build import build, check_llm
+from subagent._build import build, check_llm, run_parts
 from subagent._definition import AgentDefinition
 from subagent._handle import AgentRun
 from subagent._options import (
@@ -177,9 +177,10 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
                 ``must_return``, where tools are never offered (once per agent).
         """
         check_option_names("SubAgent.run()", options)
-        resolved = resolve(self, options)
+        parts = run_parts(self)
+        resolved = resolve(self, options, parts)
         self._warn_if_tools_unused(resolved.max_turns, stacklevel=2)
-        task, parts, systems = opening(self, context, options.get("messages"), resolved)
+        task, parts, systems = opening(self, context, options.get("messages"), resolved, parts)
         run = execute_run(parts, resolved, task, systems)
         del task, parts, systems, resolved  # the run keeps what it needs; this frame waits
         return cast("Step[OutputT]", await run)
@@ -239,13 +240,14 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
                     f"SubAgent.resume() got the keyword argument {name!r}: a resumed run "
                     f"takes it from its state"
                 )
-        saved, given = checked_resume(self, state, decisions, key, claims)
+        parts = run_parts(self)
+        saved, given = checked_resume(self, parts, state, decisions, key, claims)
         resolved = resolve(self, {**options, "max_turns": saved.max_turns,
                                   "return_retries": saved.return_retries,
-                                  "context_policy": saved.context_policy})  # fmt: skip
+                                  "context_policy": saved.context_policy}, parts)  # fmt: skip
         if resolved.mission_timeout is not None:
             resolved.mission_timeout = max(0.0, resolved.mission_timeout - saved.elapsed_s)
-        run = execute_run(self._parts, resolved, [], state=saved, decisions=given)
+        run = execute_run(parts, resolved, [], state=saved, decisions=given)
         return cast("Step[OutputT]", await run)
 
     def resume_sync(
@@ -331,10 +333,11 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
     def _handle(
         self, context: Context, options: Mapping[str, Any], *, stream: bool
     ) -> AgentRun[OutputT]:
-        resolved = resolve(self, options)
+        parts = run_parts(self)
+        resolved = resolve(self, options, parts)
         # stacklevel 3: the line that called start() / stream()
         self._warn_if_tools_unused(resolved.max_turns, stacklevel=3)
-        task, parts, systems = opening(self, context, options.get("messages"), resolved)
+        task, parts, systems = opening(self, context, options.get("messages"), resolved, parts)
         return AgentRun(parts, resolved, task, systems, stream=stream)
 
     def run_sync(

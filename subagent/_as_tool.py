@@ -15,13 +15,14 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel
 
+from subagent._build import run_parts
 from subagent._checks import check_int
 from subagent._context import RunContext
 from subagent._definition import AgentDefinition
 from subagent._errors import ConfigurationError
 from subagent._nesting import current_depth
 from subagent.records import FailReason, Failure, Step, build_step
-from subagent.tools import NestedRunError, Tool, ToolOutput
+from subagent.tools import NestedRunError, SourceNotReadyError, Tool, ToolOutput
 
 __all__ = ["PASS_DOWN", "agent_tool"]
 
@@ -52,14 +53,8 @@ def agent_tool(
 ) -> Tool:
     """``agent`` as a tool of another agent (see :meth:`SubAgent.as_tool`)."""
     check_int("max_depth", max_depth, 1)
-    if agent._parts.approval is not None:
-        raise ConfigurationError(
-            "approval",
-            f"agent {agent.name!r} asks for approval of tool calls, so it cannot be "
-            f"another agent's tool: its run would pause inside the parent's tool call, "
-            f"which a saved state cannot resume; give the approval to the parent "
-            f"instead (as_tool(requires_approval=True), or the parent's approval policy)",
-        )
+    if _may_pause(agent):
+        raise ConfigurationError("approval", _PAUSING.format(name=agent.name))
     named = agent.name if name is None else name
     if not isinstance(named, str) or not TOOL_NAME.match(named):
         whose = f"agent {agent.name!r}" if name is None else f"{name!r}"
@@ -82,6 +77,8 @@ def agent_tool(
         context: Mapping[str, Any] | BaseModel = (
             model(**arguments) if model is not None else arguments
         )
+        if _may_pause(agent):  # a source listed a tool that needs approval since as_tool()
+            raise NestedRunError(_PAUSING.format(name=agent.name))
         started = time.perf_counter()
         try:
             step = await run_agent(context, deps=run.deps if deps is PASS_DOWN else deps)
@@ -95,6 +92,8 @@ def agent_tool(
                 duration_s=time.perf_counter() - started,
             )  # fmt: skip
             raise NestedRunError(message, failed) from exc
+        if step.paused:  # its tools changed between the check and the run: nothing ran
+            raise NestedRunError(_PAUSING.format(name=agent.name), step)
         if step.failure is not None:
             failure = step.failure
             raise NestedRunError(
@@ -119,6 +118,27 @@ def agent_tool(
         description=description or agent.description or f"Delegate to the {agent.name} agent.",
         requires_approval=requires_approval,
     )
+
+
+_PAUSING = (
+    "agent {name!r} asks for approval of tool calls (its approval policy, or a tool of its "
+    "own or of one of its tool sources marked requires_approval), so it cannot be another "
+    "agent's tool: its run would pause inside the parent's tool call, which a saved state "
+    "cannot resume; give the approval to the parent instead (as_tool(requires_approval="
+    "True), or the parent's approval policy)"
+)
+
+
+def _may_pause(agent: AgentDefinition[Any, Any]) -> bool:
+    """Whether a run of ``agent`` starting now may pause for approval.
+
+    Its sources' tools count once they are listed (a source not connected yet is judged
+    when the tool is called).
+    """
+    try:
+        return run_parts(agent).approval is not None
+    except SourceNotReadyError:
+        return agent._parts.approval is not None
 
 
 def tool_signature(

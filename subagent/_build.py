@@ -3,8 +3,11 @@
 :func:`build` checks a :class:`~subagent.SubAgent`'s fields (a bad value fails here, naming
 the field) and prepares what every run of it shares (:class:`~subagent._parts.AgentParts`):
 the templates with their overrides, the output contract, the toolbox, the protocol and the
-system prompts. An agent with tool sources (MCP servers) gets a ``SourcedParts``
-(``_parts``), which builds the parts again when a source's tool list moves.
+system prompts. What tools make (the toolbox, the system prompts that list it, the
+approval rule) is built from one set of tools, always together (``_ToolParts``): the
+plain tools here, and for an agent with tool sources (MCP servers) each listing again in a
+``SourcedParts`` (``_parts``), when a source's tool list moves; :func:`run_parts` is the
+parts one run starts with.
 :func:`fingerprint` digests what a resuming agent must share with the one that saved a
 state.
 """
@@ -26,13 +29,13 @@ from subagent._correction import Correction, auto_output, default_correction
 from subagent._definition import AgentDefinition
 from subagent._errors import ConfigurationError, StateMismatchError, TemplateError
 from subagent._limits import UsageLimits
-from subagent._parts import AgentParts, SourcedParts, Systems
+from subagent._parts import AgentParts, SourcedParts, Systems, ToolParts
 from subagent._templates import Template, TemplateSet, default_templates
 from subagent.llm import LLM, LLMSpec, Message, RetryPolicy
 from subagent.parsers import OutputContract, build_contract
 from subagent.protocols import PROTOCOLS, ReplyProtocol
 from subagent.records import RunState, digest
-from subagent.tools import AgentTools, Toolbox, build_tools, split_sources
+from subagent.tools import AgentTools, Tool, Toolbox, build_tools, split_sources
 
 __all__ = [
     "Built",
@@ -44,6 +47,7 @@ __all__ = [
     "check_state",
     "fingerprint",
     "is_type_form",
+    "run_parts",
     "type_name",
 ]
 
@@ -79,31 +83,39 @@ def build(agent: AgentDefinition[Any, Any]) -> Built:
     contract = build_contract(agent.output, agent.parser_kwargs,
                               max_reply_chars=agent.max_reply_chars)  # fmt: skip
     protocol = _check_protocol(agent.protocol)
-    toolbox = Toolbox(tools, templates, prune_unknown_args=agent.prune_unknown_args,
-                      result_limit=agent.max_tool_result_chars,
-                      call_limit=agent.max_tool_calls_per_turn)  # fmt: skip
     allow_fail = may_fail(agent)
-    system = _SystemPrompts(
-        agent.name, templates, protocol, contract, agent.instructions, allow_fail
-    )
+    tool_parts = _ToolParts(agent, templates, protocol, contract, allow_fail)
     schema = contract.json_schema
     parts = AgentParts(
-        name=agent.name, templates=templates, contract=contract, toolbox=toolbox,
+        name=agent.name, templates=templates, contract=contract,
         protocol=protocol, parallel_tool_calls=agent.parallel_tool_calls,
         correct_cut_replies=agent.correct_cut_replies, validators=tuple(agent.validators),
         allow_fail=allow_fail,
-        systems=system(toolbox),
         validators_take_context=any(takes_run_context(v) for v in agent.validators),
-        approval=approval_rule(tools, agent.approval, agent.prune_unknown_args),
         fingerprint=_Once(functools.partial(fingerprint, agent)),
         default_correction=default_correction(schema),
         default_output=auto_output(schema),
+        **tool_parts(tools)._asdict(),
     )  # fmt: skip
     sourced = None
     if sources:
-        sourced = SourcedParts(AgentTools(tools, sources), parts, system)
+        sourced = SourcedParts(AgentTools(tools, sources), parts, tool_parts)
         sourced.check_now()
     return Built(parts, task, sourced, dict(agent.settings))
+
+
+def run_parts(agent: AgentDefinition[Any, Any]) -> AgentParts:
+    """The parts of a run of ``agent`` starting now, its tools resolved once.
+
+    An agent with tool sources gets the parts of its sources' current listings (every
+    tool the run starts with, its approval rule and system prompts made from them);
+    another its own parts.
+
+    Raises:
+        ConfigurationError: A source is not ready, or two tools share a name.
+    """
+    sourced = agent._sources
+    return agent._parts if sourced is None else sourced.parts()
 
 
 def _check_fields(agent: AgentDefinition[Any, Any]) -> None:
@@ -157,35 +169,50 @@ def _check_fields(agent: AgentDefinition[Any, Any]) -> None:
         )  # fmt: skip
 
 
-class _SystemPrompts:
-    """The agent's system prompts for a toolbox (its tools listed, its instructions added)."""
+class _ToolParts:
+    """The parts of an agent that depend on its tools, built from one set of tools.
 
-    __slots__ = ("_allow_fail", "_contract", "_name", "_protocol", "_static", "_templates")
+    The toolbox (what the model is offered and what runs), the system prompts that list
+    it and the approval rule that judges its calls come from the same tools, always
+    together: the agent's plain tools when it is built, and each listing of its sources
+    (every tool a run starts with) in :class:`~subagent._parts.SourcedParts`.
+    """
+
+    __slots__ = ("_agent", "_allow_fail", "_contract", "_protocol", "_static", "_templates")
 
     def __init__(
         self,
-        name: str,
+        agent: AgentDefinition[Any, Any],
         templates: TemplateSet,
         protocol: ReplyProtocol,
         contract: OutputContract,
-        instructions: object,
         allow_fail: bool,
     ):
-        self._name = name
+        self._agent = agent
         self._allow_fail = allow_fail
         self._templates = templates
         self._protocol = protocol
         self._contract = contract
+        instructions = agent.instructions
         self._static = instructions.strip() if isinstance(instructions, str) else ""
 
-    def __call__(self, toolbox: Toolbox) -> Systems:
-        return Systems(self._one(toolbox, True), self._one(toolbox, False))
+    def __call__(self, tools: Mapping[str, Tool]) -> ToolParts:
+        agent = self._agent
+        toolbox = Toolbox(tools, self._templates, prune_unknown_args=agent.prune_unknown_args,
+                          result_limit=agent.max_tool_result_chars,
+                          call_limit=agent.max_tool_calls_per_turn)  # fmt: skip
+        return ToolParts(
+            toolbox=toolbox,
+            systems=Systems(self._system(toolbox, True), self._system(toolbox, False)),
+            approval=approval_rule(tools, agent.approval, agent.prune_unknown_args),
+        )
 
-    def _one(self, toolbox: Toolbox, with_tools: bool) -> Message:
+    def _system(self, toolbox: Toolbox, with_tools: bool) -> Message:
         listed = toolbox.definitions if with_tools else []
         text = self._protocol.system_prompt(
-            self._templates, self._name, listed, self._contract, allow_fail=self._allow_fail
-        )
+            self._templates, self._agent.name, listed, self._contract,
+            allow_fail=self._allow_fail,
+        )  # fmt: skip
         if self._static:
             text = f"{text}\n\n{self._static}"
         return Message(role="system", content=text)

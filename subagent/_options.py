@@ -20,7 +20,14 @@ from pydantic import BaseModel
 from typing_extensions import TypedDict, TypeVar
 
 from subagent._approval import ApprovalHook
-from subagent._build import article, check_limits, check_llm, check_policy, type_name
+from subagent._build import (
+    article,
+    check_limits,
+    check_llm,
+    check_policy,
+    run_parts,
+    type_name,
+)
 from subagent._checks import check_int, check_seconds
 from subagent._context import RunContext, takes_run_context
 from subagent._conversation import ContextPolicy
@@ -181,8 +188,13 @@ def check_option_names(call: str, given: Mapping[str, Any]) -> None:
             )
 
 
-def resolve(agent: AgentDefinition[Any, Any], given: Mapping[str, Any]) -> RunOptions:
+def resolve(
+    agent: AgentDefinition[Any, Any], given: Mapping[str, Any], parts: AgentParts | None = None
+) -> RunOptions:
     """The options of one run of ``agent``: its defaults, overridden by ``given``.
+
+    ``parts``: the run's parts (:func:`run_parts`), whose approval rule the run's hooks
+    apply; ``None``: the agent's own (options checked, not run).
 
     Raises:
         ConfigurationError: An option is invalid (nothing was sent to the model).
@@ -227,7 +239,8 @@ def resolve(agent: AgentDefinition[Any, Any], given: Mapping[str, Any]) -> RunOp
         on_state=given.get("on_state"),
         message_history=given.get("message_history"),
     )
-    options.hooks = _hooks(agent._parts, options, agent.usage_limits if limits is None else limits)
+    options.hooks = _hooks(agent._parts if parts is None else parts, options,
+                           agent.usage_limits if limits is None else limits)  # fmt: skip
     correction = given.get("correction")
     _correct(agent, options, agent.correction if correction is None else correction)
     return options
@@ -341,8 +354,11 @@ def opening(
     context: Mapping[str, Any] | BaseModel | None,
     messages: Sequence[Message | Mapping[str, Any]] | str | None,
     options: RunOptions | None = None,
+    parts: AgentParts | None = None,
 ) -> tuple[list[Message], AgentParts, Systems]:
     """A run's task messages, the parts it runs with, and its system messages.
+
+    ``parts``: the run's parts when resolved already (:func:`run_parts`).
 
     The system messages are the agent's, then the text of its ``instructions`` function
     for this run, then any system text the caller's messages bring.
@@ -352,7 +368,8 @@ def opening(
             messages were given.
         MissingVariableError: The prompt needs a variable the context lacks.
     """
-    parts = agent._parts if agent._sources is None else agent._sources.parts()
+    if parts is None:
+        parts = run_parts(agent)
     systems = parts.systems
     if callable(agent.instructions):
         extra = _run_instructions(agent, context, options)

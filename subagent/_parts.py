@@ -24,9 +24,9 @@ from subagent.observe import EventHandler
 from subagent.parsers import OutputContract
 from subagent.protocols import ReplyProtocol
 from subagent.records import RunState, TurnType
-from subagent.tools import AgentTools, SourceNotReadyError, Toolbox
+from subagent.tools import AgentTools, SourceNotReadyError, Tool, Toolbox
 
-__all__ = ["AgentParts", "RunOptions", "SourcedParts", "Systems"]
+__all__ = ["AgentParts", "RunOptions", "SourcedParts", "Systems", "ToolParts"]
 
 _CACHE_LIMIT = 256
 
@@ -126,6 +126,21 @@ class RunOptions:
     message_history: Sequence[Message | Mapping[str, Any]] | None = None
 
 
+class ToolParts(NamedTuple):
+    """What a run's tools make, always together from the same tools.
+
+    The tools a run starts with (the plain ones and every source's current tools, after
+    selection and mapping) are resolved once per run into one toolbox; the request's tool
+    list, the system prompts that list the tools, the approval rule and the tool stage all
+    read this one record, so a source's tool is judged exactly like a plain one.
+    """
+
+    toolbox: Toolbox
+    systems: Systems
+    # Whether a call needs approval before it runs (None: no call of these tools ever does).
+    approval: Callable[[ToolCall], bool] | None
+
+
 class SourcedParts:
     """The parts of an agent with tool sources: rebuilt when a source's tool list moves.
 
@@ -133,14 +148,17 @@ class SourcedParts:
     parts built from one set of lists are kept until a source's revision moves.
     """
 
-    __slots__ = ("_built", "_system", "_template", "tools")
+    __slots__ = ("_built", "_template", "_tool_parts", "tools")
 
     def __init__(
-        self, tools: AgentTools, template: AgentParts, system: Callable[[Toolbox], Systems]
+        self,
+        tools: AgentTools,
+        template: AgentParts,
+        tool_parts: Callable[[Mapping[str, Tool]], ToolParts],
     ):
         self.tools = tools
         self._template = template
-        self._system = system
+        self._tool_parts = tool_parts
         self._built: tuple[tuple[int, ...], AgentParts] | None = None
 
     def check_now(self) -> None:
@@ -158,10 +176,6 @@ class SourcedParts:
         built = self._built
         if built is not None and built[0] == revisions:
             return built[1]
-        template = self._template
-        old = template.toolbox
-        toolbox = Toolbox(tools, template.templates, prune_unknown_args=old.prune_default,
-                          result_limit=old.result_limit, call_limit=old.call_limit)  # fmt: skip
-        parts = dataclasses.replace(template, toolbox=toolbox, systems=self._system(toolbox))
+        parts = dataclasses.replace(self._template, **self._tool_parts(tools)._asdict())
         self._built = (revisions, parts)
         return parts

@@ -22,6 +22,7 @@ from subagent._approval import ApprovalRule, checked_decisions
 from subagent._build import check_state
 from subagent._definition import AgentDefinition
 from subagent._errors import ConfigurationError, InvalidStateError
+from subagent._parts import AgentParts
 from subagent.records import Decision, RunState, TurnOutcome, TurnType
 
 __all__ = ["MemoryClaims", "StateClaims", "check_consistency", "checked_resume", "read_state"]
@@ -83,12 +84,16 @@ def read_state(state: RunState | str | bytes, key: bytes | None) -> RunState:
 
 def checked_resume(
     agent: AgentDefinition[Any, Any],
+    parts: AgentParts,
     state: RunState | str | bytes,
     decisions: Mapping[str, Decision | bool] | None,
     key: bytes | None,
     claims: StateClaims | None,
 ) -> tuple[RunState, dict[str, Decision]]:
     """The state and the decisions ``resume`` may go on with, every check passed.
+
+    ``parts``: the resumed run's parts, whose approval rule (its every tool, a source's
+    included) says which calls need a decision.
 
     Raises:
         InvalidStateError: The state is not one to resume (the message names the field).
@@ -98,7 +103,7 @@ def checked_resume(
     saved = read_state(state, key)
     check_state(agent, saved)
     check_consistency(saved)
-    rule = agent._parts.approval
+    rule = parts.approval
     given = checked_decisions(saved.pending, rule if isinstance(rule, ApprovalRule) else None,
                               decisions)  # fmt: skip
     if claims is not None:

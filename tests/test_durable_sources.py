@@ -341,3 +341,19 @@ def test_the_durable_mcp_example_resumes_without_calling_the_server_again() -> N
         "second process: done in 3 turns: api and web are live",
         "ledger: api, web (each deploy reached a server once)",
     ]
+
+
+@pytest.mark.anyio
+async def test_a_source_tool_that_needs_approval_pauses_the_durable_run_before_it_runs(
+    launch: Callable[[], None],
+) -> None:
+    LOOKED_UP.clear()
+    source = Listed(Tool(lookup, requires_approval=True, run_in_thread=False))
+    agent = SubAgent(name="finder", prompt="Find a.", tools=[source], max_turns=3)
+    durable = DurableAgent(agent, llm=ScriptedLLM([call("lookup", key="a"), "found"]),
+                           approval_timeout=0.2)  # fmt: skip
+    launch()
+    step = await durable.run(workflow_id="asks")
+    assert step.paused and LOOKED_UP == []
+    pending = await durable.pending("asks")
+    assert pending is not None and [c.name for c in pending.waiting] == ["lookup"]
