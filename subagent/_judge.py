@@ -79,8 +79,27 @@ async def judge_answer(host: RunHost, text: str) -> Verdict:
 
 
 def _with_ids(calls: Sequence[ToolCall], index: int) -> list[ToolCall]:
-    """The calls, each with an id (``call_<turn>_<position>`` where the model gave none)."""
-    return [
-        call if call.id else call.model_copy(update={"id": f"call_{index}_{position}"})
-        for position, call in enumerate(calls, start=1)
-    ]
+    """The calls, each with an id of its own in the reply.
+
+    A call the model gave no id gets ``call_<turn>_<position>``; one that repeats an
+    earlier call's id (models do) gets its id with ``_<position>`` after it. Everything
+    after reads these ids (results, decisions, a paused state), so a pause can always be
+    answered call by call.
+    """
+    ids = [call.id for call in calls]
+    if all(ids) and len(set(ids)) == len(ids):
+        return list(calls)  # the common case: no call copied
+    taken = set(ids)
+    seen: set[str] = set()
+    unique: list[ToolCall] = []
+    for position, call in enumerate(calls, start=1):
+        if call.id and call.id not in seen:
+            seen.add(call.id)
+            unique.append(call)
+            continue
+        new = f"{call.id}_{position}" if call.id else f"call_{index}_{position}"
+        while new in taken or new in seen:
+            new = f"{new}_"
+        seen.add(new)
+        unique.append(call.model_copy(update={"id": new}))
+    return unique

@@ -58,6 +58,8 @@ class LiveRun:
         traceparent: The trace of the run's first part, continued by a resumed part.
         resumed: Whether this part goes on from a saved state.
         final_reply: The reply that ended the run (done or failed), as the model said it.
+        lineage: The random part of the run's state ids, made when a state is first taken
+            and kept by a resumed part (see :meth:`freeze`).
     """
 
     budget: Budget
@@ -72,6 +74,7 @@ class LiveRun:
     traceparent: str | None = None
     resumed: bool = False
     final_reply: Message | None = None
+    lineage: str = ""
     # How the final-turn notice was joined to the task: the messages the task became
     # (0: no notice), and the characters it added to the last one (0: a message of its own).
     # Numbers, not the task's messages: a run in flight keeps no second copy of its task.
@@ -126,7 +129,7 @@ class LiveRun:
         systems = Systems(state.system_with_tools, state.system_without_tools)
         live = cls(budget, conversation, systems, list(state.turns), pending=state.pending,
                    elapsed=state.elapsed_s, traceparent=state.traceparent,
-                   resumed=True)  # fmt: skip
+                   resumed=True, lineage=state.id.partition(".")[0])  # fmt: skip
         if state.task:
             sent = len(with_notice(state.task, _ANY_NOTICE))
             live.joined_notice(state.task, state.history[:sent])
@@ -148,6 +151,15 @@ class LiveRun:
             usage=usage, tool_calls=calls, depth=depth,
         )  # fmt: skip
 
+    def _point_id(self) -> str:
+        """The id of the point the run is at: ``<lineage>.<turns taken>[.paused]``.
+
+        ``.paused`` because the turn a pause holds is taken again when the run resumes: the
+        state after it has the pause's number of turns and another id.
+        """
+        point = f"{self.lineage}.{len(self.turns)}"
+        return f"{point}.paused" if self.pending is not None else point
+
     def freeze(
         self,
         agent: str,
@@ -158,13 +170,20 @@ class LiveRun:
         elapsed: float,
         traceparent: str | None,
     ) -> RunState:
-        """The run's state now, between two turns (or paused)."""
+        """The run's state now, between two turns (or paused).
+
+        Its id names the point, not the snapshot (:meth:`_point_id`): the same for every
+        state taken at one point of one run (a paused Step's state and the copy
+        ``on_state`` was given), so a claims store lets one of them resume, once.
+        """
+        if not self.lineage:
+            self.lineage = uuid.uuid4().hex
         history, latest, collapsed = self.conversation.snapshot()
         budget = self.budget
         systems = self.systems
         # Built from values of the right types already: no validation (measured in bench).
         return trusted(RunState, _STATE_FIELDS, {
-            "version": STATE_VERSION, "id": uuid.uuid4().hex, "agent": agent,
+            "version": STATE_VERSION, "id": self._point_id(), "agent": agent,
             "fingerprint": fingerprint,
             "phase": budget.state, "work_remaining": budget.work_remaining,
             "retries_remaining": budget.retries_remaining, "retry_total": budget.retry_total,

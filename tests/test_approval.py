@@ -395,3 +395,20 @@ async def test_a_resumed_turn_cut_short_keeps_its_record_and_fails_as_timed_out(
     assert turn.error_type == "cancelled" and turn.phase_after == "failed"
     assert turn.tool_results[0].completed is False
     assert turn.decisions == {"c1": Decision.approve()}
+
+
+async def test_a_reply_that_repeats_a_call_id_pauses_into_a_state_that_resumes() -> None:
+    ledger = Ledger()
+    twice = LLMResponse(tool_calls=[
+        ToolCall(id="c1", name="deploy", arguments={"env": "a"}),
+        ToolCall(id="c1", name="deploy", arguments={"env": "b"}),
+    ])  # fmt: skip
+    step = await ops(ledger).run(llm=ScriptedLLM([twice]))
+    assert step.state is not None and step.pending is not None
+    ids = [call.id for call in step.pending.calls]
+    assert ids[0] == "c1" and len(set(ids)) == 2
+    done = await ops(ledger).resume(step.state, {ids[0]: True, ids[1]: Decision.deny("no")},
+                                    llm=ScriptedLLM(['{"x": 1}']))  # fmt: skip
+    assert done.output == Answer(x=1) and ledger.deployed == ["a"]
+    results = done.turns[-2].tool_results
+    assert [(r.call_id, r.ok) for r in results] == [(ids[0], True), (ids[1], False)]

@@ -217,6 +217,39 @@ async def test_a_state_resumed_once_only_is_refused_the_second_time() -> None:
     assert ledger.deployed == ["prod", "prod"]
 
 
+async def test_one_pause_resumes_once_from_whichever_copy_of_its_state() -> None:
+    ledger = Ledger()
+    copies: list[RunState] = []
+    step = await ledger.agent().run(
+        llm=ScriptedLLM([calls(("deploy", {"env": "prod"}))]), on_state=copies.append
+    )
+    assert step.state is not None and copies[-1].phase == "paused"
+    assert copies[-1].id == step.state.id  # two snapshots of one point, one name
+    claims = MemoryClaims()
+    await ledger.agent().resume(copies[-1], {"c1": True}, claims=claims,
+                                llm=ScriptedLLM(['{"x": 1}']))  # fmt: skip
+    with pytest.raises(InvalidStateError) as again:
+        await ledger.agent().resume(step.state, {"c1": True}, claims=claims,
+                                    llm=ScriptedLLM(['{"x": 1}']))  # fmt: skip
+    assert again.value.field == "id" and ledger.deployed == ["prod"]
+
+
+async def test_each_point_of_a_run_and_its_resumed_part_has_its_own_state_id() -> None:
+    ledger = Ledger()
+    first: list[RunState] = []
+    step = await ledger.agent().run(
+        llm=ScriptedLLM([calls(("status", {"service": "api"})), calls(("deploy", {"env": "a"}))]),
+        on_state=first.append,
+    )
+    assert step.state is not None
+    later: list[RunState] = []
+    await ledger.agent().resume(step.state, {"c1": True}, on_state=later.append,
+                                llm=ScriptedLLM([calls(("deploy", {"env": "b"}))]))  # fmt: skip
+    ids = [state.id for state in (*first, *later)]
+    assert len(set(ids)) == len(ids)
+    assert {state_id.partition(".")[0] for state_id in ids} == {step.state.id.partition(".")[0]}
+
+
 def test_memory_claims_keep_the_last_ids_within_their_limit() -> None:
     claims = MemoryClaims(limit=2)
     assert [claims.claim(i) for i in ("a", "b", "a")] == [True, True, False]

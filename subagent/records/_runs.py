@@ -559,7 +559,11 @@ class RunState(BaseModel):
 
     Attributes:
         version: The record's version (``1``).
-        id: A random id, new for each state taken: what single-use resumes record.
+        id: The point of the run the state was taken at: a random part made for the run
+            (kept when it resumes) and the number of turns taken, ``<hex>.<turns>``
+            (``<hex>.<turns>.paused`` for a pause). Every
+            state taken at one point has the same id (a paused Step's state, the copy
+            ``on_state`` got): what single-use resumes record, so one pause resumes once.
         agent: The agent's name.
         fingerprint: Digests of what must match in the resuming agent, by part: ``output``,
             ``tools`` (names, schemas, which need approval), ``prompts`` (the task prompt,
