@@ -26,7 +26,13 @@ from subagent.parsers import format_validation_errors
 from subagent.records import Decision, PendingCalls, ToolResult
 from subagent.tools import Tool, ToolArgumentsError
 
-__all__ = ["ApprovalHook", "ApprovalRule", "approval_rule", "checked_decisions"]
+__all__ = [
+    "ApprovalHook",
+    "ApprovalRule",
+    "approval_rule",
+    "checked_decision",
+    "checked_decisions",
+]
 
 Policy = Callable[[str, Mapping[str, Any]], bool]
 
@@ -172,12 +178,21 @@ def checked_decisions(
             "decisions", f"no call waiting for approval has the id(s) {unknown}; the waiting "
             f"calls: {sorted(waiting)}"
         )  # fmt: skip
-    return {call_id: _checked(call, given.get(call_id), rule) for call_id, call in waiting.items()}
+    return {
+        call_id: checked_decision(call, given.get(call_id), rule)
+        for call_id, call in waiting.items()
+    }
 
 
-def _checked(
+def checked_decision(
     call: ToolCall, decision: Decision | bool | None, rule: ApprovalRule | None
 ) -> Decision:
+    """The decision about ``call``, checked: given, bound to this call, an edit that fits.
+
+    Raises:
+        ConfigurationError: It is missing, not a decision, or an edit the tool refuses.
+        InvalidStateError: A bound decision made for another call.
+    """
     if decision is None:
         raise ConfigurationError(
             "decisions", f"call {call.id!r} ({call.name}) needs a decision: "

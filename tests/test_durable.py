@@ -27,6 +27,7 @@ from subagent import (
     ConfigurationError,
     Decision,
     FailReason,
+    InvalidStateError,
     LLMError,
     RunContext,
     SubAgent,
@@ -495,6 +496,22 @@ async def test_two_decisions_of_one_pause_at_once_one_is_sent_and_one_refused(
         ),
         pytest.param({"pause": 1, "digest": "<digest>", "decisions": {}},
                      "it decides 0 call(s), not each of ['call_1_1']", id="no-decision"),
+        pytest.param(
+            {"pause": 1, "digest": "<digest>", "decisions": {"call_1_1": {
+                "action": "edit", "arguments": {"env": 5}}}},
+            "resume() refuses it: decisions: the edit of call 'call_1_1' (deploy) does not fit",
+            id="edit-that-does-not-fit",
+        ),
+        pytest.param(
+            {"pause": 1, "digest": "<digest>", "decisions": {"call_1_1": {
+                "action": "edit", "arguments": {"env": "SECRET", "region": "eu"}}}},
+            "names what the tool does not take: ['region']", id="edit-naming-no-argument",
+        ),
+        pytest.param(
+            {"pause": 1, "digest": "<digest>", "decisions": {"call_1_1": {
+                "action": "approve", "call_digest": "f" * 64}}},
+            "is not the call the decision was made for", id="bound-to-another-call",
+        ),
     ],
 )  # fmt: skip
 @pytest.mark.anyio
@@ -525,6 +542,42 @@ async def test_a_message_that_does_not_answer_the_pause_is_logged_and_the_run_wa
     assert record.levelno == logging.WARNING
     assert why in record.getMessage()
     assert "SECRET" not in record.getMessage()  # the reason, never the message's values
+
+
+@pytest.mark.parametrize(
+    ("decision", "refused"),
+    [
+        pytest.param(Decision.edit({"env": 5}), ConfigurationError, id="edit-that-does-not-fit"),
+        pytest.param(
+            Decision(action="approve", call_digest="f" * 64),
+            InvalidStateError,
+            id="bound-to-another-call",
+        ),
+    ],
+)
+@pytest.mark.anyio
+async def test_decide_refuses_what_resume_would_refuse_before_sending_and_the_run_waits_on(
+    launch: Callable[[], None], decision: Decision, refused: type[Exception]
+) -> None:
+    deployed: list[str] = []
+    agent, llm = _ops(deployed, _calls(("deploy", {"env": "prod"})), "done")
+    durable = DurableAgent(agent, llm=llm)
+    launch()
+    steps: list[Any] = []
+
+    async def run() -> None:
+        steps.append(await durable.run(workflow_id="ops-refused"))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        pending = await durable.pending("ops-refused", timeout=30)
+        assert pending is not None
+        with pytest.raises(refused):
+            await durable.decide(pending, {"call_1_1": decision})
+        assert await durable.pending("ops-refused") == pending  # still waiting, same pause
+        await durable.decide(pending, {"call_1_1": Decision.edit({"env": "staging"})})
+    (step,) = steps
+    assert step.ok and deployed == ["staging"]
 
 
 def test_an_unbounded_approval_wait_is_refused() -> None:

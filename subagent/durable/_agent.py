@@ -20,9 +20,11 @@ from pydantic import BaseModel
 from typing_extensions import TypeVar, Unpack
 
 from subagent._agent import SubAgent
+from subagent._approval import ApprovalRule, checked_decision, checked_decisions
+from subagent._build import run_parts
 from subagent._checks import check_int, check_seconds
 from subagent._conversation import ContextPolicy
-from subagent._errors import ConfigurationError
+from subagent._errors import ConfigurationError, InvalidStateError
 from subagent.durable._approval import (
     APPROVAL_TOPIC,
     PENDING_EVENT,
@@ -38,8 +40,17 @@ from subagent.durable._llm import DurableLLM
 from subagent.durable._sources import DurableSource, pin_sources, pinned
 from subagent.durable._tools import durable_tool
 from subagent.llm import LLM, Message, RetryPolicy
-from subagent.records import Decision, FailReason, Failure, Step, Turn, build_step, step_model
-from subagent.tools import split_sources
+from subagent.records import (
+    Decision,
+    FailReason,
+    Failure,
+    RunState,
+    Step,
+    Turn,
+    build_step,
+    step_model,
+)
+from subagent.tools import SourceNotReadyError, split_sources
 
 __all__ = ["DEFAULT_APPROVAL_TIMEOUT", "DurableAgent", "DurableRunArguments"]
 
@@ -327,6 +338,7 @@ class DurableAgent(Generic[OutputT]):
                 never paused, or it ended: past its ``approval_timeout`` it ends paused).
         """
         message = decisions_message(pending, decisions)
+        self._check_decisions(pending, decisions)
         workflow_id = pending.workflow_id
         status = await DBOS.get_workflow_status_async(workflow_id)
         if status is None or status.status not in _UNDER_WAY:
@@ -363,6 +375,21 @@ class DurableAgent(Generic[OutputT]):
             raise AlreadyDecidedError(workflow_id, pending.pause, "by another decide()") from None
         await handle.get_result()
 
+    def _check_decisions(
+        self, pending: PendingApproval, decisions: Mapping[str, Decision | bool]
+    ) -> None:
+        """Refuse, before sending, what ``resume()`` would refuse.
+
+        A decision bound to another call, or an edit the tool does not take.
+
+        Raises:
+            ConfigurationError: An edit does not fit its tool (naming the call).
+            InvalidStateError: A bound decision was made for another call.
+        """
+        rule = _approval_rule(self.agent)
+        for call in pending.waiting:
+            checked_decision(call, decisions.get(call.id), rule)
+
     async def result(self, workflow_id: str) -> Step[OutputT]:
         """The Step of the run ``workflow_id`` (started by any process), once it ends."""
         handle: WorkflowHandleAsync[Any] = await DBOS.retrieve_workflow_async(workflow_id)
@@ -392,7 +419,7 @@ class DurableAgent(Generic[OutputT]):
             published = pending.model_dump_json()
             await DBOS.set_event_async(PENDING_EVENT, published)
             await DBOS.set_event_async(_pause_key(pauses), published)
-            decisions = await self._decisions_for(pending)
+            decisions = await self._decisions_for(pending, step.state)
             if decisions is None:
                 break  # timed out: the run ends paused, its state in its Step
             await DBOS.set_event_async(PENDING_EVENT, pending.decided().model_dump_json())
@@ -405,15 +432,20 @@ class DurableAgent(Generic[OutputT]):
         # database, so an output model need not be importable by name to be stored.
         return step.model_dump_json()
 
-    async def _decisions_for(self, pending: PendingApproval) -> dict[str, Decision] | None:
+    async def _decisions_for(
+        self, pending: PendingApproval, state: RunState
+    ) -> dict[str, Decision] | None:
         """The decisions that answer ``pending``, or ``None`` once ``approval_timeout`` passed.
 
         Waiting in the body, not in a step: no thread is held, and a process killed here
         waits again on restart (a message sent meanwhile is kept for it). A message that
         does not answer this pause (one for another pause, a second decision, one that does
-        not parse) is logged and ignored, and the wait goes on to the same deadline. Every
-        message read is recorded, so a replay takes and ignores the same ones.
+        not parse, one ``resume()`` would refuse: an edit the tool does not take, a
+        decision bound to another call) is logged and ignored, and the wait goes on to the
+        same deadline: the paused run is never lost to a bad message. Every message read
+        is recorded, so a replay takes and ignores the same ones.
         """
+        rule = _approval_rule(self.agent)
         # When the wait opened, recorded: the deadline is the same on every replay.
         opened: float = await DBOS.run_step_async({"name": "subagent.approval"}, time.time)
         while True:
@@ -422,9 +454,14 @@ class DurableAgent(Generic[OutputT]):
             if message is None:
                 return None
             try:
-                return read_decisions(message, pending)
+                decisions = read_decisions(message, pending)
+                checked_decisions(state.pending, rule, decisions)
             except DecisionRefused as refused:
                 log_refused(pending, refused)
+            except (ConfigurationError, InvalidStateError) as refused:
+                log_refused(pending, DecisionRefused(f"resume() refuses it: {refused}"))
+            else:
+                return decisions
 
     async def _existing(
         self, workflow_id: str | None, name: str
@@ -587,3 +624,15 @@ def _trace_joined(carrier: dict[str, str]) -> Iterator[None]:
         yield
     finally:
         otel_context.detach(token)
+
+
+def _approval_rule(agent: SubAgent[Any]) -> ApprovalRule | None:
+    """The approval rule of a run of ``agent`` starting now.
+
+    Its sources' tools included; its plain tools' only while a source is not connected.
+    """
+    try:
+        rule = run_parts(agent).approval
+    except SourceNotReadyError:
+        rule = agent._parts.approval
+    return rule if isinstance(rule, ApprovalRule) else None
