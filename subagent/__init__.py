@@ -13,6 +13,7 @@ from types import FunctionType
 
 from subagent.__about__ import __version__
 from subagent._agent import RunArguments, SubAgent
+from subagent._claims import MemoryClaims, SQLiteClaims, StateClaims
 from subagent._context import RunContext
 from subagent._correction import Correction
 from subagent._errors import (
@@ -34,7 +35,6 @@ from subagent._handle import AgentRun
 from subagent._limits import Price, UsageLimits
 from subagent._options import ResumeArguments
 from subagent._phases import Phase
-from subagent._resume import MemoryClaims, StateClaims
 from subagent.batch import Batch, BatchItem, BatchSummary, run_many, stream_many, summarize
 from subagent.llm import (
     LLM,
@@ -163,6 +163,7 @@ __all__ = [
     "RunPausedError",
     "RunStarted",
     "RunState",
+    "SQLiteClaims",
     "ScriptExhaustedError",
     "ScriptedLLM",
     "SectionsParser",

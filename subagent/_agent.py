@@ -21,6 +21,7 @@ from typing_extensions import TypeVar, Unpack
 
 from subagent._as_tool import PASS_DOWN, agent_tool
 from subagent._build import build, check_llm, run_parts
+from subagent._claims import StateClaims
 from subagent._definition import AgentDefinition
 from subagent._handle import AgentRun
 from subagent._options import (
@@ -33,7 +34,7 @@ from subagent._options import (
     resolve,
 )
 from subagent._override import override_llm
-from subagent._resume import StateClaims, checked_resume
+from subagent._resume import checked_resume
 from subagent._run import execute_run
 from subagent.llm import LLM
 from subagent.records import Decision, RunState, Step

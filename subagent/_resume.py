@@ -14,54 +14,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from pydantic import ValidationError
 
 from subagent._approval import ApprovalRule, checked_decisions
 from subagent._build import check_state
+from subagent._claims import StateClaims
 from subagent._definition import AgentDefinition
 from subagent._errors import ConfigurationError, InvalidStateError
 from subagent._parts import AgentParts
 from subagent.records import Decision, RunState, TurnOutcome, TurnType
 
-__all__ = ["MemoryClaims", "StateClaims", "check_consistency", "checked_resume", "read_state"]
-
-
-@runtime_checkable
-class StateClaims(Protocol):
-    """Where single-use resumes record the states they resumed (``resume(claims=...)``).
-
-    ``claim(state_id)`` returns ``True`` the first time an id is claimed and ``False`` after;
-    it must be atomic where several processes resume (a unique key in a database, Redis
-    ``SET NX``).
-    """
-
-    def claim(self, state_id: str) -> bool:
-        """Claim ``state_id``: whether this is its first use."""
-        ...
-
-
-class MemoryClaims:
-    """:class:`StateClaims` in this process's memory, for the last ``limit`` ids claimed.
-
-    Enough when one process resumes; across processes, use a shared store.
-    """
-
-    __slots__ = ("_ids", "_limit")
-
-    def __init__(self, limit: int = 100_000):
-        self._ids: dict[str, None] = {}
-        self._limit = limit
-
-    def claim(self, state_id: str) -> bool:
-        """Claim ``state_id``: whether this is its first use."""
-        if state_id in self._ids:
-            return False
-        if len(self._ids) >= self._limit:
-            del self._ids[next(iter(self._ids))]
-        self._ids[state_id] = None
-        return True
+__all__ = ["check_consistency", "checked_resume", "read_state"]
 
 
 def read_state(state: RunState | str | bytes, key: bytes | None) -> RunState:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from support import run_example
 
-from subagent import Step, cli
+from subagent import RunState, SQLiteClaims, Step, cli
 from subagent.llm import ToolCall
 
 TESTS = Path(__file__).resolve().parent
@@ -470,3 +470,119 @@ def test_the_approval_cli_example_denies_then_approves_across_processes() -> Non
         "exit status 0",
     ]
     assert out[0] == "$ subagent run examples/approval_cli.py:AGENT --json > paused.json"
+
+
+# --- signed states, single use and strict JSON -------------------------------------------
+
+
+def signed_state(tmp_path: Path, capsys: pytest.CaptureFixture[str], key: bytes) -> Path:
+    """A paused run's state signed with ``key``, as an application keeps it."""
+    printed = paused_state("approval_flow", tmp_path / "step.json", capsys)
+    state = RunState.model_validate(json.loads(printed.read_text())["state"])
+    path = tmp_path / "signed.json"
+    path.write_text(state.signed(key))
+    return path
+
+
+def test_a_signed_state_resumes_with_its_key_from_a_file_or_the_environment(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    deployed: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    key = tmp_path / "state.key"
+    key.write_bytes(b"the application's secret\n")
+    state = signed_state(tmp_path, capsys, b"the application's secret")
+    status, _, _ = run(["resume", "cli_agents:approval_flow", str(state), "--key-file",
+                        str(key), "--approve", "d1", "--deny", "d2"], capsys)  # fmt: skip
+    assert status == 0 and deployed == ["prod"]
+    monkeypatch.setenv("STATE_KEY", "the application's secret")
+    status, _, _ = run(["resume", "cli_agents:approval_flow", str(state), "--key-env",
+                        "STATE_KEY", "--approve", "d1", "--deny", "d2"], capsys)  # fmt: skip
+    assert status == 0 and deployed == ["prod", "prod"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ([], "the state is signed: give its key with --key-file FILE or --key-env VAR"),
+        (["--key-env", "ANOTHER_KEY"], "signature: does not match the key"),
+        (["--key-env", "NO_SUCH_VARIABLE"], "--key-env NO_SUCH_VARIABLE: the key is empty"),
+    ],
+)
+def test_a_signed_state_without_its_key_is_refused_and_nothing_runs(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    deployed: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    flags: list[str],
+    message: str,
+) -> None:
+    monkeypatch.setenv("ANOTHER_KEY", "not the secret")
+    monkeypatch.delenv("NO_SUCH_VARIABLE", raising=False)
+    state = signed_state(tmp_path, capsys, b"the application's secret")
+    status, out, err = run(["resume", "cli_agents:approval_flow", str(state), *flags,
+                            "--approve", "d1", "--approve", "d2"], capsys)  # fmt: skip
+    assert status == cli.EXIT_USAGE and out == "" and message in err
+    assert "secret" not in err  # the key is never printed
+    assert deployed == []
+
+
+def test_a_changed_signed_state_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], deployed: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("STATE_KEY", "k")
+    state = signed_state(tmp_path, capsys, b"k")
+    state.write_text(state.read_text().replace("eu-west", "us-east"))
+    status, _, err = run(["resume", "cli_agents:approval_flow", str(state), "--key-env",
+                          "STATE_KEY", "--approve", "d1", "--approve", "d2"], capsys)  # fmt: skip
+    assert status == cli.EXIT_USAGE and "signature: does not match the key" in err
+    assert deployed == []
+
+
+def test_with_claims_one_pause_resumes_once_from_any_copy_of_its_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], deployed: list[str]
+) -> None:
+    first = paused_state("approval_flow", tmp_path / "step.json", capsys)
+    copy = tmp_path / "copy.json"
+    copy.write_text(json.dumps(json.loads(first.read_text())["state"]))
+    claims = tmp_path / "claims.sqlite"
+    flags = ["--approve", "d1", "--approve", "d2", "--claims", str(claims)]
+    status, _, _ = run(["resume", "cli_agents:approval_flow", str(first), *flags], capsys)
+    assert status == 0 and deployed == ["prod", "eu-west"]
+    status, out, err = run(["resume", "cli_agents:approval_flow", str(copy), *flags], capsys)
+    assert status == cli.EXIT_USAGE and out == ""
+    assert "was resumed already (single use)" in err
+    assert deployed == ["prod", "eu-west"]  # once
+
+
+def test_sqlite_claims_are_shared_by_every_store_on_one_file(tmp_path: Path) -> None:
+    path = tmp_path / "claims.sqlite"
+    one, other = SQLiteClaims(path), SQLiteClaims(path)
+    assert [one.claim("a.1"), other.claim("a.1"), other.claim("a.2")] == [True, False, True]
+    assert not SQLiteClaims(path).claim("a.2")
+
+
+@pytest.mark.parametrize(
+    ("content", "key"),
+    [
+        ('{"d1": false, "d2": true, "d1": true}', "d1"),
+        ('{"d1": {"action": "deny", "action": "approve"}, "d2": true}', "action"),
+    ],
+)
+def test_a_decisions_file_that_gives_a_key_twice_is_refused_and_nothing_runs(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    deployed: list[str],
+    content: str,
+    key: str,
+) -> None:
+    state = paused_state("approval_flow", tmp_path / "state.json", capsys)
+    decisions = tmp_path / "decisions.json"
+    decisions.write_text(content)
+    status, _, err = run(["resume", "cli_agents:approval_flow", str(state), "--decisions",
+                          str(decisions)], capsys)  # fmt: skip
+    assert status == cli.EXIT_USAGE
+    assert f"the key '{key}' is given twice in one object" in err
+    assert deployed == []

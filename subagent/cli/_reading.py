@@ -30,12 +30,34 @@ bytes (16 MiB)."""
 
 
 def strict_json(text: str | bytes) -> Any:
-    """``json.loads`` without NaN and Infinity, which strict JSON (and the output) lacks."""
+    """``json.loads`` refusing NaN and Infinity, and a key given twice in one object.
+
+    Strict JSON (and the output) has no NaN or Infinity. JSON leaves a repeated key to
+    the reader, and ``json.loads`` keeps the last: a decisions file that denies a call and
+    then approves it under the same id would run the call. What the command line reads is
+    instructions, so a repeated key is refused instead.
+
+    Raises:
+        json.JSONDecodeError: Not JSON.
+        ValueError: NaN or Infinity, or a key given twice (the message names it).
+    """
 
     def refuse(constant: str) -> NoReturn:
         raise ValueError(f"{constant} is not JSON (write it as a string or null)")
 
-    return json.loads(text, parse_constant=refuse)
+    return json.loads(text, parse_constant=refuse, object_pairs_hook=_once_each)
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's members, each key once; else ``ValueError`` naming the repeated key."""
+    members = dict(pairs)
+    if len(members) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key[:80]!r} is given twice in one object")
+            seen.add(key)
+    return members
 
 
 def json_object(text: str, source: str) -> dict[str, Any]:
