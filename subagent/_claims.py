@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 from typing import Protocol, runtime_checkable
 
@@ -34,23 +35,26 @@ class StateClaims(Protocol):
 class MemoryClaims:
     """:class:`StateClaims` in this process's memory, for the last ``limit`` ids claimed.
 
-    Enough when one process resumes; across processes, use a shared store.
+    Enough when one process resumes (from any of its threads: a claim is atomic); across
+    processes, use a shared store.
     """
 
-    __slots__ = ("_ids", "_limit")
+    __slots__ = ("_ids", "_limit", "_lock")
 
     def __init__(self, limit: int = 100_000):
         self._ids: dict[str, None] = {}
         self._limit = limit
+        self._lock = threading.Lock()
 
     def claim(self, state_id: str) -> bool:
         """Claim ``state_id``: whether this is its first use."""
-        if state_id in self._ids:
-            return False
-        if len(self._ids) >= self._limit:
-            del self._ids[next(iter(self._ids))]
-        self._ids[state_id] = None
-        return True
+        with self._lock:  # the check and the set as one step, the eviction with them
+            if state_id in self._ids:
+                return False
+            if len(self._ids) >= self._limit:
+                del self._ids[next(iter(self._ids))]
+            self._ids[state_id] = None
+            return True
 
 
 _TABLE = "subagent_claims"

@@ -33,9 +33,15 @@ def read_state(state: RunState | str | bytes, key: bytes | None) -> RunState:
     """The state to resume: as given, or read from JSON (signed JSON when ``key`` is given).
 
     Raises:
-        InvalidStateError: The JSON is not a RunState, or not signed with ``key``.
+        InvalidStateError: The JSON is not a RunState, or not signed with ``key``; or a
+            key was given with a state object (its signature cannot be checked).
     """
     if isinstance(state, RunState):
+        if key is not None:  # read from untrusted text already, its signature unchecked
+            raise InvalidStateError(
+                "signature", "a key was given with a RunState object, whose signature "
+                "cannot be checked: pass the signed text (state.signed(key)) itself"
+            )  # fmt: skip
         return state  # an object never left the process
     try:
         if key is not None:

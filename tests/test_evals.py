@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -1056,3 +1057,61 @@ async def test_the_report_names_each_judge_and_the_cases_every_variant_got_wrong
     assert "| r1 | small | 6 | 5 (83%) | - |" in text
     wrong = [c.case for c in report.cases() if not any(c.correct.values())]
     assert len(wrong) == 1 and f"Cases every variant got wrong (1): {wrong[0]}." in text
+
+
+# --- files an attacker or a bug wrote: bounded, refused by name ---
+
+
+def test_a_yaml_dataset_with_aliases_is_refused_before_anything_expands(tmp_path: Path) -> None:
+    pytest.importorskip("yaml")
+    laughs = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    laughs += [f"{chr(98 + n)}: &{chr(98 + n)} [*{chr(97 + n)}" + f",*{chr(97 + n)}" * 8 + "]"
+               for n in range(8)]  # fmt: skip
+    path = tmp_path / "laughs.yaml"
+    path.write_text("\n".join(laughs) + "\ncases:\n  - name: x\n    context: {q: *i}\n")
+    assert path.stat().st_size < 1024
+    with pytest.raises(ConfigurationError, match="may not use aliases") as refused:
+        Dataset.from_file(path)
+    assert str(path) in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("suffix", "text"),
+    [(".jsonl", '{"name": "x", "context": {"q": ' + "[" * 5000 + "]" * 5000 + "}}\n"),
+     (".yaml", "cases:\n  - name: x\n    context: {q: " + "[" * 20000 + "]" * 20000 + "}\n")],
+)  # fmt: skip
+def test_a_dataset_nested_too_deeply_is_refused_naming_the_file(
+    tmp_path: Path, suffix: str, text: str
+) -> None:
+    if suffix == ".yaml":
+        pytest.importorskip("yaml")
+    path = tmp_path / f"deep{suffix}"
+    path.write_text(text)
+    with pytest.raises(ConfigurationError, match="nested too deeply") as refused:
+        Dataset.from_file(path)
+    assert str(path) in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda line: line.replace('"cost": null', '"cost": NaN'), "NaN"),
+        (lambda line: line.replace('"cost": null', '"cost": -1.5'), "cost must be a number >= 0"),
+        (lambda line: re.sub(r'"duration_s": ?[0-9.e-]+', '"duration_s":Infinity', line, count=1),
+         "Infinity"),
+        (lambda line: re.sub(r'"input_tokens": ?\d+', '"input_tokens":-7', line, count=1),
+         "usage.input_tokens must be a number >= 0"),
+    ],
+    ids=["nan-cost", "negative-cost", "infinite-duration", "negative-tokens"],
+)  # fmt: skip
+async def test_a_record_with_a_count_no_run_made_is_refused_naming_file_and_line(
+    tmp_path: Path, change: Callable[[str], str], named: str
+) -> None:
+    out = tmp_path / "records.jsonl"
+    await sums(2).evaluate(adder, out=out, llm=CoinModel(first=1.0))
+    first, second = out.read_text().splitlines()
+    out.write_text(f"{first}\n{change(second)}\n")
+    assert change(second) != second
+    with pytest.raises(ConfigurationError, match=r"records\.jsonl:2: not an evaluation") as e:
+        Report.read(out)
+    assert named in str(e.value)

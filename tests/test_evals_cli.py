@@ -304,3 +304,18 @@ def test_agents_and_judges_load_as_subagent_run_loads_them(
         status, _, err = run([*base, *argv], capsys)
         assert status == 2
         assert f"subagent eval run: error: {message}" in err
+
+
+def test_compare_with_no_case_paired_says_so_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before, after = tmp_path / "before.jsonl", tmp_path / "after.jsonl"
+    for start, out in ((0, before), (10, after)):  # cases renamed since the baseline
+        path = sums(3, start=start).to_file(tmp_path / f"sums{start}.jsonl")
+        run(["eval", "run", str(path), "--agent", "evals_models:half_right", "--out", str(out)],
+            capsys)  # fmt: skip
+    status, printed, err = run(["eval", "compare", str(after), "--baseline", str(before)],
+                               capsys)  # fmt: skip
+    assert status == 2
+    assert "Nothing compared" in printed and "No significant regression" not in printed
+    assert "nothing compared: no case of --baseline" in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -254,3 +255,56 @@ def test_memory_claims_keep_the_last_ids_within_their_limit() -> None:
     claims = MemoryClaims(limit=2)
     assert [claims.claim(i) for i in ("a", "b", "a")] == [True, True, False]
     assert claims.claim("c") and claims.claim("a")  # "a" was the oldest, forgotten
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"subagent_state": 1, "state": "{}", "hmac": "\u00e9\u00e9"}',
+        "[" * 100_000 + "]" * 100_000,
+        '{"subagent_state": 1, "state": "\\ud800", "hmac": "00"}',
+        b"\xff\xfe not utf-8",
+    ],
+    ids=["non-ascii-hmac", "nested-deeply", "lone-surrogate", "not-utf8"],
+)
+async def test_any_text_that_is_not_a_validly_signed_state_is_refused_as_its_signature(
+    text: str | bytes,
+) -> None:
+    with pytest.raises(InvalidStateError) as refused:
+        await Ledger().agent().resume(text, key=KEY, llm=ScriptedLLM([]))
+    assert refused.value.field == "signature"
+
+
+async def test_a_key_given_with_a_state_object_is_refused_its_signature_unchecked() -> None:
+    ledger = Ledger()
+    step = await paused(ledger, ("deploy", {"env": "prod"}))
+    assert step.state is not None
+    with pytest.raises(InvalidStateError, match="pass the signed text") as refused:
+        await ledger.agent().resume(step.state, {"c1": True}, key=KEY,
+                                    llm=ScriptedLLM(['{"x": 1}']))  # fmt: skip
+    assert refused.value.field == "signature" and ledger.deployed == []
+
+
+def test_memory_claims_let_one_of_many_threads_claim_an_id_at_once() -> None:
+    claims = MemoryClaims(limit=8)
+    barrier = threading.Barrier(16)
+    won: list[bool] = []
+
+    def claim(state_id: str) -> None:
+        barrier.wait()
+        won.append(claims.claim(state_id))
+
+    for round_ in range(50):
+        threads = [threading.Thread(target=claim, args=(f"s{round_}.{n % 2}",))
+                   for n in range(16)]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert sum(won) == 100  # two ids a round, each claimed once, evictions included
+
+
+def test_a_bound_decision_keeps_128_bits_of_its_call() -> None:
+    call = ToolCall(id="c1", name="deploy", arguments={"env": "prod"})
+    digest = Decision.approve(call).call_digest
+    assert digest is not None and len(digest) == 32 and int(digest, 16) >= 0

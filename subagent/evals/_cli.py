@@ -317,4 +317,9 @@ def _compare(args: argparse.Namespace) -> int:
         print(comparison.model_dump_json(indent=2))
     else:
         print(comparison.to_markdown())
+    if not comparison.paired:
+        raise _Usage(
+            f"nothing compared: no case of --baseline {args.baseline} pairs with one of "
+            f"{args.records} (the same case and variant, by name and digest)"
+        )
     return EXIT_REGRESSED if comparison.regressed else EXIT_DONE

@@ -167,6 +167,11 @@ class Comparison(BaseModel):
         return [change for change in self.changes if change.regression]
 
     @property
+    def paired(self) -> int:
+        """How many cases were compared (both evaluations ran them), over every variant."""
+        return sum(change.pairs for change in self.changes if change.metric == "success")
+
+    @property
     def regressed(self) -> bool:
         """Whether any metric of any variant got significantly worse."""
         return bool(self.regressions)
@@ -180,6 +185,13 @@ class Comparison(BaseModel):
             *(change.line(unit) for change in self.changes),
             "",
         ]
+        if not self.paired:
+            lines.append(
+                "Nothing compared: no case of the baseline pairs with a case of these records "
+                "(the same case and variant, by name and digest); cases edited since the "
+                "baseline do not pair."
+            )
+            return "\n".join(lines)
         regressions = self.regressions
         kind, rule = "Significant regression", f"alpha {self.alpha:g}, Holm"
         if self.max_drop is not None:

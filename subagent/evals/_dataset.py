@@ -344,6 +344,8 @@ def _read_jsonl(path: Path) -> tuple[dict[str, Any], list[Case[Any]]]:
                 data = json.loads(raw)
             except ValueError as exc:
                 raise ConfigurationError("cases", f"{where}: not JSON: {exc}") from None
+            except RecursionError:
+                raise ConfigurationError("cases", f"{where}: nested too deeply") from None
             if number == 1 and isinstance(data, dict) and set(data) == {"dataset"}:
                 if not isinstance(data["dataset"], dict):
                     raise ConfigurationError("dataset", f"{where}: must be a JSON object")
@@ -351,6 +353,26 @@ def _read_jsonl(path: Path) -> tuple[dict[str, Any], list[Case[Any]]]:
                 continue
             cases.append(case_from_data(data, where))
     return header, cases
+
+
+def _loader_without_aliases(yaml: Any) -> Any:
+    """PyYAML's safe loader, refusing aliases (``*name``).
+
+    An alias repeats a node by reference: a few hundred bytes of aliases to aliases expand
+    to billions of strings when the cases are digested or rendered (the "billion laughs").
+    A dataset has no use for them, so a file that uses one is refused where it does.
+    """
+
+    class NoAliases(yaml.SafeLoader):  # type: ignore[misc]
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(
+                    None, None, "an alias (*name): a dataset file may not use aliases", mark
+                )
+            return super().compose_node(parent, index)
+
+    return NoAliases
 
 
 def _read_yaml(path: Path) -> tuple[dict[str, Any], list[Case[Any]]]:
@@ -365,9 +387,11 @@ def _read_yaml(path: Path) -> tuple[dict[str, Any], list[Case[Any]]]:
     except UnicodeDecodeError as exc:
         raise ConfigurationError("path", f"{path}: not UTF-8 ({exc.reason})") from None
     try:
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=_loader_without_aliases(yaml))
     except yaml.YAMLError as exc:
         raise ConfigurationError("cases", f"{path}: not YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigurationError("cases", f"{path}: nested too deeply") from None
     if isinstance(document, list):
         document = {"cases": document}
     if not isinstance(document, dict) or not isinstance(document.get("cases"), list):

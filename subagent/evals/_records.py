@@ -93,12 +93,27 @@ def read_records(path: str | Path) -> Iterator[dict[str, Any]]:
             if not raw.strip():
                 continue
             try:
-                record = _record(from_json(raw))
+                record = _record(_strict_json(raw))
             except (ValueError, KeyError, TypeError) as exc:
                 raise ConfigurationError(
                     "records", f"{path}:{number}: not an evaluation record: {exc!r:.200}"
                 ) from None
             yield record
+
+
+def _strict_json(raw: bytes) -> Any:
+    """A line's JSON, NaN and infinities refused: ``ValueError`` naming the constant.
+
+    A record holds none, and a report would rank variants by them.
+    """
+    try:
+        return from_json(raw, allow_inf_nan=False)
+    except ValueError:
+
+        def refuse(constant: str) -> Any:
+            raise ValueError(f"{constant} is not JSON (a record holds finite numbers only)")
+
+        return json.loads(raw, parse_constant=refuse)  # the precise message, or the value
 
 
 def _record(data: Any) -> dict[str, Any]:
@@ -110,9 +125,28 @@ def _record(data: Any) -> dict[str, Any]:
         if not isinstance(data["run"].get("replies", []), list):
             raise TypeError("its run's replies are not a list")
         return data
-    if not isinstance(data["step"]["turns"], list):
+    step = data["step"]
+    if not isinstance(step["turns"], list):
         raise TypeError("its step has no turns")
+    _check_counts(data.get("cost"), "cost")
+    _check_counts(step.get("duration_s"), "step.duration_s")
+    for number, turn in enumerate(step["turns"], start=1):
+        usage = turn.get("usage") if isinstance(turn, dict) else None
+        for name, count in (usage or {}).items():
+            _check_counts(count, f"step.turns[{number}].usage.{name}")
     return data
+
+
+def _check_counts(value: Any, where: str) -> None:
+    """A cost, a duration or a token count: absent, or a number not below zero.
+
+    NaN and infinities are refused as the line is read (strict JSON); a negative or
+    non-numeric count here, so a report never ranks a variant by a value no run made.
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValueError(f"{where} must be a number >= 0, got {value!r:.40}")
 
 
 _CHUNK = 64 * 1024

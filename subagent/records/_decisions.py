@@ -136,5 +136,12 @@ def digest(value: object) -> str:
 
 
 def call_digest(call: ToolCall) -> str:
-    """The digest of one tool call as a decision approves it: its name, id and arguments."""
-    return digest({"name": call.name, "id": call.id, "arguments": call.arguments})
+    """The digest of one tool call as a decision approves it: its name, id and arguments.
+
+    128 bits of SHA-256 (32 hex digits): whoever writes both calls of an unsigned state
+    would need about 2**64 hashes to make another call that a decision bound to the first
+    also answers.
+    """
+    text = json.dumps({"name": call.name, "id": call.id, "arguments": call.arguments},
+                      sort_keys=True, ensure_ascii=False, default=repr)  # fmt: skip
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]

@@ -652,13 +652,17 @@ class RunState(BaseModel):
         """
         try:
             envelope = json.loads(signed)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deeply
             envelope = None
         text = envelope.get("state") if isinstance(envelope, dict) else None
         mac = envelope.get("hmac") if isinstance(envelope, dict) else None
-        if not isinstance(text, str) or not isinstance(mac, str):
+        if not isinstance(text, str) or not isinstance(mac, str) or not mac.isascii():
             raise InvalidStateError("signature", "not a signed state (RunState.signed)")
-        if not hmac.compare_digest(mac, _mac(key, text)):
+        try:
+            expected = _mac(key, text)
+        except UnicodeEncodeError:  # a lone surrogate: no state was signed as this text
+            raise InvalidStateError("signature", "not a signed state (RunState.signed)") from None
+        if not hmac.compare_digest(mac, expected):
             raise InvalidStateError(
                 "signature", "does not match the key: the state was changed after it was "
                 "signed, or signed with another key"
