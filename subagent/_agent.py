@@ -30,6 +30,7 @@ from subagent._options import (
     check_option_names,
     messages_as_given,
     opening,
+    refuse_untaken,
     rendered_task,
     resolve,
 )
@@ -234,13 +235,8 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
                 an edit the tool does not take; or the state is not paused but decisions
                 were given.
         """
-        for name in options:
-            if name not in ResumeArguments.__annotations__:
-                check_option_names("SubAgent.resume()", {name: None})
-                raise TypeError(
-                    f"SubAgent.resume() got the keyword argument {name!r}: a resumed run "
-                    f"takes it from its state"
-                )
+        check_option_names("SubAgent.resume()", options)
+        refuse_untaken("resume", "SubAgent.resume()", options)
         parts = run_parts(self)
         saved, given = checked_resume(self, parts, state, decisions, key, claims)
         resolved = resolve(self, {**options, "max_turns": saved.max_turns,

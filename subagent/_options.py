@@ -12,7 +12,9 @@ the run's system messages.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Generic, cast
 
 from opentelemetry.trace import TracerProvider
@@ -46,13 +48,17 @@ from subagent.records import RunState, user_message
 
 __all__ = [
     "RUN_OPTIONS",
+    "RUN_OPTION_RULES",
+    "OptionRule",
     "ResumeArguments",
     "RunArguments",
     "check_option_names",
     "messages_as_given",
     "opening",
+    "refuse_untaken",
     "rendered_task",
     "resolve",
+    "taken_by",
     "values_of",
 ]
 
@@ -170,6 +176,85 @@ class RunArguments(ModelOption, BudgetOptions, TaskOptions, CallOptions, Listene
 
 
 RUN_OPTIONS: tuple[str, ...] = tuple(RunArguments.__annotations__)
+
+
+@dataclass(frozen=True, slots=True)
+class OptionRule:
+    """Where one run option goes: every entry point takes it, or refuses it saying why.
+
+    Each entry point's field is ``None`` where it takes the option, else the reason it
+    refuses it (the end of the error's message). The entry points read this table (what
+    they accept, what they refuse and why, what a durable run forwards when it resumes),
+    and a test checks each one's typed arguments against it: a new option is added here
+    and in its group, and nowhere else.
+
+    Attributes:
+        resume: :meth:`SubAgent.resume`.
+        ray: :func:`subagent.ray.run_on_ray` (``llm`` and ``tracer_provider`` are its own
+            parameters there).
+        durable: :meth:`DurableAgent.run <subagent.durable.DurableAgent.run>` and
+            ``run_many``; what both it and ``resume`` take goes on to a resumed part.
+        evals: A variant of an evaluation (``Variant(options=...)``).
+        cli: The command line: the flag that gives it (``None`` where none does).
+        shapes_runs: Whether it changes what a run does (an evaluation's variant digest
+            covers it), rather than where it reports or what it is handed.
+    """
+
+    resume: str | None = None
+    ray: str | None = None
+    durable: str | None = None
+    evals: str | None = None
+    cli: str | None = None
+    shapes_runs: bool = True
+
+
+_FROM_STATE = "a resumed run takes it from its state"
+_IN_WORKERS = "it would run in the workers, out of the caller's sight"
+_ELSEWHERE = "a resumed run's listener would be in another process"
+
+RUN_OPTION_RULES: Mapping[str, OptionRule] = MappingProxyType({
+    "llm": OptionRule(durable="give the model to DurableAgent(llm=...)", cli="--llm"),
+    "max_turns": OptionRule(resume=_FROM_STATE, cli="--max-turns"),
+    "return_retries": OptionRule(resume=_FROM_STATE, cli="--return-retries"),
+    "context_policy": OptionRule(resume=_FROM_STATE),
+    "messages": OptionRule(resume="a resumed run's task is in its state",
+                           evals="each case gives its own (Case.messages)"),
+    "message_history": OptionRule(resume="a resumed run's conversation is in its state"),
+    "settings": OptionRule(cli="--temperature, --max-tokens"),
+    "retry_policy": OptionRule(),
+    "timeout": OptionRule(durable="give the call timeout to DurableAgent(timeout=...)",
+                          cli="--timeout"),
+    "mission_timeout": OptionRule(cli="--mission-timeout"),
+    "correction": OptionRule(),
+    "tracer_provider": OptionRule(durable="give it to DurableAgent(tracer_provider=...)",
+                                  cli="--trace", shapes_runs=False),
+    "on_event": OptionRule(ray=_IN_WORKERS, durable=_ELSEWHERE, shapes_runs=False),
+    "on_text": OptionRule(ray=_IN_WORKERS, durable=_ELSEWHERE, shapes_runs=False),
+    "on_state": OptionRule(ray=_IN_WORKERS, durable=_ELSEWHERE, shapes_runs=False),
+    "deps": OptionRule(durable="give them to DurableAgent(deps=...): a run resumed in "
+                       "another process takes that process's", shapes_runs=False),
+    "usage_limits": OptionRule(),
+})  # fmt: skip
+"""Every run option (:data:`RUN_OPTIONS`), and where it goes (:class:`OptionRule`)."""
+
+
+def taken_by(entry: str) -> frozenset[str]:
+    """The run options entry point ``entry`` (an :class:`OptionRule` field) takes."""
+    return frozenset(name for name, rule in RUN_OPTION_RULES.items()
+                     if getattr(rule, entry) is None)  # fmt: skip
+
+
+def refuse_untaken(entry: str, call: str, given: Iterable[str]) -> None:
+    """Refuse a run option ``entry`` does not take, naming it and why (its rule's reason).
+
+    Raises:
+        TypeError: As Python does for an unexpected keyword argument, with the reason.
+    """
+    for name in given:
+        rule = RUN_OPTION_RULES.get(name)
+        reason = None if rule is None else getattr(rule, entry)
+        if reason is not None:
+            raise TypeError(f"{call} does not take {name}=: {reason}")
 
 
 def check_option_names(call: str, given: Mapping[str, Any]) -> None:

@@ -63,6 +63,7 @@ from subagent._conversation import ContextPolicy
 from subagent._correction import Correction
 from subagent._errors import ConfigurationError
 from subagent._limits import UsageLimits
+from subagent._options import refuse_untaken
 from subagent._text import shorten
 from subagent.batch import BatchItem, stream_many
 from subagent.llm import LLM, LLMRequest, LLMResponse, Message, RetryPolicy
@@ -98,7 +99,9 @@ class RayRunArguments(TypedDict, total=False):
     meaning there; ``on_event``, ``on_text`` and ``on_state`` are not offered (they would
     run in the workers, out of the caller's sight). ``deps`` are pickled to the workers with
     the batch: every run of it gets a copy; ``usage_limits`` are per run (a whole batch's
-    ``batch_limits`` are not offered on Ray: the shards keep no shared books).
+    ``batch_limits`` are not offered on Ray: the shards keep no shared books). What is
+    taken and why the others are not is the table of run options
+    (``subagent._options.RUN_OPTION_RULES``), which a test checks this against.
     """
 
     max_turns: int | None
@@ -286,6 +289,7 @@ def stream_on_ray(
         ConfigurationError: An argument is invalid (before any task starts).
         ImportError: The ``ray`` extra is not installed.
     """
+    refuse_untaken("ray", "a Ray batch", options)  # before Ray is even imported
     ray = _import_ray()
     definition = _agent_of(agent)
     check_int("concurrency", concurrency, 1)

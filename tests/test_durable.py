@@ -25,6 +25,7 @@ from support import Traced, attrs, parent_id, span_id
 
 from subagent import (
     ConfigurationError,
+    Correction,
     Decision,
     FailReason,
     InvalidStateError,
@@ -32,6 +33,7 @@ from subagent import (
     RunContext,
     SubAgent,
     Tool,
+    UsageLimits,
     tool,
 )
 from subagent.durable import (
@@ -578,6 +580,41 @@ async def test_decide_refuses_what_resume_would_refuse_before_sending_and_the_ru
         await durable.decide(pending, {"call_1_1": Decision.edit({"env": "staging"})})
     (step,) = steps
     assert step.ok and deployed == ["staging"]
+
+
+@pytest.mark.anyio
+async def test_a_paused_durable_runs_correction_and_limits_go_on_to_its_resumed_part(
+    launch: Callable[[], None],
+) -> None:
+    deployed: list[str] = []
+
+    def deploy(env: str) -> str:
+        """Deploy the service to an environment."""
+        deployed.append(env)
+        return f"deployed to {env}"
+
+    llm = ScriptedLLM([_calls(("deploy", {"env": "prod"})), "not a number", "3"])
+    agent = SubAgent(name="counted", prompt="Deploy, then count.", output=int, max_turns=2,
+                     return_retries=1, tools=[Tool(deploy, requires_approval=True)])  # fmt: skip
+    durable = DurableAgent(agent, llm=llm)
+    launch()
+    correction = Correction(settings={"temperature": 0.9})
+    steps: list[Any] = []
+
+    async def run() -> None:
+        steps.append(await durable.run(workflow_id="ops-go-on", correction=correction,
+                                       usage_limits=UsageLimits(max_tool_calls=5)))  # fmt: skip
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        pending = await durable.pending("ops-go-on", timeout=30)
+        assert pending is not None
+        await durable.decide(pending, {pending.waiting[0].id: True})
+    (step,) = steps
+    assert step.ok and step.output == 3 and deployed == ["prod"]
+    correcting = llm.requests[-1]
+    assert correcting.turn is not None and correcting.turn.type == "retry"
+    assert correcting.settings.get("temperature") == 0.9  # the run's correction, resumed
 
 
 def test_an_unbounded_approval_wait_is_refused() -> None:

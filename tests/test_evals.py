@@ -411,7 +411,7 @@ async def test_variant_options_must_be_run_options_or_agent_fields() -> None:
         ConfigurationError, match=r"variant 'x': 'retries' is not a run option .*'return_retries'"
     ):
         await sums(2).evaluate(adder, [Variant("x", {"retries": 1})], llm=model)
-    with pytest.raises(ConfigurationError, match="per case"):
+    with pytest.raises(ConfigurationError, match=r"each case gives its own \(Case.messages\)"):
         await sums(2).evaluate(adder, {"x": {"messages": []}}, llm=model)
     assert model.calls == 0
 

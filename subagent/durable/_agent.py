@@ -24,7 +24,10 @@ from subagent._approval import ApprovalRule, checked_decision, checked_decisions
 from subagent._build import run_parts
 from subagent._checks import check_int, check_seconds
 from subagent._conversation import ContextPolicy
+from subagent._correction import Correction
 from subagent._errors import ConfigurationError, InvalidStateError
+from subagent._limits import UsageLimits
+from subagent._options import refuse_untaken, taken_by
 from subagent.durable._approval import (
     APPROVAL_TOPIC,
     PENDING_EVENT,
@@ -72,24 +75,19 @@ class DurableRunArguments(TypedDict, total=False):
     max_turns: int | None
     return_retries: int | None
     messages: Sequence[Message | Mapping[str, Any]] | str | None
+    message_history: Sequence[Message | Mapping[str, Any]] | None
     context_policy: ContextPolicy | None
     settings: Mapping[str, Any] | None
     retry_policy: RetryPolicy | None
     mission_timeout: float | None
+    correction: Correction | None
+    usage_limits: UsageLimits | None
 
 
-_DURABLE_OPTIONS = frozenset(DurableRunArguments.__annotations__)
-_NOT_DURABLE = {
-    "llm": "give the model to DurableAgent(llm=...)",
-    "timeout": "give the call timeout to DurableAgent(timeout=...)",
-    "tracer_provider": "give it to DurableAgent(tracer_provider=...)",
-    "on_event": "a resumed run's listener would be in another process",
-    "on_text": "a resumed run's listener would be in another process",
-    "on_state": "a resumed run's listener would be in another process",
-    "deps": "give them to DurableAgent(deps=...): a run resumed in another process takes "
-    "that process's",
-}
-_RESUME_OPTIONS = ("settings", "retry_policy", "mission_timeout")  # what resume() takes
+# What a durable run takes, and what goes on to its resumed parts: from the one table of
+# run options (RUN_OPTION_RULES), which a test checks DurableRunArguments against.
+_DURABLE_OPTIONS = taken_by("durable")
+_RESUME_OPTIONS = tuple(sorted(_DURABLE_OPTIONS & taken_by("resume")))
 
 
 class DurableAgent(Generic[OutputT]):
@@ -542,9 +540,14 @@ class DurableAgent(Generic[OutputT]):
             source.live()
 
     def _check(self, options: Mapping[str, Any]) -> None:
+        refuse_untaken("durable", "a durable run", options)
+        correction = options.get("correction")
+        if isinstance(correction, Correction) and correction.llm is not None:
+            raise TypeError(
+                "a durable run does not take correction= with its own llm: the models of a "
+                "durable run are the DurableAgent's (give it the correction instead)"
+            )
         for key in options:
-            if key in _NOT_DURABLE:
-                raise TypeError(f"a durable run does not take {key}=: {_NOT_DURABLE[key]}")
             if key not in _DURABLE_OPTIONS:
                 raise TypeError(
                     f"DurableAgent.run() got an unexpected keyword argument {key!r} "

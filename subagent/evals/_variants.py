@@ -24,8 +24,9 @@ from typing import Any, Final, TypeAlias, cast
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from subagent._agent import RunArguments, SubAgent
+from subagent._agent import SubAgent
 from subagent._errors import ConfigurationError
+from subagent._options import RUN_OPTION_RULES, RUN_OPTIONS, taken_by
 from subagent.evals._cases import Case
 from subagent.evals._systems import System
 from subagent.llm import LLMSpec
@@ -44,11 +45,15 @@ __all__ = [
     "plan_variants",
 ]
 
-_RUN_OPTIONS: Final = tuple(name for name in RunArguments.__annotations__ if name != "messages")
+# From the one table of run options (RUN_OPTION_RULES): what a variant may set, and what
+# stays out of its digest.
+_RUN_OPTIONS: Final = tuple(name for name in RUN_OPTIONS if name in taken_by("evals"))
 _AGENT_FIELDS: Final = tuple(
     field.name for field in dataclasses.fields(SubAgent) if field.init and field.name != "name"
 )
-RUN_ONLY_OPTIONS: Final = frozenset({"tracer_provider", "on_event", "on_text", "on_state", "deps"})
+RUN_ONLY_OPTIONS: Final = frozenset(
+    name for name, rule in RUN_OPTION_RULES.items() if not rule.shapes_runs
+)
 """Run options that say where a run reports or what it is handed, not what it does: they
 stay out of a variant's digest (changing them does not run the variant again)."""
 
@@ -88,7 +93,9 @@ def _check_agent_options(variant: Variant) -> None:
         if key not in known:
             close = difflib.get_close_matches(str(key), known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            where = "per case (Case.messages)" if key == "messages" else "not a run option"
+            rule = RUN_OPTION_RULES.get(str(key))
+            refused = None if rule is None else rule.evals
+            where = "not a run option" if refused is None else f"not a variant's: {refused},"
             raise ConfigurationError(
                 "variants",
                 f"variant {variant.name!r}: {key!r} is {where} nor a field of the agent{hint}",
