@@ -32,6 +32,7 @@ from subagent._errors import (
     TemplateError,
 )
 from subagent._handle import AgentRun
+from subagent._hooks import Pause, RunHook, ToolBatch
 from subagent._limits import Price, UsageLimits
 from subagent._options import ResumeArguments
 from subagent._phases import Phase
@@ -146,6 +147,7 @@ __all__ = [
     "ParseResult",
     "ParserContractError",
     "PartialOutput",
+    "Pause",
     "PendingCalls",
     "Phase",
     "Price",
@@ -159,6 +161,7 @@ __all__ = [
     "RunEnded",
     "RunEvent",
     "RunFailedError",
+    "RunHook",
     "RunPaused",
     "RunPausedError",
     "RunStarted",
@@ -179,6 +182,7 @@ __all__ = [
     "TextDelta",
     "ThinkError",
     "Tool",
+    "ToolBatch",
     "ToolCall",
     "ToolCallEnded",
     "ToolCallStarted",

@@ -142,6 +142,9 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
             offer it, and a fail the model writes anyway is fed back as an answer to
             correct. ``None`` (default): offered unless the output is plain text (small
             models take the offer on questions they can answer: docs/evaluation.md).
+        hooks: :class:`~subagent.RunHook` objects every run of the agent calls at fixed
+            points of its turns (docs/hooks.md), after approval and usage limits and
+            before ``run(hooks=...)``'s own.
     """
 
     def __post_init__(self) -> None:

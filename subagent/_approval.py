@@ -123,7 +123,7 @@ class ApprovalHook(RunHook):
         self._rule = rule
         self._templates = templates
 
-    def before_tools(self, batch: ToolBatch) -> Pause | str | None:
+    def before_tools(self, *, batch: ToolBatch) -> Pause | str | None:  # type: ignore[override]
         if not batch.resumed:
             waiting = [call.id for call in batch.calls if self._rule(call)]
             return Pause(waiting) if waiting else None

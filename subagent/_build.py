@@ -18,7 +18,7 @@ import functools
 import inspect
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
 from subagent._approval import approval_rule
@@ -28,6 +28,7 @@ from subagent._conversation import CONTEXT_POLICIES, ContextPolicy
 from subagent._correction import Correction, auto_output, default_correction
 from subagent._definition import AgentDefinition
 from subagent._errors import ConfigurationError, StateMismatchError, TemplateError
+from subagent._hooks import Hooks
 from subagent._limits import UsageLimits
 from subagent._parts import AgentParts, SourcedParts, Systems, ToolParts
 from subagent._templates import Template, TemplateSet, default_templates
@@ -120,6 +121,9 @@ def run_parts(agent: AgentDefinition[Any, Any]) -> AgentParts:
 
 def _check_fields(agent: AgentDefinition[Any, Any]) -> None:
     """The checks of the fields that need no part built."""
+    if isinstance(agent.hooks, str | bytes) or not isinstance(agent.hooks, Sequence):
+        raise ConfigurationError("hooks", f"must be a list of RunHook, got {agent.hooks!r}")
+    Hooks(agent.hooks)  # each a RunHook whose methods ask only for what they are given
     if not isinstance(agent.name, str) or not agent.name.strip():
         raise ConfigurationError("name", f"must be a non-empty string, got {agent.name!r}")
     if not isinstance(agent.prompt, str):

@@ -17,6 +17,7 @@ from typing_extensions import TypeVar
 from subagent._context import RunContext
 from subagent._conversation import ContextPolicy
 from subagent._correction import Correction
+from subagent._hooks import RunHook
 from subagent._limits import UsageLimits
 from subagent._parts import AgentParts, SourcedParts
 from subagent._templates import Template
@@ -70,6 +71,7 @@ class AgentDefinition(Generic[OutputT, DepsT]):
     approval: Callable[[str, Mapping[str, Any]], bool] | None = None
     correction: Correction | None = None
     allow_fail: bool | None = None
+    hooks: Sequence[RunHook] = ()
     _parts: AgentParts = field(init=False, repr=False)
     _task: Template = field(init=False, repr=False)
     # The settings every run without overrides sends (one dict, read by adapters only).

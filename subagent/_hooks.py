@@ -1,28 +1,37 @@
-"""The loop's one seam: :class:`RunHook`, and the per-method dispatch the loop reads.
+"""The loop's one seam: :class:`RunHook`, public, and the dispatch the loop reads.
 
-Extensions of a run (approval of tool calls, usage limits, ``on_state``) are hooks: each
-overrides the methods it needs, and the loop calls each method at one place of a turn::
+A run's extensions are hooks: the library's own (approval of tool calls, usage limits,
+``on_state``) and yours (``SubAgent(hooks=[...])``, ``run(hooks=[...])``). A hook overrides
+the methods it needs, and the loop calls each method at one place of a turn::
 
-    before_call()          before the model is called      -> a reason to end the run
-    after_reply(response)  when its reply is in             -> a reason to end the run
-    before_tools(batch)    before a turn's tool calls run   -> pause, or a reason to end
-    after_turn(snapshot)   after a turn that left the run going on (or paused)
-    enter_user_code()      around a tool call or validator  -> a token for leave_user_code
+    before_call(run)                      before the model is called -> a reason to end
+    after_reply(response, run)            when its reply is in       -> a reason to end
+    before_tools(batch, run)              before a turn's calls run  -> pause, or end
+    after_tools(batch, results, run)      when they ran (or were refused)
+    after_turn(turn, state, run)          after a turn that left the run going on (or paused)
+
+Each method is called with keyword arguments, and only with those its signature names (or
+all of them, given ``**kwargs``): a hook asks for what it uses, and an argument added
+later breaks no hook. ``run`` (a :class:`~subagent.RunContext`) and ``state`` (the run's
+:class:`~subagent.RunState`) are made only for a hook that asks for them.
 
 :class:`Hooks` indexes a run's hooks by the methods they override (as trio's instruments
 are), so a method no hook overrides costs the loop one truthiness test and nothing else.
-The order of a run's hooks is fixed by the agent (approval before limits: the limits count
-only the calls that will run); the loop calls them in that order.
+The order is fixed: approval, usage limits, the agent's hooks, the run's hooks, then
+``on_state``; the loop calls each method in that order.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from subagent._context import RunContext
+from subagent._errors import ConfigurationError, blame_user_code
 from subagent.llm import LLMResponse, ToolCall
-from subagent.records import Decision, RunState, ToolResult
+from subagent.records import Decision, RunState, ToolResult, Turn
 
 __all__ = ["NO_HOOKS", "Hooks", "Pause", "RunHook", "ToolBatch"]
 
@@ -70,30 +79,56 @@ class Pause:
 
 
 class RunHook:
-    """A seam of the turn loop. Override the methods you need; the others are never called.
+    """Extend a run at fixed points of its turns: override the methods you need.
 
-    One hook object serves one run (it may keep that run's books).
+    The loop calls each method with keyword arguments, only those the method names (a
+    method with ``**kwargs`` gets them all), so write ``def after_tools(self, *, results,
+    **_)`` and a later argument breaks nothing. A method the hook does not override is never
+    called and costs nothing. An exception a method raises ends the run and is raised out
+    of it as it is, with the run's turns (the one it broke included) in ``.turns``.
+
+    A hook given to the agent serves all its runs, at once: keep no one run's books in it,
+    or give each run a hook of its own with ``run(hooks=[...])``.
+
+    The arguments, by name:
+
+    - ``run``: the :class:`~subagent.RunContext` of the turn (the agent, turn number,
+      phase, usage and tool calls so far, the run's deps);
+    - ``response``: the model's :class:`~subagent.LLMResponse`;
+    - ``batch``: the turn's :class:`ToolBatch` (its calls, the ones that will run);
+    - ``results``: the :class:`~subagent.ToolResult` of each call of the batch, in order;
+    - ``turn``: the :class:`~subagent.Turn` just recorded;
+    - ``state``: the run's :class:`~subagent.RunState` after that turn (made only when
+      asked for: a state holds the whole conversation).
     """
 
     __slots__ = ()
 
-    def before_call(self) -> str | None:
-        """Before each model call: why the run must end instead (``None``: go on)."""
+    def before_call(self, *, run: RunContext[Any]) -> str | None:
+        """Before each model call: why the run must end instead (``None``: go on).
+
+        A reason ends the run ``failed(usage_limit)`` with it, before the call is sent.
+        """
         return None
 
-    def after_reply(self, response: LLMResponse) -> str | None:
+    def after_reply(self, *, response: LLMResponse, run: RunContext[Any]) -> str | None:
         """When a reply is in: why the run must end with it (``None``: judge it)."""
         return None
 
-    def before_tools(self, batch: ToolBatch) -> Pause | str | None:
+    def before_tools(self, *, batch: ToolBatch, run: RunContext[Any]) -> Pause | str | None:
         """Before a turn's calls run: pause, end the run (a reason), or go on (``None``).
 
         May change ``batch`` (an edited call in ``running``, a denied one in ``preset``).
         """
         return None
 
-    def after_turn(self, snapshot: Callable[[], RunState]) -> None:
-        """After a turn that left the run going on or paused; ``snapshot()`` is its state."""
+    def after_tools(
+        self, *, batch: ToolBatch, results: Sequence[ToolResult], run: RunContext[Any]
+    ) -> None:
+        """When a turn's calls ran: each call's result, in the batch's order."""
+
+    def after_turn(self, *, turn: Turn, state: RunState, run: RunContext[Any]) -> None:
+        """After a turn that left the run going on or paused (not after its last turn)."""
 
     def enter_user_code(self) -> Any:
         """Before a tool call or a validator runs: a token for :meth:`leave_user_code`."""
@@ -107,29 +142,110 @@ def _overrides(hook: RunHook, name: str) -> bool:
     return getattr(type(hook), name) is not getattr(RunHook, name)
 
 
-class Hooks:
-    """A run's hooks, indexed by the methods they override (each a tuple, in order)."""
+# Each seam's arguments, in the order the loop passes them. A thunk (a function of no
+# arguments) stands for ``run`` and ``state``: made only for a hook that asks for them.
+_ARGUMENTS: dict[str, tuple[str, ...]] = {
+    "before_call": ("run",),
+    "after_reply": ("response", "run"),
+    "before_tools": ("batch", "run"),
+    "after_tools": ("batch", "results", "run"),
+    "after_turn": ("turn", "state", "run"),
+}
+_MADE_WHEN_ASKED = frozenset({"run", "state"})
 
-    __slots__ = ("after_reply", "after_turn", "before_call", "before_tools", "user_code")
+
+# Per hook class and method: the arguments it names, each with its position among the
+# seam's and whether it is made when asked (signatures read once, not per run).
+_WANTED: dict[tuple[type, str], tuple[tuple[int, str, bool], ...]] = {}
+
+
+def _wanted(
+    method: Callable[..., Any], where: str, offered: tuple[str, ...]
+) -> tuple[tuple[int, str, bool], ...]:
+    """What ``method`` asks for among ``offered``: all, given ``**kwargs``.
+
+    Raises:
+        ConfigurationError: It requires an argument ``offered`` does not hold.
+    """
+    parameters = inspect.signature(method).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        names = offered
+    else:
+        named = {p.name for p in parameters}
+        names = tuple(argument for argument in offered if argument in named)
+        required = [p.name for p in parameters if p.default is inspect.Parameter.empty
+                    and p.kind is not inspect.Parameter.VAR_POSITIONAL]  # fmt: skip
+        missing = [argument for argument in required if argument not in offered]
+        if missing:
+            raise ConfigurationError(
+                "hooks", f"{where}() asks for {missing}, which it is not given (its "
+                f"arguments: {', '.join(offered)}, by keyword)"
+            )  # fmt: skip
+    return tuple((offered.index(a), a, a in _MADE_WHEN_ASKED) for a in names)
+
+
+def _caller(hook: RunHook, name: str) -> Callable[..., Any]:
+    """``hook``'s method ``name`` as the loop calls it (every argument, by position).
+
+    The method gets, by keyword, those it names.
+
+    Raises:
+        ConfigurationError: The method asks for an argument its seam does not give.
+    """
+    method = getattr(hook, name)
+    key = (type(hook), name)
+    wanted = _WANTED.get(key)
+    if wanted is None:
+        wanted = _wanted(method, f"{type(hook).__name__}.{name}", _ARGUMENTS[name])
+        if len(_WANTED) < 1024:
+            _WANTED[key] = wanted
+    where = f"the hook {type(hook).__name__}.{name}"
+
+    def call(*values: Any) -> Any:
+        kwargs = {argument: values[index]() if made else values[index]
+                  for index, argument, made in wanted}  # fmt: skip
+        try:
+            return method(**kwargs)
+        except Exception as exc:
+            raise blame_user_code(exc, where) from None
+
+    return call
+
+
+class Hooks:
+    """A run's hooks, indexed by the methods they override (each a tuple, in order).
+
+    Raises:
+        ConfigurationError: A hook is not a :class:`RunHook`, or one of its methods asks
+            for an argument its seam does not give (found when the run starts).
+    """
+
+    __slots__ = ("after_reply", "after_tools", "after_turn", "before_call", "before_tools",
+                 "user_code")  # fmt: skip
 
     def __init__(self, hooks: Sequence[RunHook] = ()):
-        def bound(name: str) -> tuple[Callable[..., Any], ...]:
-            return tuple(getattr(hook, name) for hook in hooks if _overrides(hook, name))
+        for hook in hooks:
+            if not isinstance(hook, RunHook):
+                raise ConfigurationError(
+                    "hooks", f"{hook!r} is not a RunHook (subclass subagent.RunHook)"
+                )
 
-        self.before_call: tuple[Callable[[], str | None], ...] = bound("before_call")
-        self.after_reply: tuple[Callable[[LLMResponse], str | None], ...] = bound("after_reply")
-        self.before_tools: tuple[Callable[[ToolBatch], Pause | str | None], ...] = bound(
-            "before_tools"
-        )
-        self.after_turn: tuple[Callable[[Callable[[], RunState]], None], ...] = bound("after_turn")
+        def bound(name: str) -> tuple[Callable[..., Any], ...]:
+            return tuple(_caller(hook, name) for hook in hooks if _overrides(hook, name))
+
+        self.before_call = bound("before_call")
+        self.after_reply = bound("after_reply")
+        self.before_tools = bound("before_tools")
+        self.after_tools = bound("after_tools")
+        self.after_turn = bound("after_turn")
         self.user_code: tuple[RunHook, ...] = tuple(
             hook for hook in hooks if _overrides(hook, "enter_user_code")
         )
 
     def __bool__(self) -> bool:
         return bool(
-            self.before_call or self.after_reply or self.before_tools or self.after_turn
-            or self.user_code
+            self.before_call or self.after_reply or self.before_tools or self.after_tools
+            or self.after_turn or self.user_code
         )  # fmt: skip
 
 

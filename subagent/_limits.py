@@ -270,13 +270,13 @@ class LimitsHook(RunHook):
     def __init__(self, limits: RunLimits):
         self._limits = limits
 
-    def before_call(self) -> str | None:
+    def before_call(self) -> str | None:  # type: ignore[override]
         return self._limits.before_call()
 
-    def after_reply(self, response: LLMResponse) -> str | None:
+    def after_reply(self, *, response: LLMResponse) -> str | None:  # type: ignore[override]
         return self._limits.after_reply(response.usage)
 
-    def before_tools(self, batch: ToolBatch) -> Pause | str | None:
+    def before_tools(self, *, batch: ToolBatch) -> Pause | str | None:  # type: ignore[override]
         # Denied and refused calls never run: they do not count.
         return self._limits.before_tools(batch.to_run)
 

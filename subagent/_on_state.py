@@ -25,9 +25,9 @@ class StateHook(RunHook):
     def __init__(self, on_state: Callable[[RunState], object]):
         self._on_state = on_state
 
-    def after_turn(self, snapshot: Callable[[], RunState]) -> None:
+    def after_turn(self, *, state: RunState) -> None:  # type: ignore[override]
         try:
-            returned = self._on_state(snapshot())
+            returned = self._on_state(state)
         except Exception as exc:
             blame_callback(exc, "on_state")
             raise

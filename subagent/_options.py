@@ -136,12 +136,15 @@ class ListenerOptions(TypedDict, total=False):
         on_state: Called with the run's :class:`~subagent.RunState` after each turn that
             leaves it going on or paused (to save it, and resume from it); not called, and
             nothing taken, when not given.
+        hooks: :class:`~subagent.RunHook` objects for this run, called after the agent's
+            own (docs/hooks.md).
     """
 
     tracer_provider: TracerProvider | None
     on_event: EventHandler | None
     on_text: Callable[[str], object] | None
     on_state: Callable[[RunState], object] | None
+    hooks: Sequence[RunHook] | None
 
 
 class SpendOptions(TypedDict, Generic[DepsT], total=False):
@@ -231,6 +234,8 @@ RUN_OPTION_RULES: Mapping[str, OptionRule] = MappingProxyType({
     "on_event": OptionRule(ray=_IN_WORKERS, durable=_ELSEWHERE, shapes_runs=False),
     "on_text": OptionRule(ray=_IN_WORKERS, durable=_ELSEWHERE, shapes_runs=False),
     "on_state": OptionRule(ray=_IN_WORKERS, durable=_ELSEWHERE, shapes_runs=False),
+    "hooks": OptionRule(ray=_IN_WORKERS, durable="a resumed run's hooks would be in "
+                        "another process: give them to the agent"),
     "deps": OptionRule(durable="give them to DurableAgent(deps=...): a run resumed in "
                        "another process takes that process's", shapes_runs=False),
     "usage_limits": OptionRule(),
@@ -325,7 +330,8 @@ def resolve(
         message_history=given.get("message_history"),
     )
     options.hooks = _hooks(agent._parts if parts is None else parts, options,
-                           agent.usage_limits if limits is None else limits)  # fmt: skip
+                           agent.usage_limits if limits is None else limits,
+                           (*agent.hooks, *(given.get("hooks") or ())))  # fmt: skip
     correction = given.get("correction")
     _correct(agent, options, agent.correction if correction is None else correction)
     return options
@@ -391,14 +397,23 @@ def _given_seconds(given: Mapping[str, Any], name: str, default: float | None) -
     return default if value is None else check_seconds(name, value)
 
 
-def _hooks(parts: AgentParts, options: RunOptions, limits: UsageLimits | None) -> Hooks:
-    """A run's hooks, in their fixed order: approval, usage limits, ``on_state``."""
+def _hooks(
+    parts: AgentParts, options: RunOptions, limits: UsageLimits | None, own: Sequence[RunHook]
+) -> Hooks:
+    """A run's hooks, in their fixed order.
+
+    Approval, usage limits, the agent's and the run's own (``own``), then ``on_state``.
+
+    Raises:
+        ConfigurationError: One of ``own`` is not a hook, or asks for what it is not given.
+    """
     hooks: list[RunHook] = []
     if parts.approval is not None:
         hooks.append(ApprovalHook(parts.approval, parts.templates))
     limited = limits_hook(limits, parts.name, options.llm)
     if limited is not None:
         hooks.append(limited)
+    hooks.extend(own)
     if options.on_state is not None:
         hooks.append(StateHook(options.on_state))
     return Hooks(hooks) if hooks else NO_HOOKS

@@ -231,8 +231,9 @@ class _Run:
                 raise
             self._record(observed, draft.finished(verdict, feedback_text, self.live.budget))
         if self.hooks.after_turn and self.live.budget.state not in _FINAL:
+            turn = self.live.turns[-1]
             for hook in self.hooks.after_turn:
-                hook(self.snapshot)
+                hook(turn, self.snapshot, self.run_context)
 
     def _begun(self) -> tuple[TurnDraft, LLMRequest | None, ToolBatch | None] | None:
         """The turn's draft and what it starts from; ``None`` when a hook ended the run."""
@@ -241,7 +242,7 @@ class _Run:
             draft, batch = reentered(self.live, self.parts, pending, self.decisions)
             return draft, None, batch
         for check in self.hooks.before_call:
-            reason = check()
+            reason = check(self.run_context)
             if reason is not None:
                 self._abort(Trigger.LIMIT_REACHED, reason, None)
                 return None
@@ -273,7 +274,7 @@ class _Run:
             trigger = Trigger.TIMED_OUT if exc.kind is ErrorKind.TIMEOUT else Trigger.LLM_FAILED
             return Ended(trigger, str(exc), exc.kind.value, exc.kind)
         for check in self.hooks.after_reply:
-            reason = check(response)
+            reason = check(response, self.run_context)
             if reason is not None:
                 calls = list(response.tool_calls) or None
                 return Ended(Trigger.LIMIT_REACHED, reason, "usage_limit", calls=calls)

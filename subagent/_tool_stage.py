@@ -30,7 +30,7 @@ async def run_batch(host: RunHost, response: LLMResponse, batch: ToolBatch) -> V
     """Run ``batch`` (the calls of ``response``) and judge what came of them."""
     calls = batch.calls
     for hook in host.hooks.before_tools:
-        answer = hook(batch)
+        answer = hook(batch, host.run_context)
         if isinstance(answer, Pause):
             return Paused(calls, answer.waiting)
         if answer is not None:
@@ -44,6 +44,11 @@ async def run_batch(host: RunHost, response: LLMResponse, batch: ToolBatch) -> V
     for run in done:
         if run.extras:
             host.live.extras = {**(host.live.extras or {}), **run.extras}
+    if host.hooks.after_tools:
+        host.in_flight = (batch.calls, runs)  # a hook that raises keeps the turn's results
+        for hook in host.hooks.after_tools:
+            hook(batch, results, host.run_context)
+        host.in_flight = None
     lost = next((run for run in done if run.lost is not None), None)
     if lost is not None:  # the results stay on the turn; the run ends with them
         return Ended(Trigger.SERVER_LOST, lost.lost or "", "tool_server_lost", calls=calls,

@@ -177,6 +177,7 @@ def describe(value: object, depth: int = 0) -> Any:
 # as every agent offered it before (None offers it unless the output is plain text).
 _LATER_FIELDS: dict[str, Callable[[SubAgent[Any]], bool]] = {
     "allow_fail": lambda agent: agent._parts.allow_fail,
+    "hooks": lambda agent: not agent.hooks,
 }
 
 
