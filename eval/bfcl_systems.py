@@ -49,6 +49,7 @@ from bfcl_data import Case, calls_schema, expects_no_call, functions, grade, ope
 from pydantic import BaseModel, Field, RootModel, field_validator, model_validator
 
 from subagent import Correction, SubAgent
+from subagent._templates import default_templates
 from subagent.evals import System, SystemReply, SystemRun, Variant
 
 __all__ = [
@@ -392,11 +393,15 @@ def _recording_tools(
     return tools, made
 
 
+# The calls prompt and subagent's own system prompt share their rule for calls (the
+# library's ``tool_calls_rule`` template): one source for both, so the default a tool agent
+# gets is what this prompt is measured with. The text is byte for byte the one the
+# records of ``raw-prompted`` and ``subagent-prompted-r1`` were made with.
 CALLS_PROMPT = (
     "Do what the user asks by calling the functions you are given. Your answer is the JSON "
     'list of every call the request needs, as {"name": <function name>, "arguments": '
-    "{<argument>: <value>}} objects: one call for each thing the user asks for, and no call "
-    "the request does not need; [] when none of the functions can do it."
+    f"{{<argument>: <value>}}}} objects: {default_templates().render('tool_calls_rule')}; "
+    "[] when none of the functions can do it."
 )
 
 

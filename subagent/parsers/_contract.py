@@ -133,7 +133,8 @@ class SchemaContract(OutputContract):
         return self._parser.schema
 
     def instructions(self, templates: TemplateSet) -> str:
-        return templates.render("output_json", schema=self._parser.schema_text)
+        parser = self._parser
+        return templates.render("output_json", schema=parser.schema_text, example=parser.example)
 
     def answer_format(self, templates: TemplateSet) -> str:
         return templates.render("answer_json", schema=self._parser.schema_text)

@@ -19,6 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 from subagent._errors import ConfigurationError
 from subagent._templates import TemplateSet, default_templates
 from subagent._text import fence, shorten
+from subagent.parsers._example import schema_example
 from subagent.parsers._json_extract import JSONExtraction, iter_json_candidates, object_sequence
 from subagent.parsers._result import ParseResult
 
@@ -100,6 +101,8 @@ class JSONParser(Generic[T]):
         output_type: The type replies validate to.
         schema: Its JSON schema.
         schema_text: The schema as compact JSON text.
+        example: The schema's shape with placeholders (:func:`schema_example`), shown
+            beside it in the output instructions; ``None`` when it would add nothing.
         instructions: The output instructions the runtime adds to the system prompt.
     """
 
@@ -115,10 +118,13 @@ class JSONParser(Generic[T]):
             ) from exc
         self.output_type = output_type
         self.schema_text = json.dumps(self.schema, separators=(",", ":"))
+        self.example = schema_example(self.schema)
         self._shape = {"object": "{", "array": "["}.get(str(self.schema.get("type")))
         self._names = schema_names(self.schema)  # what an error summary may name
         if instructions is None:
-            instructions = default_templates().render("output_json", schema=self.schema_text)
+            instructions = default_templates().render(
+                "output_json", schema=self.schema_text, example=self.example
+            )
         self.instructions = instructions.strip()
 
     def __call__(self, text: str, *, templates: TemplateSet | None = None) -> ParseResult:
