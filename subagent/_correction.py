@@ -34,6 +34,7 @@ __all__ = [
     "CorrectionOutput",
     "auto_output",
     "default_correction",
+    "may_give_up",
 ]
 
 CorrectionOutput = Literal["text", "json_schema", "tool", "auto"]
@@ -173,3 +174,15 @@ def default_correction(schema: Mapping[str, Any] | None) -> Correction | None:
     if not schema:
         return None
     return FINAL_UNDER_SCHEMA if schema.get("type") == "object" else CORRECTIONS_UNDER_SCHEMA
+
+
+def may_give_up(allow_fail: bool, correction: Correction | None, corrected: bool) -> bool:
+    """Whether a turn's explicit fail (``{"fail": ...}``) may end the run.
+
+    Not where the agent does not offer it (``allow_fail``), nor on a correction turn whose
+    :class:`Correction` says it may not give up (``Correction(allow_fail=False)``): there
+    the fail is fed back as an answer to correct.
+    """
+    if not allow_fail:
+        return False
+    return not (corrected and correction is not None and not correction.allow_fail)

@@ -24,6 +24,7 @@ from subagent._apply import apply, failure
 from subagent._call import call_model
 from subagent._context import RunContext
 from subagent._conversation import with_notice
+from subagent._correction import may_give_up
 from subagent._errors import ErrorKind, LLMError, SubAgentError, callback_error, user_code_error
 from subagent._feedback import must_return_warning
 from subagent._hooks import ToolBatch
@@ -34,7 +35,7 @@ from subagent._parts import AgentParts, RunOptions, Systems
 from subagent._phases import Budget, Phase, Trigger, advance
 from subagent._prepare import prepared, reentered
 from subagent._tool_stage import run_batch
-from subagent._turns import TurnDraft, interrupted
+from subagent._turns import TurnDraft, ended_by, interrupted
 from subagent._verdicts import Ended, GaveUp, Missed, Verdict
 from subagent.llm import LLMRequest, LLMResponse, Message, ToolCall
 from subagent.observe import (
@@ -81,8 +82,7 @@ def execute_run(
         decisions: For a paused state: the decision about each call that needs one.
     """
     # A plain function returning the run's coroutine: one coroutine less per run in flight.
-    run = _Run(parts, options, opening, systems or parts.systems, stop, events, state)
-    run.decisions = decisions
+    run = _Run(parts, options, opening, systems or parts.systems, stop, events, state, decisions)
     return run.execute()
 
 
@@ -99,6 +99,7 @@ class _Run:
         stop: anyio.CancelScope | None,
         events: EventQueue | None,
         state: RunState | None,
+        decisions: Mapping[str, Decision] | None,
     ):
         self.parts = parts
         self.options = options
@@ -118,7 +119,7 @@ class _Run:
             self.live = LiveRun.thaw(state)
             if self.live.pending is not None:  # the decisions are given: the turn goes on
                 advance(self.live.budget, Trigger.RESUMED)
-        self.decisions: Mapping[str, Decision] | None = None
+        self.decisions = decisions
         self.observer = observer_for_run(
             parts.name, options.llm, options.tracer_provider, options.on_event, options.on_text,
             events, parts.toolbox.tools,
@@ -193,8 +194,7 @@ class _Run:
             live.failure = failure(live, message, error_kind)
         last = live.turns[-1] if live.turns else None
         if last is not None and last.error_type == "cancelled":
-            update = {"error": message, "phase_after": Phase.FAILED.value}
-            live.turns[-1] = last.model_copy(update=update)
+            live.turns[-1] = ended_by(last, message)
 
     # --- one turn, in stages ---
 
@@ -282,11 +282,9 @@ class _Run:
         read = await judge_reply(self, response, draft.start.index)
         if isinstance(read, ToolBatch):
             return await run_batch(self, response, read)
-        correction = options.correction
-        refuse_fail = not self.parts.allow_fail or (
-            draft.corrected and correction is not None and not correction.allow_fail
-        )
-        if isinstance(read, GaveUp) and refuse_fail:
+        if isinstance(read, GaveUp) and not may_give_up(
+            self.parts.allow_fail, options.correction, draft.corrected
+        ):
             # The turn must answer: giving up is fed back as an answer to correct.
             refused = self.parts.templates.render("fail_not_allowed", reason=read.error)
             return Missed(refused, "explicit_fail_refused")

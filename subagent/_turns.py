@@ -24,7 +24,7 @@ from subagent.observe import TurnStart
 from subagent.records import Decision, ToolResult, Turn, TurnOutcome, TurnType, trusted
 from subagent.tools import ToolRun
 
-__all__ = ["CUT_SHORT", "NO_RETRIES", "TurnDraft", "interrupted", "said"]
+__all__ = ["CUT_SHORT", "NO_RETRIES", "TurnDraft", "ended_by", "interrupted", "said"]
 
 CUT_SHORT = "cancelled before the turn completed"
 NO_RETRIES: list[TransportRetry] = []  # shared while a turn has none; never appended to
@@ -161,6 +161,15 @@ class TurnDraft:
             turn.outcome is TurnOutcome.ERROR and said(turn.reply, turn.tool_calls) == reply
             for turn in self.earlier
         )
+
+
+def ended_by(turn: Turn, message: str) -> Turn:
+    """``turn``, cut short by a cancellation, as the run it ended records it.
+
+    What ended the run from outside its turns (a mission timeout, a stop) is the turn's
+    error, and the run failed after it.
+    """
+    return turn.model_copy(update={"error": message, "phase_after": Phase.FAILED.value})
 
 
 def said(text: str, calls: Sequence[ToolCall]) -> str:
