@@ -37,12 +37,14 @@ from subagent.evals import (
     Dataset,
     EqualsExpected,
     FieldsMatch,
+    Judge,
     JudgeContext,
     Report,
     System,
     SystemReply,
     SystemRun,
     Variant,
+    Verdict,
     grid,
     judge,
 )
@@ -1115,3 +1117,26 @@ async def test_a_record_with_a_count_no_run_made_is_refused_naming_file_and_line
     with pytest.raises(ConfigurationError, match=r"records\.jsonl:2: not an evaluation") as e:
         Report.read(out)
     assert named in str(e.value)
+
+
+class Hangs(Judge):
+    """A judge whose verdict never comes (its service never answers)."""
+
+    name = "hangs"
+    timeout = 0.05
+
+    async def judge(self, ctx: JudgeContext[Any]) -> Verdict:
+        await anyio.Event().wait()
+        raise AssertionError("never reached")
+
+
+async def test_a_judge_that_hangs_is_an_error_after_its_timeout_and_the_evaluation_goes_on(
+    tmp_path: Path,
+) -> None:
+    dataset = Dataset(sums(3).cases, [Hangs(), EqualsExpected()], name="sums")
+    report = await dataset.evaluate(adder, llm=CoinModel(first=1.0), out=tmp_path / "r.jsonl")
+    assert report.variant("default").runs == 3
+    records = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    hung = [v for record in records for v in record["verdicts"] if v["judge"] == "hangs"]
+    assert [v["error"] for v in hung] == ["timed out after 0.05 s"] * 3
+    assert all(not v["passed"] for v in hung)

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Generic
 
+import anyio
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 from typing_extensions import TypeVar
@@ -96,6 +97,10 @@ class JudgeContext(Generic[OutputT]):
         return self.case.expected
 
 
+JUDGE_TIMEOUT: Final = 300.0
+"""Seconds a judge's verdict on one run may take by default (an LLM judge's call included)."""
+
+
 class Judge:
     """The base of judges: a name, and :meth:`judge` deciding about one run.
 
@@ -105,6 +110,10 @@ class Judge:
 
     name: str = "judge"
     """What records, reports and traces call the judge's verdicts."""
+
+    timeout: float | None = JUDGE_TIMEOUT
+    """Seconds one verdict may take; past them the verdict is an error of the judge's
+    (``timed out after N s``) and the evaluation goes on. ``None``: no limit."""
 
     def spec(self) -> str | dict[str, Any] | None:
         """How a dataset file names the judge.
@@ -501,15 +510,21 @@ class VerdictRecord:
 async def run_judges(judges: Sequence[Judge], ctx: JudgeContext[Any]) -> list[VerdictRecord]:
     """Every judge's verdict on one run, in order; a judge that raises is an error of its own.
 
-    Cancellation is never swallowed.
+    So is one that takes longer than its ``timeout`` (:data:`JUDGE_TIMEOUT` by default): a
+    judge that hangs does not stall the evaluation. Cancellation is never swallowed.
     """
     records: list[VerdictRecord] = []
     for one in judges:
+        limit = getattr(one, "timeout", JUDGE_TIMEOUT)
         try:
-            verdict = _verdict_from(await one.judge(ctx), one.name)
+            with anyio.move_on_after(limit) as waited:  # only its own deadline is caught
+                verdict = _verdict_from(await one.judge(ctx), one.name)
         except Exception as exc:
             error = shorten(" ".join(f"{type(exc).__name__}: {exc}".split()), REASON_LIMIT)
             records.append(VerdictRecord(one.name, False, error=error))
+            continue
+        if waited.cancelled_caught:
+            records.append(VerdictRecord(one.name, False, error=f"timed out after {limit:g} s"))
             continue
         reason = None if verdict.reason is None else shorten(verdict.reason, REASON_LIMIT)
         records.append(VerdictRecord(one.name, verdict.passed, reason, verdict.score))
