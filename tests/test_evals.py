@@ -358,10 +358,11 @@ async def test_an_agent_is_a_judge_with_a_typed_verdict() -> None:
         prompt="Is {{output}} the sum asked in {{input}}? Expected: {{expected}}",
     )
 
-    def referee_reply(request: LLMRequest) -> str:
+    def referee_reply(request: LLMRequest) -> LLMResponse:
         task = str(request.messages[1].content)
         right = '"value": 5' in task.split("Is ", 1)[1].split(" the sum", 1)[0]
-        return json.dumps({"passed": right, "reason": "checked the sum"})
+        return LLMResponse(text=json.dumps({"passed": right, "reason": "checked the sum"}),
+                           usage=Usage(input_tokens=90, output_tokens=10))  # fmt: skip
 
     judge_model = ScriptedLLM([referee_reply] * 2)
     dataset = Dataset(
@@ -374,6 +375,9 @@ async def test_an_agent_is_a_judge_with_a_typed_verdict() -> None:
     report = await dataset.evaluate(adder, llm=CoinModel(first=1.0), concurrency=1)
     assert {c.case: c.correct["default"] for c in report.cases()} == {"right": True, "wrong": False}
     assert "Expected:\n" in str(judge_model.requests[0].messages[1].content)  # none expected
+    # what judging itself cost: 2 verdicts of 100 tokens each, in the report
+    assert report.variant("default").judges["referee"].tokens == 200
+    assert "| default | referee | 2 | 1 (50%) | - | 200 |" in report.to_markdown()
 
 
 async def test_a_judging_agent_that_fails_is_an_error_of_the_judge() -> None:

@@ -64,11 +64,14 @@ class Verdict:
             content is captured, as it may quote the output).
         score: A grade between 0 and 1, when the judge gives one (``FieldsMatch``: the
             share of fields that match).
+        tokens: The tokens the judge itself spent deciding (an LLM judge's run), for the
+            report's cost of judging; ``None`` for a judge that calls no model.
     """
 
     passed: bool
     reason: str | None = None
     score: float | None = None
+    tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,8 +437,10 @@ class AgentJudge(Judge):
                 f"the judging agent's output has no bool 'passed' field: {verdict!r:.80}"
             )
         score = getattr(verdict, "score", None)
+        spent = step.usage.total
         return Verdict(passed, getattr(verdict, "reason", None),
-                       float(score) if isinstance(score, int | float) else None)  # fmt: skip
+                       float(score) if isinstance(score, int | float) else None,
+                       tokens=spent.input_tokens + spent.output_tokens)  # fmt: skip
 
 
 BUILT_IN_JUDGES: Mapping[str, Callable[..., Judge]] = {
@@ -493,6 +498,7 @@ class VerdictRecord:
         reason: Its reason.
         score: Its score.
         error: What it raised (``Type: message``), when it did: an error of the judge.
+        tokens: The tokens the judge spent (an LLM judge), when it says.
     """
 
     judge: str
@@ -500,11 +506,15 @@ class VerdictRecord:
     reason: str | None = None
     score: float | None = None
     error: str | None = None
+    tokens: int | None = None
 
     def to_data(self) -> dict[str, Any]:
-        """The record's JSON form."""
-        return {"judge": self.judge, "passed": self.passed, "reason": self.reason,
+        """The record's JSON form (``tokens`` only where the judge spent some)."""
+        data = {"judge": self.judge, "passed": self.passed, "reason": self.reason,
                 "score": self.score, "error": self.error}  # fmt: skip
+        if self.tokens is not None:
+            data["tokens"] = self.tokens
+        return data
 
 
 async def run_judges(judges: Sequence[Judge], ctx: JudgeContext[Any]) -> list[VerdictRecord]:
@@ -527,5 +537,6 @@ async def run_judges(judges: Sequence[Judge], ctx: JudgeContext[Any]) -> list[Ve
             records.append(VerdictRecord(one.name, False, error=f"timed out after {limit:g} s"))
             continue
         reason = None if verdict.reason is None else shorten(verdict.reason, REASON_LIMIT)
-        records.append(VerdictRecord(one.name, verdict.passed, reason, verdict.score))
+        records.append(VerdictRecord(one.name, verdict.passed, reason, verdict.score,
+                                     tokens=verdict.tokens))  # fmt: skip
     return records

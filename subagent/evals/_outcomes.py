@@ -67,7 +67,8 @@ class Outcome:
         stop_reasons: How many of its replies ended for each stop reason.
         error: What went wrong, for a run that raised (failure ``error``) or failed at the
             transport (``llm_error``): the failure's message, shortened.
-        judged: Each judge's verdict on it: ``(judge, passed, score)`` (none for a run
+        judged: Each judge's verdict on it: ``(judge, passed, score, tokens the judge
+            spent)`` (none for a run
             that failed: judges see valid outputs only).
     """
 
@@ -92,7 +93,7 @@ class Outcome:
     tags: tuple[str, ...] = ()
     stop_reasons: tuple[tuple[str, int], ...] = ()
     error: str | None = None
-    judged: tuple[tuple[str, bool, float | None], ...] = ()
+    judged: tuple[tuple[str, bool, float | None, int], ...] = ()
 
     @property
     def crashed(self) -> bool:
@@ -154,13 +155,15 @@ agent, a tool, a validator), or its model could not be reached."""
 _ERROR_CHARS: Final = 200
 
 
-def _judged(verdict: Mapping[str, Any]) -> tuple[str, bool, float | None]:
-    """A recorded verdict as an outcome keeps it: (judge, passed, score)."""
+def _judged(verdict: Mapping[str, Any]) -> tuple[str, bool, float | None, int]:
+    """A recorded verdict as an outcome keeps it: (judge, passed, score, tokens spent)."""
     score = verdict.get("score")
+    tokens = verdict.get("tokens")
     return (
         str(verdict.get("judge")),
         bool(verdict.get("passed")),
         float(score) if isinstance(score, int | float) else None,
+        tokens if type(tokens) is int and tokens > 0 else 0,
     )
 
 

@@ -55,26 +55,29 @@ class JudgeResult(BaseModel):
         passed: Runs it passed.
         pass_rate: ``passed / judged`` (``None`` when it judged none).
         mean_score: Its mean score, where it gives scores (``FieldsMatch``, an LLM judge).
+        tokens: The tokens it spent judging (an LLM judge: what judging itself cost).
     """
 
     judged: int = 0
     passed: int = 0
     pass_rate: float | None = None
     mean_score: float | None = None
+    tokens: int = 0
 
 
 def _judge_results(outcomes: Sequence[Outcome]) -> dict[str, JudgeResult]:
-    verdicts: dict[str, list[tuple[bool, float | None]]] = {}
+    verdicts: dict[str, list[tuple[bool, float | None, int]]] = {}
     for outcome in outcomes:
-        for judge, passed, score in outcome.judged:
-            verdicts.setdefault(judge, []).append((passed, score))
+        for judge, passed, score, tokens in outcome.judged:
+            verdicts.setdefault(judge, []).append((passed, score, tokens))
     results = {}
     for judge, given in verdicts.items():
-        count = sum(ok for ok, _ in given)
-        scores = [s for _, s in given if s is not None]
+        count = sum(ok for ok, _, _ in given)
+        scores = [s for _, s, _ in given if s is not None]
         results[judge] = JudgeResult(
             judged=len(given), passed=count, pass_rate=count / len(given),
             mean_score=sum(scores) / len(scores) if scores else None,
+            tokens=sum(t for _, _, t in given),
         )  # fmt: skip
     return results
 
@@ -423,15 +426,16 @@ class Report:
         """A row per variant and judge: what each judge passed of the valid runs."""
         rows = [
             f"| {v.variant} | {judge} | {result.judged} | {result.passed} ({result.pass_rate:.0%}) "
-            f"| {'-' if result.mean_score is None else f'{result.mean_score:.3g}'} |"
+            f"| {'-' if result.mean_score is None else f'{result.mean_score:.3g}'} "
+            f"| {f'{result.tokens:,}' if result.tokens else '-'} |"
             for v in self.variants
             for judge, result in v.judges.items()
             if result.pass_rate is not None
         ]
         if not rows:
             return []
-        return ["| variant | judge | judged (valid runs) | passed | mean score |",
-                "| --- | --- | --- | --- | --- |", *rows, ""]  # fmt: skip
+        return ["| variant | judge | judged (valid runs) | passed | mean score | judge's tokens |",
+                "| --- | --- | --- | --- | --- | --- |", *rows, ""]  # fmt: skip
 
     def _all_wrong(self) -> list[str]:
         """The cases no variant got right (what a better setting alone will not fix)."""
