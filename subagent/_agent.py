@@ -8,9 +8,10 @@ resolves the run's options once (``_options``) and hands them to the turn loop
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -23,6 +24,7 @@ from subagent._as_tool import PASS_DOWN, agent_tool
 from subagent._build import build, check_llm, run_parts
 from subagent._claims import StateClaims
 from subagent._definition import AgentDefinition
+from subagent._errors import ConfigurationError
 from subagent._handle import AgentRun
 from subagent._options import (
     ResumeArguments,
@@ -34,12 +36,12 @@ from subagent._options import (
     rendered_task,
     resolve,
 )
-from subagent._override import override_llm
+from subagent._override import NOT_GIVEN, Override, active_override, overriding
 from subagent._resume import checked_resume
 from subagent._run import execute_run
 from subagent.llm import LLM
 from subagent.records import Decision, RunState, Step
-from subagent.tools import Tool
+from subagent.tools import Tool, ToolSource
 
 __all__ = ["RunArguments", "SubAgent"]
 
@@ -182,6 +184,9 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
                 ``must_return``, where tools are never offered (once per agent).
         """
         check_option_names("SubAgent.run()", options)
+        made_by = self._runs_as()
+        if made_by is not self:  # inside override(tools=..., instructions=...)
+            return await made_by.run(context, **options)
         parts = run_parts(self)
         resolved = resolve(self, options, parts)
         self._warn_if_tools_unused(resolved.max_turns, stacklevel=2)
@@ -333,6 +338,9 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
     def _handle(
         self, context: Context, options: Mapping[str, Any], *, stream: bool
     ) -> AgentRun[OutputT]:
+        made_by = self._runs_as()
+        if made_by is not self:  # inside override(tools=..., instructions=...)
+            return made_by._handle(context, options, stream=stream)
         parts = run_parts(self)
         resolved = resolve(self, options, parts)
         # stacklevel 3: the line that called start() / stream()
@@ -374,22 +382,54 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
             )
         return anyio.run(functools.partial(self.run, context, **options), backend=backend)
 
-    def override(self, *, llm: LLM | str) -> contextlib.AbstractContextManager[None]:
-        """Run this agent on ``llm`` inside a ``with`` block, whatever its runs ask for.
+    def override(
+        self,
+        *,
+        llm: LLM | str | None = None,
+        deps: Any = NOT_GIVEN,
+        tools: Sequence[Tool | Callable[..., Any] | ToolSource] | None = None,
+        instructions: Any = NOT_GIVEN,
+    ) -> contextlib.AbstractContextManager[None]:
+        """Run this agent with another model, deps, tools or instructions inside a ``with``.
 
         For tests of code that runs its own agents: every run of this agent started in the
-        block (in the tasks it starts, and as a tool of another agent's run) uses ``llm``,
-        instead of the agent's model or a ``llm=`` given to ``run()``. Runs outside the
-        block, concurrent tests included, are not affected.
+        block (in the tasks it starts, and as a tool of another agent's run) gets what is
+        given here, instead of the agent's own or what ``run()`` is given (``llm=``,
+        ``deps=``). Runs outside the block, concurrent tests included, are not affected.
+        What is not given stays as the agent has it.
 
         Args:
             llm: The model: a test model (``TestLLM``, ``ScriptedLLM``...), any LLM, or a
                 spec string.
+            deps: The deps its runs get (``None`` is a value: no deps).
+            tools: Its tools instead of its own (fakes of the real ones).
+            instructions: Its ``instructions`` instead of its own (``None``: none).
 
         Raises:
-            ConfigurationError: ``llm`` is not a model.
+            ConfigurationError: Nothing to override, ``llm`` is not a model, or the tools or
+                instructions are invalid (the agent they make is checked here).
         """
-        return override_llm(self, check_llm(llm))
+        model = None if llm is None else check_llm(llm)
+        runs_as = None
+        if tools is not None or instructions is not NOT_GIVEN:
+            changes: dict[str, Any] = {}
+            if tools is not None:
+                changes["tools"] = tools
+            if instructions is not NOT_GIVEN:
+                changes["instructions"] = instructions
+            runs_as = dataclasses.replace(self, **changes)
+        if model is None and deps is NOT_GIVEN and runs_as is None:
+            raise ConfigurationError(
+                "override", "give what to replace: llm=, deps=, tools= or instructions="
+            )
+        return overriding(Override(self, model, deps, runs_as))
+
+    def _runs_as(self) -> SubAgent[OutputT, DepsT]:
+        """The agent a run of this one is made by now (another inside an override)."""
+        override = active_override(self)
+        if override is None or override.runs_as is None or override.runs_as is self:
+            return self
+        return cast("SubAgent[OutputT, DepsT]", override.runs_as)
 
     def as_tool(
         self,

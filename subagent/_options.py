@@ -40,7 +40,7 @@ from subagent._hooks import NO_HOOKS, Hooks, RunHook
 from subagent._limits import UsageLimits, limits_hook
 from subagent._nesting import current_depth, current_run_model
 from subagent._on_state import StateHook
-from subagent._override import overridden_llm
+from subagent._override import NOT_GIVEN, active_override
 from subagent._parts import AgentParts, RunOptions, Systems
 from subagent.llm import LLM, Message, OutputRequest, RetryPolicy, messages_from
 from subagent.observe import EventHandler, check_callback
@@ -290,10 +290,13 @@ def resolve(
         ConfigurationError: An option is invalid (nothing was sent to the model).
     """
     parent_llm, parent_provider = current_run_model()
+    override = active_override(agent)
+    if override is not None and override.deps is not NOT_GIVEN:
+        given = {**given, "deps": override.deps}
     # The agent's own model was checked when it was built (a spec string is an LLMSpec).
     model = (
-        overridden_llm(agent) or check_llm(given.get("llm")) or cast(LLM | None, agent.llm)
-        or parent_llm
+        (override.llm if override is not None else None) or check_llm(given.get("llm"))
+        or cast(LLM | None, agent.llm) or parent_llm
     )  # fmt: skip
     if model is None:
         raise ConfigurationError(

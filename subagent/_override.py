@@ -1,10 +1,12 @@
-"""``agent.override(llm=...)``: an agent's model replaced inside a ``with`` block (for tests).
+"""``agent.override(...)``: an agent's model, deps, tools or instructions, replaced.
+
+Inside a ``with`` block, for tests.
 
 The replacement lives in a context variable: it reaches every run of that agent started in
 the block, in the tasks the block starts and in the runs those runs start (an agent called
 as a tool of another), and nothing outside it, so two tests running at once each keep
-their own. Inside the block it wins over the model the agent was built with and over a
-``llm=`` given to the run.
+their own. Inside the block it wins over what the agent was built with and over what a run
+is given (``llm=``, ``deps=``).
 """
 
 from __future__ import annotations
@@ -12,36 +14,51 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
 
-from subagent._errors import ConfigurationError
 from subagent.llm import LLM
 
-__all__ = ["overridden_llm", "override_llm"]
+__all__ = ["Override", "active_override", "overriding"]
 
-# (agent, model) pairs, innermost block first; agents compared by identity.
-_OVERRIDES: ContextVar[tuple[tuple[object, LLM], ...]] = ContextVar(
-    "subagent_llm_overrides", default=()
-)
+NOT_GIVEN: Any = object()
+"""An override that leaves its part as the agent has it."""
 
 
-def overridden_llm(agent: object) -> LLM | None:
-    """The model ``agent`` runs on in this context instead of its own, if any."""
-    for owner, llm in _OVERRIDES.get():
-        if owner is agent:
-            return llm
+@dataclass(frozen=True, slots=True)
+class Override:
+    """What a block replaces for one agent.
+
+    Attributes:
+        agent: The agent whose runs it changes (compared by identity).
+        llm: The model its runs call, or ``None``.
+        deps: The deps its runs get, or :data:`NOT_GIVEN`.
+        runs_as: The agent its runs are made by instead (its tools or instructions
+            replaced), or ``None``.
+    """
+
+    agent: object
+    llm: LLM | None = None
+    deps: Any = NOT_GIVEN
+    runs_as: object | None = None
+
+
+# Innermost block first.
+_OVERRIDES: ContextVar[tuple[Override, ...]] = ContextVar("subagent_overrides", default=())
+
+
+def active_override(agent: object) -> Override | None:
+    """The innermost override of ``agent`` (or of the agent it runs as) in this context."""
+    for override in _OVERRIDES.get():
+        if override.agent is agent or override.runs_as is agent:
+            return override
     return None
 
 
 @contextmanager
-def override_llm(agent: object, llm: LLM | None) -> Iterator[None]:
-    """Run ``agent`` on ``llm`` inside the block.
-
-    Raises:
-        ConfigurationError: ``llm`` is ``None``.
-    """
-    if llm is None:
-        raise ConfigurationError("llm", "override() needs the model to run the agent on")
-    token = _OVERRIDES.set(((agent, llm), *_OVERRIDES.get()))
+def overriding(override: Override) -> Iterator[None]:
+    """Apply ``override`` inside the block."""
+    token = _OVERRIDES.set((override, *_OVERRIDES.get()))
     try:
         yield
     finally:

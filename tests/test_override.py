@@ -1,4 +1,5 @@
-"""agent.override(llm=...) (subagent/_override.py): an agent's model replaced in a block."""
+"""agent.override(...) (subagent/_override.py): an agent's model, deps, tools or
+instructions replaced in a block."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ from support import Answer
 
 from subagent import (
     ConfigurationError,
+    LLMResponse,
     RetryPolicy,
+    RunContext,
     RunEnded,
     ScriptedLLM,
     SubAgent,
     TestLLM,
+    Tool,
+    ToolCall,
     run_many,
 )
 
@@ -100,3 +105,68 @@ async def test_concurrent_overrides_of_one_agent_do_not_leak_into_each_other() -
 def test_an_override_with_something_else_than_a_model_is_refused(llm: object, message: str) -> None:
     with pytest.raises(ConfigurationError, match=rf"^llm: .*{message}"):
         APP_AGENT.override(llm=llm)  # type: ignore[arg-type]
+
+
+# --- deps, tools and instructions ---
+
+
+class Db:
+    def __init__(self, rows: dict[str, int]) -> None:
+        self.rows = rows
+
+
+def count(ctx: RunContext[Db], table: str) -> int:
+    """Rows of a table."""
+    return ctx.deps.rows[table]
+
+
+def fake_count(table: str) -> int:
+    """Rows of a table (a fake)."""
+    return 7
+
+
+COUNTER = SubAgent(name="counter", prompt="Rows of {{table}}?", output=Answer, max_turns=2,
+                   tools=[Tool(count, run_in_thread=False)], deps_type=Db)  # fmt: skip
+
+
+def counts_then_answers() -> ScriptedLLM:
+    return ScriptedLLM([
+        LLMResponse(tool_calls=[ToolCall(id="c", name="count", arguments={"table": "t"})]),
+        lambda request: '{"value": 7}' if any("\n7\n" in str(m.content)
+                                               for m in request.messages) else '{"value": 1}',
+    ])  # fmt: skip
+
+
+async def test_deps_given_to_the_override_win_over_the_runs_inside_the_block_only() -> None:
+    real, test = Db({"t": 1}), Db({"t": 7})
+    with COUNTER.override(llm=counts_then_answers(), deps=test):
+        inside = await COUNTER.run({"table": "t"}, deps=real)
+    assert inside.output == Answer(value=7)
+    outside = await COUNTER.run({"table": "t"}, deps=real, llm=counts_then_answers())
+    assert outside.output == Answer(value=1)
+
+
+async def test_tools_given_to_the_override_replace_the_agents_for_new_runs_in_the_block() -> None:
+    fake = Tool(fake_count, name="count", run_in_thread=False)
+    llm = counts_then_answers()
+    with COUNTER.override(tools=[fake]):
+        step = await COUNTER.run({"table": "t"}, deps=Db({"t": 1}), llm=llm)
+        handled = await COUNTER.start({"table": "t"}, deps=Db({"t": 1}),
+                                      llm=counts_then_answers()).execute()  # fmt: skip
+    assert step.output == Answer(value=7) and handled.output == Answer(value=7)
+    assert llm.requests[0].tools[0].description == "Rows of a table (a fake)."
+    outside = await COUNTER.run({"table": "t"}, deps=Db({"t": 1}), llm=counts_then_answers())
+    assert outside.output == Answer(value=1)
+
+
+async def test_instructions_given_to_the_override_reach_the_system_prompt() -> None:
+    llm = ScriptedLLM(['{"value": 2}'])
+    with APP_AGENT.override(llm=llm, instructions="Answer in one word."):
+        await app_code("1+1")
+    assert str(llm.requests[0].messages[0].content).endswith("Answer in one word.")
+
+
+def test_an_override_of_nothing_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="give what to replace") as refused:
+        APP_AGENT.override()
+    assert refused.value.field == "override"
