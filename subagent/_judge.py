@@ -86,6 +86,8 @@ def _with_ids(calls: Sequence[ToolCall], index: int) -> list[ToolCall]:
     after reads these ids (results, decisions, a paused state), so a pause can always be
     answered call by call.
     """
+    if len(calls) == 1 and calls[0].id:
+        return list(calls)  # the commonest case: one call, with its id
     ids = [call.id for call in calls]
     if all(ids) and len(set(ids)) == len(ids):
         return list(calls)  # the common case: no call copied

@@ -332,9 +332,12 @@ def resolve(
         on_state=given.get("on_state"),
         message_history=given.get("message_history"),
     )
+    own: Sequence[RunHook] = agent.hooks
+    extra = given.get("hooks")
+    if extra:
+        own = (*own, *extra)
     options.hooks = _hooks(agent._parts if parts is None else parts, options,
-                           agent.usage_limits if limits is None else limits,
-                           (*agent.hooks, *(given.get("hooks") or ())))  # fmt: skip
+                           agent.usage_limits if limits is None else limits, own)  # fmt: skip
     correction = given.get("correction")
     _correct(agent, options, agent.correction if correction is None else correction)
     return options
