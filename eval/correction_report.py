@@ -438,14 +438,44 @@ def _correct_by_case(path: Path, variant: str) -> dict[str, tuple[bool, str]]:
 
 def defaults_table() -> str:
     """Today's defaults against the ones before, case for case, by category."""
+    return _before_after(DEFAULTS_ROWS, "before: as the work turns | after: the default")
+
+
+PROMPTS_ROWS = (
+    ("typed tasks (before: the default correction, the schema alone)",
+     "corrections/{model}/defaults-schema-only", "defaults", "corrections/{model}/defaults",
+     "defaults"),
+    ("BFCL, the tool agent (before: 0cd476b)", "{fixed}/subagent-tools-r1@template",
+     "subagent-tools-r1@template", "{fixed_after}/subagent-tools-r1@template",
+     "subagent-tools-r1@template"),
+    ("BFCL held out, the tool agent (before: 0cd476b)", "{held_out}/subagent-tools-r1@template",
+     "subagent-tools-r1@template", "{held_out}-prompts/subagent-tools-r1@template",
+     "subagent-tools-r1@template"),
+)  # fmt: skip
+"""The default prompts' before and after (the tool rule shared with the calls prompt, the
+output's shape beside its schema): (what, before's records, variant, after's, variant).
+Typed tasks: ``eval/typed_defaults.py`` before and after the prompts; BFCL: the tool agent
+with no prompt of its own at 0cd476b and with today's library, on the cases both ran."""
+
+FIXED = {
+    "qwen": ("bfcl-tools-before", "bfcl-tools-prompts"),
+    "qwen1.5b": ("bfcl-qwen1.5b", "bfcl-qwen1.5b-tools-prompts"),
+}
+"""Each model's fixed-sample records of the tool agent: before (0cd476b), after."""
+
+
+def _before_after(rows: Sequence[tuple[str, str, str, str, str]], header: str) -> str:
+    """One line per model and row: the cases both records hold, compared case for case."""
     lines = [
-        "| model | cases | before: as the work turns | after: the default | only before | "
-        "only after | p | by category (before -> after) |",
+        f"| model | cases | {header} | only before | only after | p | by category "
+        "(before -> after) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for model, label in MODELS.items():
-        for what, before_file, before, after_file, after in DEFAULTS_ROWS:
-            names = {"model": model, "held_out": HELD_OUT[model]}
+        for what, before_file, before, after_file, after in rows:
+            fixed, fixed_after = FIXED[model]
+            names = {"model": model, "held_out": HELD_OUT[model], "fixed": fixed,
+                     "fixed_after": fixed_after}  # fmt: skip
             paths = (
                 RESULTS.parent / f"{before_file.format(**names)}.jsonl",
                 RESULTS.parent / f"{after_file.format(**names)}.jsonl",
@@ -472,6 +502,11 @@ def defaults_table() -> str:
                 f"| {mcnemar(only_old, only_new):.3g} | {shown} |"
             )
     return "\n".join(lines)
+
+
+def prompts_table() -> str:
+    """The default prompts against the ones before, case for case, by category."""
+    return _before_after(PROMPTS_ROWS, "before | after: the default prompts")
 
 
 CHAT = RESULTS.parent / "chat"
@@ -509,6 +544,7 @@ def tables() -> dict[str, str]:
     """Every table of the study, by the name of the page's markers around it."""
     return {
         "defaults": defaults_table(),
+        "prompts": prompts_table(),
         "chat": chat_table(),
         "tasks": table(),
         "bfcl": bfcl_table(),

@@ -269,7 +269,7 @@ def fingerprint(agent: AgentDefinition[Any, Any]) -> dict[str, str]:
     if agent.output is None or agent.output is str:
         output = "text"
     elif is_type_form(agent.output):
-        output = parts.contract.instructions(parts.templates)
+        output = parts.contract.identity(parts.templates)
     else:
         output = _qualified(agent.output)
     tools = [

@@ -40,7 +40,16 @@ from bfcl_report import (
     section,
     update_page,
 )
-from bfcl_systems import Calls, Server, chosen_calls, oracle_feedback, run_raw, system_named
+from bfcl_systems import (
+    CALLS_PROMPT,
+    Calls,
+    Server,
+    ToolsAgent,
+    chosen_calls,
+    oracle_feedback,
+    run_raw,
+    system_named,
+)
 from convert_records import convert_folder
 from openai_server import Reply, completion, running_server
 from run_bfcl import client_for, count_records, main, pending, record_path, run_cases
@@ -746,3 +755,33 @@ def test_the_runner_converts_old_records_before_resuming_from_them(tmp_path: Pat
               "--offset", "3", "--cases", "2", "--results", str(tmp_path)])  # fmt: skip
         assert len(server.requests) == 1  # only the case the old records lacked
     assert [r["case"] for r in read_records(path)] == [first.name, second.name]
+
+
+def test_the_calls_prompt_is_the_one_its_records_were_made_with_its_rule_the_librarys() -> None:
+    # The rule for calls is the library's (prompts/tool_calls_rule.mustache): one source for
+    # subagent's system prompt and this prompt, whose text raw-prompted's and
+    # subagent-prompted-r1's records were made with, byte for byte.
+    assert CALLS_PROMPT == (
+        "Do what the user asks by calling the functions you are given. Your answer is the "
+        'JSON list of every call the request needs, as {"name": <function name>, '
+        '"arguments": {<argument>: <value>}} objects: one call for each thing the user asks '
+        "for, and no call the request does not need; [] when none of the functions can do it."
+    )
+
+
+async def test_the_tool_agents_system_prompt_has_the_rule_and_the_calls_shape() -> None:
+    from subagent import FunctionLLM, LLMRequest, LLMResponse
+
+    case = load_cases("parallel", 1)[0]
+    seen: list[LLMRequest] = []
+
+    def reply(request: LLMRequest) -> LLMResponse:
+        seen.append(request)
+        return LLMResponse(text="[]")
+
+    await ToolsAgent()(case).run(messages=case.messages, llm=FunctionLLM(reply), max_turns=2)
+    system = seen[0].messages[0].content
+    assert "Make one call for each thing the user asks for, and no call the request does " \
+        "not need." in system  # fmt: skip
+    assert 'Shaped like this, each <...> replaced by its value as JSON: [{"name": <name>, ' \
+        '"arguments": {...}}]' in system  # fmt: skip

@@ -86,12 +86,24 @@ def test_validation_is_json_mode() -> None:
     assert json_parser(tuple[int, bytes])('[1, "x"]').data == (1, b"x")
 
 
-def test_instructions_show_the_json_schema() -> None:
+def test_instructions_show_the_json_schema_and_its_shape() -> None:
     parser = json_parser(Order)
     schema = json.dumps(TypeAdapter(Order).json_schema(), separators=(",", ":"))
     assert parser.schema_text == schema
-    assert parser.instructions == default_templates().render("output_json", schema=schema).strip()
+    assert parser.instructions == default_templates().render(
+        "output_json", schema=schema, example=parser.example
+    )
+    assert parser.instructions.splitlines()[1] == schema
+    assert parser.instructions.splitlines()[2] == (
+        f"Shaped like this, each <...> replaced by its value as JSON: {parser.example}"
+    )
     assert json_parser(Order, instructions="Reply in JSON.").instructions == "Reply in JSON."
+
+
+def test_a_scalar_output_is_shown_its_schema_alone() -> None:
+    parser = json_parser(int)
+    assert parser.example is None
+    assert "Shaped like this" not in parser.instructions
 
 
 def test_missing_json_gets_the_not_found_feedback() -> None:

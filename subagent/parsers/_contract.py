@@ -75,6 +75,14 @@ class OutputContract:
         """What the system prompt says about the expected output (the whole reply)."""
         raise NotImplementedError
 
+    def identity(self, templates: TemplateSet) -> str:
+        """What a resumed run's agent must say of the output as the saving one did.
+
+        The instructions, less what only helps the model read them (a schema's shape):
+        a paused run saved before that help was added resumes after.
+        """
+        return self.instructions(templates)
+
     def answer_format(self, templates: TemplateSet) -> str:
         """What the answer itself must be, for protocols that frame it (``Final Answer:``)."""
         return templates.render("answer_text")
@@ -135,6 +143,9 @@ class SchemaContract(OutputContract):
     def instructions(self, templates: TemplateSet) -> str:
         parser = self._parser
         return templates.render("output_json", schema=parser.schema_text, example=parser.example)
+
+    def identity(self, templates: TemplateSet) -> str:
+        return templates.render("output_json", schema=self._parser.schema_text, example=None)
 
     def answer_format(self, templates: TemplateSet) -> str:
         return templates.render("answer_json", schema=self._parser.schema_text)
