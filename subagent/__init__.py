@@ -38,6 +38,7 @@ from subagent._phases import Phase
 from subagent.batch import Batch, BatchItem, BatchSummary, run_many, stream_many, summarize
 from subagent.llm import (
     LLM,
+    AnthropicChat,
     FallbackLLM,
     LLMRequest,
     LLMResponse,
@@ -114,6 +115,7 @@ from subagent.tools import (
 __all__ = [
     "LLM",
     "AgentRun",
+    "AnthropicChat",
     "Batch",
     "BatchItem",
     "BatchSummary",

@@ -14,6 +14,9 @@ What lives here:
   (:class:`ModelProfile`) what a server can do (structured-output dialect, forced tool
   choice, native or text tool calls), the known servers' profiles, and how an unknown
   server is identified and remembered.
+- ``_anthropic``: :class:`AnthropicChat`, Anthropic's Messages API natively (the
+  ``anthropic`` provider): system prompt, content blocks, stop reasons, prompt-cache usage,
+  thinking, its error types.
 - What HTTP adapters share: ``_http`` (the client, base URLs, limits, JSON within depth,
   failed exchanges classified into error kinds, ``Retry-After``), ``_sse`` (server-sent
   events and bodies read within bounds), ``_decode`` (bodies decompressed in bounded
@@ -33,10 +36,15 @@ module (checked by an import contract).
 It knows nothing of agents, turns or phases; the run loop calls into it.
 """
 
+# Adapters register their providers as they are imported; OpenAI's first, so a string that
+# names none is told the forms in that order.
+from subagent.llm._openai import DEFAULT_BASE_URL, PROBE_TIMEOUT, OpenAIChat
+
+# isort: split
 from subagent.llm._allow import ModelRequestsBlockedError
+from subagent.llm._anthropic import AnthropicChat
 from subagent.llm._fallback import DEFAULT_FALLBACK_ON, FallbackLLM
 from subagent.llm._http import parse_retry_after
-from subagent.llm._openai import DEFAULT_BASE_URL, PROBE_TIMEOUT, OpenAIChat
 from subagent.llm._profile import (
     LLAMA_CPP,
     LLAMA_CPP_PYTHON,
@@ -90,6 +98,7 @@ __all__ = [
     "PROFILES",
     "PROFILE_CACHE_SIZE",
     "VLLM",
+    "AnthropicChat",
     "DeltaHandler",
     "FallbackLLM",
     "LLMRequest",
