@@ -39,6 +39,7 @@ from subagent._phases import Phase
 from subagent.batch import Batch, BatchItem, BatchSummary, run_many, stream_many, summarize
 from subagent.llm import (
     LLM,
+    AnthropicChat,
     FallbackLLM,
     LLMRequest,
     LLMResponse,
@@ -115,6 +116,7 @@ from subagent.tools import (
 __all__ = [
     "LLM",
     "AgentRun",
+    "AnthropicChat",
     "Batch",
     "BatchItem",
     "BatchSummary",

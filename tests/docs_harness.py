@@ -22,10 +22,11 @@ block as one item (``docs/models.md::line:12,column:1``). The conventions a page
   page outside the collected paths, a relative link to nothing.
 
 Pages talk to real models as a reader would (``OpenAIChat.from_env()``,
-``OpenAIChat("gpt-4o-mini")``). :func:`open_page` points them at a real OpenAI-compatible
-HTTP server on 127.0.0.1 (``tests/openai_server.py``) that plays the page's replies from
-:data:`PAGE_REPLIES`, and keeps a page's OpenTelemetry global provider from leaking into
-the rest of the session. The page's code is never rewritten.
+``OpenAIChat("gpt-4o-mini")``, ``AnthropicChat("claude-sonnet-4-5")``). :func:`open_page`
+points them at a real HTTP server on 127.0.0.1 (``tests/openai_server.py``, which answers
+any path: Anthropic's replies are scripted in the Messages API's shape) that plays the
+page's replies from :data:`PAGE_REPLIES`, and keeps a page's OpenTelemetry global provider
+from leaking into the rest of the session. The page's code is never rewritten.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from typing import Any
 import anyio
 import opentelemetry.metrics._internal as metrics_state
 import pytest
+from anthropic_server import message, text
 from openai_server import Reply, ScriptedServer, completion, running_server, sse_chunk
 from opentelemetry import trace
 from opentelemetry.util._once import Once
@@ -204,6 +206,15 @@ PAGE_REPLIES: dict[str, list[Reply]] = {
                 "[DONE]",
             ]
         ),
+        # Anthropic, natively: the forecast agent answers, most of its prompt from the cache.
+        Reply.json(
+            message(
+                text('{"city": "Oslo", "high_c": 14}'),
+                input_tokens=54,
+                cache_read=1200,
+                output_tokens=12,
+            )
+        ),
     ],
     "docs/output-contracts.md": [
         # think_with_retry: [Timeline] is missing, then the answer is complete.
@@ -228,8 +239,9 @@ _OPEN_PAGES: dict[str, ExitStack] = {}
 def open_page(namespace: dict[str, Any]) -> None:
     """Before a page's first block: a scripted model on 127.0.0.1, a tracing global of its own.
 
-    ``OPENAI_BASE_URL`` points at a fresh server playing the page's :data:`PAGE_REPLIES`;
-    every other ``OPENAI_*``, ``SUBAGENT_LLM`` and ``OTEL_*`` variable is removed, so no
+    ``OPENAI_BASE_URL`` and ``ANTHROPIC_BASE_URL`` point at a fresh server playing the page's
+    :data:`PAGE_REPLIES`; every other ``OPENAI_*``, ``ANTHROPIC_*``, ``SUBAGENT_LLM`` and
+    ``OTEL_*`` variable is removed, so no
     block can reach a real provider or receiver. OpenTelemetry's global tracer and meter
     providers can be set once per process: the page gets fresh, unset ones (as
     OpenTelemetry's own test utilities reset them), and the session's are put back by
@@ -241,10 +253,12 @@ def open_page(namespace: dict[str, Any]) -> None:
         patch = pytest.MonkeyPatch()
         stack.callback(patch.undo)
         for name in list(os.environ):
-            if name.startswith(("OPENAI_", "OTEL_")) or name == "SUBAGENT_LLM":
+            if name.startswith(("OPENAI_", "ANTHROPIC_", "OTEL_")) or name == "SUBAGENT_LLM":
                 patch.delenv(name)
         patch.setenv("OPENAI_BASE_URL", server.base_url)
         patch.setenv("OPENAI_API_KEY", "sk-docs-test")
+        patch.setenv("ANTHROPIC_BASE_URL", server.base_url)  # the same server plays both
+        patch.setenv("ANTHROPIC_API_KEY", "sk-ant-docs-test")
         patch.setattr(trace, "_TRACER_PROVIDER", None)
         patch.setattr(trace, "_TRACER_PROVIDER_SET_ONCE", Once())
         patch.setattr(metrics_state, "_METER_PROVIDER", None)

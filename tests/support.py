@@ -6,10 +6,12 @@ Fixtures built on these live in ``conftest.py``; test modules import the helpers
 
 from __future__ import annotations
 
+import os
 import queue
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,10 +152,16 @@ def parent_id(span: ReadableSpan) -> int | None:
     return span.parent.span_id if span.parent is not None else None
 
 
-def run_example(name: str, timeout: float = 60) -> str:
-    """Run ``examples/<name>`` as a script; return its standard output (it must exit 0)."""
-    result = subprocess.run([sys.executable, str(EXAMPLES / name)], capture_output=True,
-                            text=True, timeout=timeout, check=False)  # fmt: skip
+def run_example(
+    name: str, timeout: float = 60, *, args: Sequence[str] = (), env: dict[str, str] | None = None
+) -> str:
+    """Run ``examples/<name>`` as a script; return its standard output (it must exit 0).
+
+    ``args`` follow the script's path; ``env`` adds variables to this process's.
+    """
+    environ = None if env is None else {**os.environ, **env}
+    result = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True,
+                            text=True, timeout=timeout, check=False, env=environ)  # fmt: skip
     assert result.returncode == 0, result.stderr
     return result.stdout
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from anthropic_server import API_KEY, Reply, message, running_anthropic, text, tool_use
 from support import run_example
 
 from subagent._phases import mermaid_chart
@@ -191,3 +192,27 @@ def test_corrections_example_asks_for_a_grammar_then_escalates_after_a_repeat() 
     assert "turn 3 retry       stronger corrected" in out
     assert "tokens by model: {'small': 116, 'stronger': 208}" in out
     assert "salvaged 1 of 1 corrected run(s), 1 repeated correction(s)" in out
+
+
+def test_anthropic_example_calls_a_tool_then_answers_and_shows_the_cache_tokens() -> None:
+    with running_anthropic() as api:
+        api.script(
+            Reply.json(message(text("Looking it up."), tool_use("weather", {"city": "Oslo"},
+                                                                "toolu_w1"),
+                               stop_reason="tool_use", input_tokens=40, cache_write=1300,
+                               output_tokens=20)),
+            Reply.json(message(text('{"city": "Oslo", "high_c": 14}'), input_tokens=60,
+                               cache_read=1300, output_tokens=15)),
+        )  # fmt: skip
+        lines = run_example("anthropic_native.py", args=[api.base_url],
+                            env={"ANTHROPIC_API_KEY": API_KEY}).splitlines()  # fmt: skip
+        refused, requests = list(api.refused), list(api.requests)
+    assert refused == [] and len(requests) == 2
+    assert requests[0].json["system"][0]["cache_control"] == {"type": "ephemeral"}
+    assert lines == [
+        "output: Forecast(city='Oslo', high_c=14)",
+        "turn 1 normal: tool_calls (tool_use); 1340 in (0 from the cache, 1300 written to it), "
+        "20 out",
+        "turn 2 normal: stop (end_turn); 1360 in (1300 from the cache, 0 written to it), 15 out",
+        "done in 2 turns (normal, normal)",
+    ]

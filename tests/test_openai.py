@@ -799,7 +799,7 @@ def test_parse_subagent_llm() -> None:
     )
 
 
-@pytest.mark.parametrize("spec", ["gpt-4o", "anthropic:claude", "openai:m@ftp://h", ""])
+@pytest.mark.parametrize("spec", ["gpt-4o", "gemini:pro", "openai:m@ftp://h", ""])
 def test_bad_subagent_llm_names_the_variable(spec: str) -> None:
     with pytest.raises(ConfigurationError) as caught:
         parse_subagent_llm(spec)
@@ -1149,7 +1149,7 @@ async def test_a_spec_string_streams_and_pickles(server: ScriptedServer) -> None
 
 
 @pytest.mark.parametrize(
-    "spec", ["gpt-4o-mini", "anthropic:claude", "openai:m@ftp://user:hunter2@x/v1", ""]
+    "spec", ["gpt-4o-mini", "gemini:pro", "openai:m@ftp://user:hunter2@x/v1", ""]
 )
 def test_a_bad_spec_string_is_a_configuration_error_naming_llm_and_the_value(spec: str) -> None:
     with pytest.raises(ConfigurationError) as caught:

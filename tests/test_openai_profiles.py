@@ -128,7 +128,8 @@ def test_ollama_needs_a_model_and_an_unknown_provider_is_refused() -> None:
     with pytest.raises(ConfigurationError) as unknown:
         parse_subagent_llm("tgi:model")
     assert str(unknown.value).endswith(
-        "'ollama:', 'vllm:', 'llamacpp:' or 'lmstudio:' in place of 'openai:', got 'tgi:model'"
+        "'ollama:', 'vllm:', 'llamacpp:' or 'lmstudio:' in place of 'openai:', or "
+        "'anthropic:MODEL' or 'anthropic:MODEL@BASE_URL', got 'tgi:model'"
     )
     with pytest.raises(ConfigurationError, match=r"^llm: .*\[REDACTED\]") as caught:
         SubAgent(name="s", prompt="hi", llm="ollama:@http://me:hunter2@h/v1")

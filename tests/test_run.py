@@ -699,6 +699,22 @@ async def test_usage_is_totalled_and_split_by_turn_type() -> None:
     assert step.usage.by_type[R].input_tokens == 20
 
 
+async def test_prompt_cache_tokens_are_summed_and_left_out_of_json_at_zero() -> None:
+    cached = Usage(input_tokens=100, output_tokens=1, cache_read_tokens=80, cache_write_tokens=15)
+    replies = [LLMResponse(text=BAD, usage=cached), LLMResponse(text=GOOD, usage=cached)]
+    step = await agent().run(llm=ScriptedLLM(replies), max_turns=1, return_retries=1)
+    both = Usage(input_tokens=200, output_tokens=2, cache_read_tokens=160, cache_write_tokens=30)
+    assert step.usage.total == both
+    assert step.usage.by_type[R] == cached and step.usage.correction == cached
+    assert step.usage.by_model == {"scripted": both}
+    assert json.loads(cached.model_dump_json()) == {
+        "input_tokens": 100, "output_tokens": 1, "cache_read_tokens": 80, "cache_write_tokens": 15,
+    }  # fmt: skip
+    assert json.loads(Usage(input_tokens=3).model_dump_json()) == {
+        "input_tokens": 3, "output_tokens": 0,
+    }  # fmt: skip
+
+
 async def test_nested_agent_runs_as_a_tool_on_the_parents_model() -> None:
     inner = SubAgent(name="inner", prompt="Double {{n}}", output=Answer)
     outer = SubAgent(name="outer", prompt="p", output=Answer, tools=[inner.as_tool()])

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from strategies import json_values
 
 from subagent import ErrorKind, LLMError
-from subagent.llm._sse import SSEEvents, StreamAccumulator
+from subagent.llm._sse import SSEEvents
+from subagent.llm._wire import StreamAccumulator
 
 pytestmark = pytest.mark.anyio
 

@@ -233,6 +233,28 @@ async def test_usage_a_server_did_not_report_is_absent_from_the_chat_span_not_ze
     assert attrs(traced.one("invoke_agent calc"))["subagent.usage.unreported_calls"] == 1
 
 
+async def test_prompt_cache_tokens_are_on_the_chat_span_and_summed_on_the_run_span(
+    traced: Traced,
+) -> None:
+    cached = Usage(input_tokens=1200, output_tokens=5, cache_read_tokens=1000,
+                   cache_write_tokens=150)  # fmt: skip
+    add = ToolCall(name="add", arguments={"a": 1, "b": 2})
+    plain = Usage(input_tokens=40, output_tokens=5)
+    replies = [LLMResponse(tool_calls=[add], usage=cached),
+               LLMResponse(text='{"value": 3}', usage=plain)]  # fmt: skip
+    step = await CALC.run({"question": "1+2"}, llm=ScriptedLLM(replies), max_turns=2,
+                          tracer_provider=traced.provider)  # fmt: skip
+    assert step.ok
+    first, second = sorted(traced.named("chat scripted"), key=lambda span: span.start_time or 0)
+    assert attrs(first)["gen_ai.usage.cache_read.input_tokens"] == 1000
+    assert attrs(first)["gen_ai.usage.cache_creation.input_tokens"] == 150
+    assert not any(key.startswith("gen_ai.usage.cache") for key in attrs(second))
+    run = attrs(traced.one("invoke_agent calc"))
+    assert run["gen_ai.usage.input_tokens"] == 1240
+    assert run["gen_ai.usage.cache_read.input_tokens"] == 1000
+    assert run["gen_ai.usage.cache_creation.input_tokens"] == 150
+
+
 async def test_run_that_exhausts_its_budget_is_an_error_with_the_failure_reason(
     traced: Traced,
 ) -> None:

@@ -1,4 +1,4 @@
-"""The wire format's text tool-call reader (subagent.llm._wire.tool_calls_in_text).
+"""The text tool-call reader (subagent.llm._text_calls.tool_calls_in_text).
 
 Fuzzed against the regular expressions it replaced (on short texts, where their backtracking
 is cheap), round-tripped, and timed as growth ratios on the patterns that made them quadratic.
@@ -19,7 +19,8 @@ from strategies import json_values
 
 from subagent import ErrorKind, LLMError
 from subagent.llm import ToolCall, tool_calls_in_text
-from subagent.llm._wire import decode_arguments, parse_completion, status_error
+from subagent.llm._http import decode_arguments, status_error
+from subagent.llm._wire import parse_completion
 
 TOOLS = {"a", "b"}
 

@@ -20,7 +20,7 @@ from subagent import local_model
 from subagent._agent import SubAgent
 from subagent._errors import ConfigurationError
 from subagent.cli._status import UsageError
-from subagent.llm import LLM, OpenAIChat
+from subagent.llm import LLM, OpenAIChat, open_llm
 
 __all__ = ["chosen_model", "describe_model", "opened", "safe_url"]
 
@@ -39,8 +39,7 @@ def chosen_model(agent: SubAgent[Any], args: argparse.Namespace) -> Iterator[LLM
     """
     if args.llm is not None:
         try:
-            chosen = OpenAIChat.from_env({**os.environ, "SUBAGENT_LLM": args.llm},
-                                         text_tool_calls=True)  # fmt: skip
+            chosen = open_llm(args.llm, field="--llm")
         except ConfigurationError as exc:
             raise UsageError(f"--llm: {exc.message}") from None
         _announce(chosen, "--llm")
@@ -51,13 +50,17 @@ def chosen_model(agent: SubAgent[Any], args: argparse.Namespace) -> Iterator[LLM
         _announce(own, "the agent's own llm=")
         yield own
         return
-    if OpenAIChat.env_configured():
+    spec = os.environ.get("SUBAGENT_LLM", "").strip()
+    if spec or OpenAIChat.env_configured():
         try:
-            configured = OpenAIChat.from_env(text_tool_calls=True)
+            configured: LLM = (
+                open_llm(spec, field="SUBAGENT_LLM")
+                if spec
+                else OpenAIChat.from_env(text_tool_calls=True)
+            )
         except ConfigurationError as exc:
             raise UsageError(str(exc)) from None
-        where = "SUBAGENT_LLM" if os.environ.get("SUBAGENT_LLM", "").strip() else "OPENAI_*"
-        _announce(configured, where)
+        _announce(configured, "SUBAGENT_LLM" if spec else "OPENAI_*")
         yield configured
         return
     if args.local_model is None:
@@ -99,11 +102,16 @@ def _announce(llm: LLM, where: str) -> None:
 
 
 def describe_model(llm: LLM) -> str:
-    """The model's name and, for an HTTP one, its server: never a key or URL credentials."""
-    if isinstance(llm, OpenAIChat):
-        return f"{llm.model_name} at {safe_url(llm.base_url)}"
+    """The model's name and, for an HTTP one (``base_url``), its server.
+
+    Never a key or URL credentials.
+    """
     name = getattr(llm, "model_name", None)
-    return name if isinstance(name, str) and name else type(llm).__name__
+    shown = name if isinstance(name, str) and name else type(llm).__name__
+    base_url = getattr(llm, "base_url", None)
+    if isinstance(base_url, str) and base_url:
+        return f"{shown} at {safe_url(base_url)}"
+    return shown
 
 
 def safe_url(url: str) -> str:
@@ -119,9 +127,10 @@ def safe_url(url: str) -> str:
 
 @contextlib.asynccontextmanager
 async def opened(llm: LLM) -> AsyncIterator[None]:
-    """Close the model's connections after the runs, when it has any."""
-    if isinstance(llm, OpenAIChat):
-        async with llm:
-            yield
-    else:
+    """Close the model's connections after the runs, when it has any (``aclose()``)."""
+    aclose = getattr(llm, "aclose", None)
+    try:
         yield
+    finally:
+        if callable(aclose):
+            await aclose()

@@ -1,17 +1,27 @@
-"""The LLM room: the protocol every model speaks, the OpenAI-compatible adapter, and retries.
+"""The LLM room: the protocol every model speaks, the adapters, model strings, and retries.
 
 What lives here:
 
 - ``_protocol``: the :class:`LLM` protocol and its records (:class:`LLMRequest`,
   :class:`LLMResponse`, :class:`Message`, :class:`ToolCall`, :class:`Usage`...).
-- ``_openai``: :class:`OpenAIChat`, the adapter for OpenAI-compatible servers, and
-  :class:`LLMSpec`, a model named by a string (``"openai:gpt-4o-mini"``, ``"vllm:..."``);
-  ``_wire`` its JSON bodies and error classification, ``_structured`` the output modes in
-  each server's dialect, ``_sse`` its streamed replies, ``_decode`` bodies decompressed in
-  bounded pieces, ``_redact`` the secrets it keeps out of what servers send back.
-- ``_profile``: :class:`ModelProfile`, what a server can do (structured-output dialect,
-  forced tool choice, native or text tool calls), the known servers' profiles, and how an
-  unknown server is identified and remembered.
+- ``_providers``: the seam providers register on: model strings (``"openai:gpt-4o-mini"``,
+  ``"vllm:..."``) parsed, :class:`LLMSpec` (a model named by a string, its adapter opened
+  per call) and :func:`open_llm` (one adapter opened for many calls). An adapter module
+  registers its providers when imported; nothing else names them.
+- ``_openai``: :class:`OpenAIChat`, the adapter for OpenAI-compatible servers (the
+  ``openai`` provider and the local servers'); ``_wire`` its JSON bodies and streamed
+  chunks, ``_structured`` the output modes in each server's dialect, ``_profile``
+  (:class:`ModelProfile`) what a server can do (structured-output dialect, forced tool
+  choice, native or text tool calls), the known servers' profiles, and how an unknown
+  server is identified and remembered.
+- ``_anthropic``: :class:`AnthropicChat`, Anthropic's Messages API natively (the
+  ``anthropic`` provider): system prompt, content blocks, stop reasons, prompt-cache usage,
+  thinking, its error types.
+- What HTTP adapters share: ``_http`` (the client, base URLs, limits, JSON within depth,
+  failed exchanges classified into error kinds, ``Retry-After``), ``_sse`` (server-sent
+  events and bodies read within bounds), ``_decode`` (bodies decompressed in bounded
+  pieces), ``_redact`` (the secrets kept out of what servers send back), ``_text_calls``
+  (tool calls written as text, read back as calls).
 - ``_retry_policy`` and ``_transport``: :class:`RetryPolicy` and :func:`call_with_retries`,
   the transient failures of one call repeated inside the same turn.
 - ``_fallback``: :class:`FallbackLLM`, the next model when one's call fails for good.
@@ -21,19 +31,20 @@ What lives here:
   kept apart from the answer, in whole replies and in streams.
 
 What it may import: the base modules only (``subagent._errors``, ``subagent._checks``,
-``subagent._text``).
+``subagent._text``). Modules outside the room use its names here, never an adapter's
+module (checked by an import contract).
 It knows nothing of agents, turns or phases; the run loop calls into it.
 """
 
+# Adapters register their providers as they are imported; OpenAI's first, so a string that
+# names none is told the forms in that order.
+from subagent.llm._openai import DEFAULT_BASE_URL, PROBE_TIMEOUT, OpenAIChat
+
+# isort: split
 from subagent.llm._allow import ModelRequestsBlockedError
+from subagent.llm._anthropic import AnthropicChat
 from subagent.llm._fallback import DEFAULT_FALLBACK_ON, FallbackLLM
-from subagent.llm._openai import (
-    DEFAULT_BASE_URL,
-    PROBE_TIMEOUT,
-    LLMSpec,
-    OpenAIChat,
-    parse_subagent_llm,
-)
+from subagent.llm._http import parse_retry_after
 from subagent.llm._profile import (
     LLAMA_CPP,
     LLAMA_CPP_PYTHON,
@@ -65,11 +76,12 @@ from subagent.llm._protocol import (
     Usage,
     messages_from,
 )
+from subagent.llm._providers import LLMSpec, open_llm, parse_subagent_llm
 from subagent.llm._reasoning import ReasoningSplitter, split_reasoning
 from subagent.llm._retry_policy import DEFAULT_RETRYABLE, RetryPolicy
 from subagent.llm._structured import strict_schema
+from subagent.llm._text_calls import tool_calls_in_text
 from subagent.llm._transport import DeltaHandler, TransportRetry, call_with_retries
-from subagent.llm._wire import parse_retry_after, tool_calls_in_text
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -86,6 +98,7 @@ __all__ = [
     "PROFILES",
     "PROFILE_CACHE_SIZE",
     "VLLM",
+    "AnthropicChat",
     "DeltaHandler",
     "FallbackLLM",
     "LLMRequest",
@@ -112,6 +125,7 @@ __all__ = [
     "call_with_retries",
     "forget_profiles",
     "messages_from",
+    "open_llm",
     "parse_retry_after",
     "parse_subagent_llm",
     "split_reasoning",

@@ -16,7 +16,6 @@ from contextlib import aclosing
 from typing import Final
 
 from subagent._errors import ConfigurationError, ErrorKind, LLMError
-from subagent.llm._openai import LLMSpec
 from subagent.llm._protocol import (
     LLM,
     LLMRequest,
@@ -25,6 +24,7 @@ from subagent.llm._protocol import (
     StreamingLLM,
     Usage,
 )
+from subagent.llm._providers import LLMSpec
 from subagent.llm._retry_policy import RetryPolicy, _kinds
 from subagent.llm._transport import (
     DeltaHandler,

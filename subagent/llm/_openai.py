@@ -21,20 +21,20 @@ Configuration comes from the arguments, then from the environment:
     from ``SUBAGENT_LLM`` so that it stays out of logs that print the model spec, and is
     sent only to ``openai:`` servers.
 
-The JSON sent and read, and the classification of errors, live in
-:mod:`subagent.llm._wire`; streamed replies are read by :mod:`subagent.llm._sse`.
+The module registers those providers on the model strings' seam
+(:mod:`subagent.llm._providers`). The JSON sent and read lives in :mod:`subagent.llm._wire`;
+what every HTTP adapter shares (the client, limits, the classification of errors) in
+:mod:`subagent.llm._http`; streamed events are read by :mod:`subagent.llm._sse`, calls
+written as text by :mod:`subagent.llm._text_calls`.
 """
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import functools
-import math
 import os
-import ssl
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AsyncExitStack, aclosing
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final
 
@@ -42,13 +42,31 @@ import anyio
 import httpx
 
 from subagent._checks import check_int, check_seconds
-from subagent._errors import ConfigurationError, ErrorKind, LLMError
+from subagent._errors import ConfigurationError, LLMError
 from subagent.llm._allow import check_model_request
 from subagent.llm._decode import ACCEPT_ENCODING
+from subagent.llm._http import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_MAX_STREAM_BYTES,
+    DEFAULT_TOTAL_TIMEOUT,
+    MALFORMED,
+    MAX_ERROR_READ,
+    check_deadline,
+    deadline,
+    malformed_reply,
+    new_client,
+    server_url,
+    status_error,
+    transport_error,
+)
 from subagent.llm._profile import (
+    LLAMA_CPP,
+    LMSTUDIO,
+    OLLAMA,
     OPENAI,
     OPENAI_COMPATIBLE,
-    SPEC_PROVIDERS,
+    VLLM,
     ModelProfile,
     check_output,
     identify,
@@ -63,20 +81,17 @@ from subagent.llm._protocol import (
     StreamDelta,
     UnsupportedOutputError,
 )
+from subagent.llm._providers import SUBAGENT_LLM, SpecProvider, parse_subagent_llm, register
 from subagent.llm._redact import Redactor, redact_url_credentials
-from subagent.llm._sse import SSEEvents, StreamAccumulator, read_body
-from subagent.llm._structured import answer_from_tool
+from subagent.llm._sse import SSEEvents, read_body
+from subagent.llm._structured import answer_from_tool, as_text
+from subagent.llm._text_calls import tool_calls_in_text
 from subagent.llm._wire import (
-    MALFORMED,
-    malformed_reply,
+    StreamAccumulator,
     parse_completion,
-    parse_retry_after,
     rejects_output_mode,
     rejects_stream_options,
     request_body,
-    status_error,
-    tool_calls_in_text,
-    transport_error,
 )
 
 __all__ = [
@@ -85,88 +100,55 @@ __all__ = [
     "DEFAULT_MAX_STREAM_BYTES",
     "DEFAULT_TOTAL_TIMEOUT",
     "PROBE_TIMEOUT",
-    "LLMSpec",
     "OpenAIChat",
-    "parse_retry_after",
-    "parse_subagent_llm",
-    "tool_calls_in_text",
 ]
 
 DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
-DEFAULT_MAX_CONNECTIONS: Final = 100
-"""Connections an adapter's own client opens to the server at once."""
 """Where requests go when neither the arguments nor the environment name a server."""
-
-DEFAULT_MAX_RESPONSE_BYTES: Final = 32 * 1024 * 1024
-"""The largest reply read by default (32 MiB): far above any chat completion (a 128k-token
-reply with log-probabilities is about 13 MB), and a 60 MB reply is refused unread."""
-
-DEFAULT_MAX_STREAM_BYTES: Final = 256 * 1024 * 1024
-"""The most bytes one streamed reply may send by default (256 MiB). Each streamed token
-comes in its own ~250-byte event, so a legitimate 128k-token stream is ~35 MB."""
-
-DEFAULT_TOTAL_TIMEOUT: Final = 600.0
-"""Seconds one call may take in all by default, streaming included (10 minutes)."""
 
 PROBE_TIMEOUT: Final = 5.0
 """Seconds the one ``GET /models`` that identifies an unknown server may take in all; past
 it, or on any failure, the server is taken to follow OpenAI's API."""
 
-_MAX_ERROR_READ: Final = 64 * 1024  # an error body is kept to its first 4,000 characters
 _MAX_MODELS_READ: Final = 64 * 1024  # a model list is read to here (its first entries tell)
 
-_ENV_SPEC: Final = "SUBAGENT_LLM"
-_SPEC_FORMS: Final = (
-    "expected 'openai:MODEL', 'openai:MODEL@BASE_URL' or 'openai:@BASE_URL', or a local "
+
+# -- the model strings it serves ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Server:
+    """What a model string's provider implies for this adapter (``vllm:MODEL@URL``).
+
+    Attributes:
+        name: The prefix.
+        base_url: The base URL when the string names none (``None``: from the environment).
+        profile: The server's profile (``None``: found from the host, else asked).
+        reads_openai_key: Whether ``OPENAI_API_KEY`` is sent (only to OpenAI-like servers;
+            a local server needs no key, and gets none it was not given).
+        needs_model: Whether the string must name a model.
+    """
+
+    name: str
+    base_url: str | None
+    profile: ModelProfile | None
+    reads_openai_key: bool = False
+    needs_model: bool = False
+
+
+_SERVERS: Final[Mapping[str, _Server]] = {
+    "openai": _Server("openai", None, None, reads_openai_key=True),
+    "ollama": _Server("ollama", "http://127.0.0.1:11434/v1", OLLAMA, needs_model=True),
+    "vllm": _Server("vllm", "http://127.0.0.1:8000/v1", VLLM),
+    "llamacpp": _Server("llamacpp", "http://127.0.0.1:8080/v1", LLAMA_CPP),
+    "lmstudio": _Server("lmstudio", "http://127.0.0.1:1234/v1", LMSTUDIO),
+}
+"""The providers of model strings this adapter serves, by prefix."""
+
+_FORMS: Final = (
+    "'openai:MODEL', 'openai:MODEL@BASE_URL' or 'openai:@BASE_URL', or a local "
     "server's 'ollama:', 'vllm:', 'llamacpp:' or 'lmstudio:' in place of 'openai:'"
 )
-
-
-def parse_subagent_llm(spec: str, *, field: str = _ENV_SPEC) -> tuple[str, str | None, str | None]:
-    """Split a ``SUBAGENT_LLM`` value into ``(provider, model, base_url)``.
-
-    Args:
-        spec: ``PROVIDER:MODEL``, ``PROVIDER:MODEL@BASE_URL`` or ``PROVIDER:@BASE_URL``,
-            where the provider is ``openai``, ``ollama``, ``vllm``, ``llamacpp`` or
-            ``lmstudio``.
-        field: The name a configuration error gives (``SUBAGENT_LLM``, or ``llm`` for a
-            string passed where a model is expected).
-
-    Returns:
-        The provider (lower case), the model (``None`` when empty) and the base URL
-        (``None`` when absent: the provider's default, or the environment's for
-        ``openai``).
-
-    Raises:
-        ConfigurationError: The value does not have that form, or names no model for a
-            provider that needs one (``ollama``); the message names ``field`` and the
-            value, with any URL credentials in it redacted.
-    """
-    if not isinstance(spec, str):
-        raise ConfigurationError(field, f"must be a string, got {type(spec).__name__}")
-    text = spec.strip()
-    provider, colon, rest = text.partition(":")
-    known = SPEC_PROVIDERS.get(provider.lower())
-    if not colon or known is None:
-        raise ConfigurationError(field, f"{_SPEC_FORMS}, got {redact_url_credentials(spec)!r}")
-    at = max(rest.rfind("@http://"), rest.rfind("@https://"))
-    if at >= 0:
-        model, base_url = rest[:at], rest[at + 1 :]
-    else:
-        if "@" in rest:
-            raise ConfigurationError(
-                field,
-                f"the base URL after '@' must start with http:// or https://, "
-                f"got {redact_url_credentials(spec)!r}",
-            )
-        model, base_url = rest, ""
-    if known.needs_model and not model.strip():
-        raise ConfigurationError(
-            field,
-            f"{known.name} needs a model ('{known.name}:MODEL'), "
-            f"got {redact_url_credentials(spec)!r}",
-        )
-    return known.name, model.strip() or None, base_url.strip() or None
 
 
 class OpenAIChat:
@@ -257,12 +239,19 @@ class OpenAIChat:
         environ = os.environ if _environ is None else _environ
         spec_model: str | None = None
         spec_url: str | None = None
-        provider = SPEC_PROVIDERS["openai"]
-        spec = environ.get(_ENV_SPEC, "").strip()
+        provider = _SERVERS["openai"]
+        spec = environ.get(SUBAGENT_LLM, "").strip()
         if spec:
             named, spec_model, spec_url = parse_subagent_llm(spec)
+            if named not in _SERVERS:
+                raise ConfigurationError(
+                    SUBAGENT_LLM,
+                    f"{redact_url_credentials(spec)!r} names a model of {named}, which "
+                    f"OpenAIChat does not serve: give the string itself as the model "
+                    f"(llm=...), or use {named}'s own adapter",
+                )
             if not base_url:  # the spec's provider says which server, unless base_url does
-                provider = SPEC_PROVIDERS[named]
+                provider = _SERVERS[named]
                 spec_url = spec_url or provider.base_url
         resolved_url = (
             base_url or spec_url or environ.get("OPENAI_BASE_URL", "").strip() or DEFAULT_BASE_URL
@@ -271,21 +260,8 @@ class OpenAIChat:
         env_key = environ.get("OPENAI_API_KEY") if provider.reads_openai_key else None
         resolved_key = api_key if api_key is not None else env_key or None
 
-        shown_url = redact_url_credentials(resolved_url)
-        try:
-            url = httpx.URL(resolved_url.rstrip("/"))
-        except (httpx.InvalidURL, TypeError) as error:
-            detail = redact_url_credentials(str(error))
-            raise ConfigurationError("base_url", f"{shown_url!r} is not a URL: {detail}") from None
-        if url.scheme not in ("http", "https") or not url.host:
-            raise ConfigurationError(
-                "base_url", f"must be an http:// or https:// URL, got {shown_url!r}"
-            )
-        # Credentials in the URL (http://user:password@gateway/v1) travel as Basic auth,
-        # as httpx would send them, and are kept out of the URL the adapter stores and shows.
-        url_secrets = [url.username, url.password, *url.userinfo.decode("ascii").split(":", 1)]
-        basic = _basic_auth(url.username, url.password) if url.userinfo else None
-        url = url.copy_with(username=None, password=None) if url.userinfo else url
+        server = server_url(resolved_url)
+        url, basic, url_secrets = server.url, server.basic, server.secrets
         is_openai = url.host == "api.openai.com"
         if is_openai and not resolved_model:
             raise ConfigurationError(
@@ -350,7 +326,7 @@ class OpenAIChat:
         self._owns_client = http_client is None
         check_int("max_connections", max_connections, 1)
         self._client = (
-            http_client if http_client is not None else _new_client(url.host, max_connections)
+            http_client if http_client is not None else new_client(url.host, max_connections)
         )
         # Every text a server sends back is redacted of these before it is stored.
         self._redactor = Redactor.for_request(
@@ -376,7 +352,7 @@ class OpenAIChat:
         env = os.environ if environ is None else environ
         if not (cls.env_configured(env) or overrides.get("base_url") or overrides.get("model")):
             raise ConfigurationError(
-                _ENV_SPEC,
+                SUBAGENT_LLM,
                 "no LLM configured: set SUBAGENT_LLM (e.g. 'openai:gpt-4o-mini', "
                 "'ollama:qwen2.5:0.5b' or 'openai:local@http://127.0.0.1:8080/v1') or "
                 "OPENAI_BASE_URL/OPENAI_MODEL",
@@ -388,7 +364,7 @@ class OpenAIChat:
         """Whether ``SUBAGENT_LLM``, ``OPENAI_BASE_URL`` or ``OPENAI_MODEL`` is set."""
         env = os.environ if environ is None else environ
         return any(
-            env.get(name, "").strip() for name in (_ENV_SPEC, "OPENAI_BASE_URL", "OPENAI_MODEL")
+            env.get(name, "").strip() for name in (SUBAGENT_LLM, "OPENAI_BASE_URL", "OPENAI_MODEL")
         )
 
     def __repr__(self) -> str:
@@ -561,17 +537,17 @@ class OpenAIChat:
         status = 0
         try:
             try:
-                with anyio.CancelScope(deadline=self._deadline()) as scope:
+                with anyio.CancelScope(deadline=deadline(self.total_timeout)) as scope:
                     async with self._client.stream(
                         "POST", self._endpoint, json=body, headers=self._headers,
                         timeout=self._timeout,
                     ) as response:  # fmt: skip
                         status = response.status_code
                         if status >= 300:
-                            text = await read_body(response, _MAX_ERROR_READ, truncate=True)
+                            text = await read_body(response, MAX_ERROR_READ, truncate=True)
                             raise status_error(status, response.headers, text)
                         text = await read_body(response, self.max_response_bytes)
-                self._check_deadline(scope)
+                check_deadline(scope, self.total_timeout)
             except httpx.HTTPError as error:
                 raise transport_error(error, self._where) from error
             try:
@@ -582,19 +558,6 @@ class OpenAIChat:
         except LLMError as error:
             self._redactor.error(error)
             raise
-
-    def _deadline(self) -> float:
-        """When this call must be over, on anyio's clock (``inf`` without ``total_timeout``)."""
-        if self.total_timeout is None:
-            return math.inf
-        return anyio.current_time() + self.total_timeout
-
-    def _check_deadline(self, scope: anyio.CancelScope) -> None:
-        if scope.cancelled_caught:
-            raise LLMError(
-                ErrorKind.TIMEOUT,
-                f"no complete reply within total_timeout={self.total_timeout:g} s",
-            )
 
     def _read_reply(self, request: LLMRequest, reply: LLMResponse) -> LLMResponse:
         """The reply as the request asked for it.
@@ -643,13 +606,13 @@ class OpenAIChat:
         fell_back = False
         headers = {**self._headers, "Accept": "text/event-stream"}
         redactor = self._redactor
-        deadline = self._deadline()
+        ends = deadline(self.total_timeout)
         try:
             try:
                 async with AsyncExitStack() as stack:
                     # Every await runs under the call's deadline; no yield does (a cancel
                     # scope must not span a yield of an async generator).
-                    with anyio.CancelScope(deadline=deadline) as scope:
+                    with anyio.CancelScope(deadline=ends) as scope:
                         while True:
                             asked_usage = self._stream_usage
                             response = await stack.enter_async_context(
@@ -662,7 +625,7 @@ class OpenAIChat:
                             status = response.status_code
                             if status < 300:
                                 break
-                            text = await read_body(response, _MAX_ERROR_READ, truncate=True)
+                            text = await read_body(response, MAX_ERROR_READ, truncate=True)
                             error = status_error(status, response.headers, text)
                             again = None if fell_back else self._refused_output(request, error)
                             if again is not None:  # its output mode refused: once as text
@@ -678,7 +641,7 @@ class OpenAIChat:
                         streamed = "text/event-stream" in response.headers.get("content-type", "")
                         if not streamed:  # the server ignored stream=true: one piece
                             text = await read_body(response, self.max_response_bytes)
-                    self._check_deadline(scope)
+                    check_deadline(scope, self.total_timeout)
                     if not streamed:
                         try:
                             whole = parse_completion(text, self.model, status)
@@ -697,9 +660,9 @@ class OpenAIChat:
                     )
                     stack.push_async_callback(events.aclose)
                     while True:
-                        with anyio.CancelScope(deadline=deadline) as scope:
+                        with anyio.CancelScope(deadline=ends) as scope:
                             data = await anext(events, None)
-                        self._check_deadline(scope)
+                        check_deadline(scope, self.total_timeout)
                         if data is None:
                             break
                         if data == "[DONE]":
@@ -727,93 +690,14 @@ class OpenAIChat:
         yield StreamDelta(response=final)
 
 
-class LLMSpec:
-    """The model a spec string names, as an :class:`~subagent.llm.LLM`.
-
-    What ``SubAgent(llm="openai:gpt-4o-mini")`` (and ``llm=`` of ``run()`` and the batch
-    functions) makes of a string. The forms are those of ``SUBAGENT_LLM``:
-    ``PROVIDER:MODEL``, ``PROVIDER:MODEL@BASE_URL`` and ``PROVIDER:@BASE_URL``. For
-    ``openai`` the API key comes from ``OPENAI_API_KEY`` and a missing base URL from
-    ``OPENAI_BASE_URL`` (else OpenAI's); a local provider (``ollama``, ``vllm``,
-    ``llamacpp``, ``lmstudio``) has its own default URL and profile, and gets no key. The
-    ``SUBAGENT_LLM`` variable itself is never read: the string says which model.
-
-    Each call opens an :class:`OpenAIChat` of its own and closes it when the call ends, so a
-    spec works in any event loop, any number of times, and pickles. Connections are not
-    reused between calls: for many calls to a remote server, pass an ``OpenAIChat``, whose
-    pool serves them all.
-
-    Args:
-        spec: The spec string.
-        field: The name configuration errors give.
-        environ: The environment to read; defaults to ``os.environ`` (read at each call).
-
-    Raises:
-        ConfigurationError: The string is not a spec (naming ``field`` and the value), or
-            the model it names cannot be configured (OpenAI's own API without a model). A
-            missing key is not checked here but at the first call, with the same error
-            naming ``OPENAI_API_KEY``: a module that defines agents imports without a key
-            (its tests give the runs a test model).
-    """
-
-    def __init__(
-        self, spec: str, *, field: str = "llm", environ: Mapping[str, str] | None = None
-    ) -> None:
-        parse_subagent_llm(spec, field=field)  # the spec's own errors name the field
-        self.spec: str = spec.strip()
-        self._environ = environ
-        probe = self._adapter(check_key=False)  # every value but the key checked now
-        self.model_name: str = probe.model_name
-        self.provider_name: str = probe.provider_name
-        self.server_address: str = probe.server_address
-        self.server_port: int = probe.server_port
-
-    def __repr__(self) -> str:
-        return f"LLMSpec({redact_url_credentials(self.spec)!r})"
-
-    def _adapter(self, *, check_key: bool = True) -> OpenAIChat:
-        environ = os.environ if self._environ is None else self._environ
-        own = {name: value for name, value in environ.items() if name != _ENV_SPEC}
-        if not check_key and not own.get("OPENAI_API_KEY"):
-            own["OPENAI_API_KEY"] = "unchecked"  # the probe never sends it
-        # The adapter reads this spec as its SUBAGENT_LLM: its model, URL and provider.
-        return OpenAIChat(_environ={**own, _ENV_SPEC: self.spec})
-
-    async def complete(self, request: LLMRequest) -> LLMResponse:
-        """Answer ``request`` through an adapter opened for this call."""
-        check_model_request(self)
-        async with self._adapter() as llm:
-            return await llm.complete(request)
-
-    async def stream(self, request: LLMRequest) -> AsyncIterator[StreamDelta]:
-        """Stream the reply to ``request`` through an adapter opened for this call."""
-        check_model_request(self)
-        async with self._adapter() as llm, aclosing(llm.stream(request)) as deltas:  # type: ignore[type-var]
-            async for delta in deltas:
-                yield delta
+def _open_spec(spec: str, environ: Mapping[str, str], check_key: bool) -> OpenAIChat:
+    """The adapter an ``openai:`` or local server's model string names."""
+    own = {name: value for name, value in environ.items() if name != SUBAGENT_LLM}
+    if not check_key and not own.get("OPENAI_API_KEY"):
+        own["OPENAI_API_KEY"] = "unchecked"  # the probe never sends it
+    # The adapter reads this spec as its SUBAGENT_LLM: its model, URL and provider.
+    return OpenAIChat(_environ={**own, SUBAGENT_LLM: spec})
 
 
-def as_text(request: LLMRequest) -> LLMRequest:
-    """``request`` without its output mode: the answer asked for in the prompt alone."""
-    return request.model_copy(update={"output": None})
-
-
-def _basic_auth(username: str, password: str) -> str:
-    token = base64.b64encode(f"{username}:{password}".encode()).decode("ascii")
-    return f"Basic {token}"
-
-
-def _new_client(host: str, max_connections: int) -> httpx.AsyncClient:
-    # Proxy variables are for reaching the outside world: a loopback server is reached
-    # directly (httpx would otherwise send 127.0.0.1 through HTTP_PROXY).
-    loopback = host in ("localhost", "::1") or host.startswith("127.")
-    limits = httpx.Limits(
-        max_connections=max_connections, max_keepalive_connections=min(20, max_connections)
-    )
-    return httpx.AsyncClient(verify=_ssl_context(), trust_env=not loopback, limits=limits)
-
-
-@functools.cache
-def _ssl_context() -> ssl.SSLContext:
-    # Building a context loads the CA bundle (~25 ms); every adapter can share one.
-    return httpx.create_ssl_context()
+for _server in _SERVERS.values():
+    register(SpecProvider(_server.name, _open_spec, _FORMS, needs_model=_server.needs_model))

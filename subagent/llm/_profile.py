@@ -29,10 +29,8 @@ __all__ = [
     "OPENAI_COMPATIBLE",
     "PROFILES",
     "PROFILE_CACHE_SIZE",
-    "SPEC_PROVIDERS",
     "VLLM",
     "ModelProfile",
-    "SpecProvider",
     "StructuredOutput",
     "check_output",
     "forget_profiles",
@@ -150,39 +148,6 @@ def profile_named(value: ModelProfile | str, *, field: str = "profile") -> Model
     raise ConfigurationError(
         field, f"expected a ModelProfile or one of {sorted(PROFILES)}, got {value!r}"
     )
-
-
-# -- model strings --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SpecProvider:
-    """What the provider of a model string (``vllm:MODEL@URL``) implies.
-
-    Attributes:
-        name: The prefix.
-        base_url: The base URL when the string names none (``None``: from the environment).
-        profile: The server's profile (``None``: found from the host, else asked).
-        reads_openai_key: Whether ``OPENAI_API_KEY`` is sent (only to OpenAI-like servers;
-            a local server needs no key, and gets none it was not given).
-        needs_model: Whether the string must name a model.
-    """
-
-    name: str
-    base_url: str | None
-    profile: ModelProfile | None
-    reads_openai_key: bool = False
-    needs_model: bool = False
-
-
-SPEC_PROVIDERS: Final[Mapping[str, SpecProvider]] = {
-    "openai": SpecProvider("openai", None, None, reads_openai_key=True),
-    "ollama": SpecProvider("ollama", "http://127.0.0.1:11434/v1", OLLAMA, needs_model=True),
-    "vllm": SpecProvider("vllm", "http://127.0.0.1:8000/v1", VLLM),
-    "llamacpp": SpecProvider("llamacpp", "http://127.0.0.1:8080/v1", LLAMA_CPP),
-    "lmstudio": SpecProvider("lmstudio", "http://127.0.0.1:1234/v1", LMSTUDIO),
-}
-"""The providers a model string may name, by prefix."""
 
 
 # -- finding a profile out --------------------------------------------------------------------

@@ -102,8 +102,11 @@ class LLM(Protocol):
     """Anything that can answer an :class:`LLMRequest`.
 
     Adapters may also define ``model_name``, ``provider_name``, ``server_address`` and
-    ``server_port`` attributes; tracing records them when present. How an adapter serves
-    :attr:`LLMRequest.output` is in this module's documentation.
+    ``server_port`` attributes; tracing records them when present. An adapter that talks
+    to a server may define ``base_url`` (where its requests go, without credentials: the
+    command line names it) and ``async aclose()`` (its connections closed: the command
+    line calls it after its runs). How an adapter serves :attr:`LLMRequest.output` is in
+    this module's documentation.
     """
 
     async def complete(self, request: LLMRequest) -> LLMResponse:

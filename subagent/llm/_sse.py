@@ -1,11 +1,13 @@
-"""Streaming replies: server-sent events read off an httpx response and assembled into one reply."""
+"""Streamed replies read off an httpx response: server-sent events, and bodies within a bound.
+
+:class:`SSEEvents` yields the ``data`` payload of each event, within a size bound per event
+and in all; :func:`read_body` reads a whole body within a bound. Both are the provider's
+format's business no further: each adapter reads the payloads in its own format.
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -13,149 +15,8 @@ import httpx
 
 from subagent._errors import ErrorKind, LLMError
 from subagent.llm._decode import decoded_chunks, finish_response
-from subagent.llm._protocol import LLMResponse, ToolCall
-from subagent.llm._wire import (
-    UNREPORTED,
-    content_text,
-    decode_arguments,
-    decode_usage,
-    error_from_body,
-    invalid_response,
-    loads,
-    reasoning_text,
-    stop_reason,
-)
 
-__all__ = ["SSEEvents", "StreamAccumulator", "finish_response", "read_body"]
-
-
-@dataclass
-class _PartialCall:
-    id: str = ""
-    name: str = ""
-    arguments: list[str] = field(default_factory=list)
-
-
-class StreamAccumulator:
-    """Assembles chat-completion chunks into one reply."""
-
-    def __init__(self, requested_model: str | None, max_chars: int | None = None) -> None:
-        self.model = requested_model
-        self.text: list[str] = []
-        self.reasoning: list[str] = []
-        self.reasoning_added = ""  # the reasoning the last chunk added
-        self.calls: dict[int, _PartialCall] = {}
-        self.finish_reason: object = None
-        self.usage = UNREPORTED  # until a chunk reports it (stream_options.include_usage)
-        self.done = False
-        self.chunks = 0
-        self.size = 0  # characters of text and tool-call arguments held
-        self.max_chars = max_chars
-
-    def add(self, data: str) -> str:
-        """Take one ``data:`` payload; return the text it adds."""
-        try:
-            chunk = loads(data)
-        except ValueError as error:
-            raise invalid_response(f"a streamed chunk is not JSON ({error})", data, 200) from None
-        if not isinstance(chunk, dict):
-            raise invalid_response("a streamed chunk is not a JSON object", data, 200)
-        if chunk.get("error") is not None:
-            raise error_from_body(None, chunk, data, {})
-        self.chunks += 1
-        if isinstance(chunk.get("model"), str) and chunk["model"]:
-            self.model = chunk["model"]
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = decode_usage(chunk["usage"])
-        choices = chunk.get("choices") or []
-        if not isinstance(choices, list):
-            raise invalid_response("a streamed chunk's choices is not a list", data, 200)
-        added = ""
-        self.reasoning_added = ""
-        for choice in choices:
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            if choice.get("finish_reason") is not None:
-                self.finish_reason = choice["finish_reason"]
-            delta = choice.get("delta") or {}
-            if not isinstance(delta, dict):
-                continue
-            piece = content_text(delta.get("content"))
-            if piece:
-                self._grow(len(piece))
-                self.text.append(piece)
-                added += piece
-            thought = reasoning_text(delta)
-            if thought:
-                self._grow(len(thought))
-                self.reasoning.append(thought)
-                self.reasoning_added += thought
-            raw_calls = delta.get("tool_calls") or []
-            if not isinstance(raw_calls, list):
-                raise invalid_response("a streamed chunk's tool_calls is not a list", data, 200)
-            for position, raw in enumerate(raw_calls):
-                if isinstance(raw, dict):
-                    self._add_call(position, raw)
-            legacy = delta.get("function_call")
-            if isinstance(legacy, dict):
-                self._add_call(0, {"index": 0, "function": legacy})
-        return added
-
-    def _add_call(self, position: int, raw: dict[str, Any]) -> None:
-        index = raw.get("index")
-        key = index if isinstance(index, int) else position
-        call = self.calls.setdefault(key, _PartialCall())
-        if raw.get("id") and not call.id:
-            call.id = str(raw["id"])
-        function = raw.get("function") or {}
-        if isinstance(function, dict):
-            if isinstance(function.get("name"), str) and function["name"] and not call.name:
-                call.name = function["name"]
-            arguments = function.get("arguments")
-            if isinstance(arguments, dict):
-                arguments = json.dumps(arguments)
-            if isinstance(arguments, str):
-                self._grow(len(arguments))
-                call.arguments.append(arguments)
-
-    def _grow(self, added: int) -> None:
-        self.size += added
-        if self.max_chars is not None and self.size > self.max_chars:
-            raise LLMError(
-                ErrorKind.RESPONSE_TOO_LARGE,
-                f"the streamed reply is longer than max_response_bytes={self.max_chars:,} "
-                f"(text and tool-call arguments)",
-                status_code=200,
-            )
-
-    def build(self) -> LLMResponse:
-        """The complete reply; raise when the stream ended before it was complete."""
-        if not self.done and self.finish_reason is None:
-            raise LLMError(
-                ErrorKind.CONNECTION,
-                f"the stream ended after {self.chunks} chunks without a finish reason or [DONE]",
-            )
-        calls: list[ToolCall] = []
-        for _, partial in sorted(self.calls.items()):
-            if not partial.name:
-                raise invalid_response("a streamed tool call has no function name", "", 200)
-            calls.append(
-                ToolCall(
-                    name=partial.name,
-                    arguments=decode_arguments("".join(partial.arguments)),
-                    id=partial.id,
-                )
-            )
-        raw = self.finish_reason
-        return LLMResponse(
-            text="".join(self.text),
-            reasoning="".join(self.reasoning),
-            tool_calls=calls,
-            stop_reason=stop_reason(raw),
-            raw_stop_reason=None if raw is None else str(raw),
-            usage=self.usage,
-            model=self.model,
-        )
+__all__ = ["SSEEvents", "finish_response", "read_body"]
 
 
 class SSEEvents:

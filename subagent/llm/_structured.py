@@ -3,7 +3,8 @@
 How an :class:`~subagent.llm.OutputRequest` becomes fields of a chat-completions body in a
 server's dialect (:func:`output_fields`, :func:`answer_tool`), how a schema is made to meet
 OpenAI's strict rules (:func:`strict_schema`), and how a forced answer tool's call becomes
-the reply's text again (:func:`answer_from_tool`). No I/O happens here.
+the reply's text again (:func:`answer_from_tool`), and a request sent without its mode
+(:func:`as_text`). No I/O happens here.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from subagent.llm._profile import StructuredOutput
-from subagent.llm._protocol import LLMResponse, OutputRequest, StopReason
+from subagent.llm._protocol import LLMRequest, LLMResponse, OutputRequest, StopReason
 
 __all__ = [
     "STRUCTURED_FIELDS",
     "answer_from_tool",
     "answer_tool",
+    "as_text",
     "output_fields",
     "strict_schema",
 ]
@@ -178,3 +180,8 @@ def answer_from_tool(response: LLMResponse, output: OutputRequest) -> LLMRespons
     return response.model_copy(
         update={"text": text, "tool_calls": [], "stop_reason": StopReason.STOP}
     )
+
+
+def as_text(request: LLMRequest) -> LLMRequest:
+    """``request`` without its output mode: the answer asked for in the prompt alone."""
+    return request.model_copy(update={"output": None})

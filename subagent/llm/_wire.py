@@ -1,24 +1,22 @@
-"""The chat-completions wire format: request bodies, decoded replies and classified errors.
+"""The chat-completions wire format: request bodies, replies and streamed chunks read.
 
-What :class:`~subagent.llm._openai.OpenAIChat` sends, how it reads a complete reply, and which
-:class:`~subagent.ErrorKind` a failed exchange becomes (from an httpx exception, or from a
-status, headers and body). No I/O happens here: the adapter owns the HTTP exchange and
-:mod:`subagent.llm._sse` reads streamed replies.
+What :class:`~subagent.llm.OpenAIChat` sends, how it reads a complete reply
+(:func:`parse_completion`) and a streamed one (:class:`StreamAccumulator`, fed the ``data``
+payloads :class:`~subagent.llm._sse.SSEEvents` reads), and which refusals of a field are
+the server not knowing it. No I/O happens here: the adapter owns the HTTP exchange;
+failed exchanges are classified by :mod:`subagent.llm._http`, calls written as text read by
+:mod:`subagent.llm._text_calls`.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import time
-from collections.abc import Collection, Mapping
-from email.utils import parsedate_to_datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
-import httpx
-
 from subagent._errors import ConfigurationError, ErrorKind, LLMError
-from subagent._text import MAX_ARGUMENT_DEPTH, nested_deeper_than, objects_in_a_row
+from subagent.llm._http import decode_arguments, error_from_body, invalid_response, loads
 from subagent.llm._profile import StructuredOutput
 from subagent.llm._protocol import (
     LLMRequest,
@@ -33,29 +31,18 @@ from subagent.llm._structured import STRUCTURED_FIELDS, answer_tool, output_fiel
 
 __all__ = [
     "UNREPORTED",
+    "StreamAccumulator",
     "content_text",
-    "decode_arguments",
     "decode_usage",
-    "error_from_body",
-    "invalid_response",
-    "loads",
-    "malformed_reply",
     "message_json",
     "parse_completion",
-    "parse_retry_after",
     "reasoning_text",
     "rejects_output_mode",
     "rejects_stream_options",
     "request_body",
-    "status_error",
     "stop_reason",
-    "tool_calls_in_text",
     "tool_json",
-    "transport_error",
 ]
-
-_MAX_ERROR_BODY: Final = 4000
-_MAX_MESSAGE: Final = 500
 
 _FINISH_REASONS: Final[Mapping[str, StopReason]] = {
     "stop": StopReason.STOP,
@@ -71,42 +58,6 @@ _FINISH_REASONS: Final[Mapping[str, StopReason]] = {
 }
 
 _TOOL_ONLY_SETTINGS: Final = ("tool_choice", "parallel_tool_calls", "functions", "function_call")
-
-# FastAPI-based servers (llama-cpp-python) answer a request they cannot validate with HTTP
-# 500 and pydantic's message; repeating such a request cannot help.
-_VALIDATION_RE: Final = re.compile(r"^\s*\d+ validation errors?\b", re.IGNORECASE)
-
-_CONTENT_FILTER_RE: Final = re.compile(
-    r"content[ _-]?(?:filter|policy|management[ _-]policy)|responsible ?ai", re.IGNORECASE
-)
-
-# The request does not fit the context window: OpenAI, vLLM and llama-cpp-python send the
-# code context_length_exceeded ("This model's maximum context length is N tokens..."),
-# llama.cpp's llama-server the type exceed_context_size_error ("the request exceeds the
-# available context size").
-_CONTEXT_LENGTH_RE: Final = re.compile(
-    r"context_length_exceeded|exceed_context_size|maximum context length"
-    r"|exceeds? (?:the )?(?:available )?context (?:size|window|length)",
-    re.IGNORECASE,
-)
-
-_OPEN_TAG: Final = "<tool_call>"
-_CLOSE_TAG: Final = "</tool_call>"
-_FENCE: Final = "```"
-_FUNCTIONS_PREFIX: Final = "functions."
-_DECODER: Final = json.JSONDecoder()
-
-
-def loads(text: str) -> Any:
-    """``json.loads``, where JSON nested too deep for the parser is a ``ValueError``.
-
-    ``json`` raises ``RecursionError`` past about 1,000 levels; here that is invalid JSON
-    like any other.
-    """
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise ValueError("nested too deeply to be read") from None
 
 
 # -- serialisation ---------------------------------------------------------------------------
@@ -226,23 +177,6 @@ def stop_reason(raw: object) -> StopReason:
     return _FINISH_REASONS.get(str(raw).lower(), StopReason.UNKNOWN)
 
 
-def decode_arguments(raw: object) -> dict[str, Any] | str:
-    if isinstance(raw, dict):
-        return raw
-    if raw is None:
-        return {}
-    text = raw if isinstance(raw, str) else json.dumps(raw)
-    if not text.strip():
-        return {}
-    try:
-        decoded = loads(text)
-    except (ValueError, RecursionError):
-        return text
-    if not isinstance(decoded, dict) or nested_deeper_than(decoded, MAX_ARGUMENT_DEPTH):
-        return text  # the raw text: invalid arguments the model is told about
-    return decoded
-
-
 def content_text(content: object) -> str:
     if content is None:
         return ""
@@ -276,31 +210,6 @@ def _is_count(value: object) -> bool:
 
 def _int(value: object) -> int:
     return value if isinstance(value, int) and _is_count(value) else 0
-
-
-def invalid_response(
-    message: str, body: str, status: int | None, usage: tuple[int, int] | None = None
-) -> LLMError:
-    return LLMError(
-        ErrorKind.INVALID_RESPONSE,
-        message,
-        status_code=status,
-        body=body[:_MAX_ERROR_BODY],
-        usage=usage,
-    )
-
-
-MALFORMED: Final = (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError)
-"""What reading a reply of an unexpected shape can raise (a number where a list belongs, JSON
-nested past the parser's depth): such a reply is ``invalid_response``, never an adapter bug."""
-
-
-def malformed_reply(error: BaseException, body: str, status: int | None) -> LLMError:
-    """A reply whose shape could not be read (one of :data:`MALFORMED`): ``invalid_response``."""
-    detail = str(error)[:200] or type(error).__name__
-    return invalid_response(
-        f"the reply has an unexpected shape ({type(error).__name__}: {detail})", body, status
-    )
 
 
 def parse_completion(text: str, requested_model: str | None, status: int) -> LLMResponse:
@@ -373,238 +282,7 @@ def reasoning_text(message: Mapping[str, Any]) -> str:
     return ""
 
 
-def tool_calls_in_text(text: str, tool_names: Collection[str]) -> list[ToolCall]:
-    """Tool calls written as text by a model whose server did not parse them.
-
-    Recognises, when they make up the whole reply: one JSON object
-    ``{"name": ..., "arguments": {...}}`` (``parameters`` is accepted for ``arguments``),
-    a JSON list of them, or several such objects one after another (one per line, as small
-    models write several calls), optionally inside a code fence, one or more Hermes/Qwen
-    ``<tool_call>{...}</tool_call>`` blocks, and one or more ``functions.NAME:`` lines each
-    followed by its arguments as a JSON object (the syntax of llama-cpp-python's
-    ``chatml-function-calling`` format, which small models also write as plain text). Every
-    name must be one of ``tool_names``; otherwise nothing is recognised and the reply stays
-    text.
-
-    Args:
-        text: The reply's text.
-        tool_names: The names of the tools offered in this turn.
-
-    Returns:
-        The calls (ids left empty for the runtime to assign), or ``[]``.
-    """
-    stripped = text.strip()
-    if not stripped:
-        return []
-    candidates: list[object] = []
-    if stripped.startswith(_FUNCTIONS_PREFIX):
-        prefixed = _prefixed_calls(stripped, tool_names)
-        if prefixed is None:
-            return []
-        candidates = [{"name": name, "arguments": arguments} for name, arguments in prefixed]
-    elif _OPEN_TAG in stripped:
-        blocks = _tagged_blocks(stripped)
-        if blocks is None:
-            return []  # text besides the calls: leave it to the output contract
-        for block in blocks:
-            try:
-                candidates.append(loads(block))
-            except (ValueError, RecursionError):
-                return []
-    else:
-        body = _unfenced(stripped)
-        if not body.startswith(("{", "[")):
-            return []
-        try:
-            decoded = loads(body)
-        except (ValueError, RecursionError):
-            decoded = objects_in_a_row(body)
-            if decoded is None:
-                return []
-        candidates = decoded if isinstance(decoded, list) else [decoded]
-    calls: list[ToolCall] = []
-    for candidate in candidates:
-        if not isinstance(candidate, dict) or set(candidate) - {"name", "arguments", "parameters"}:
-            return []
-        name = candidate.get("name")
-        arguments = candidate.get("arguments", candidate.get("parameters", {}))
-        if name not in tool_names or not isinstance(arguments, dict | str):
-            return []
-        calls.append(ToolCall(name=str(name), arguments=decode_arguments(arguments)))
-    return calls
-
-
-def _prefixed_calls(text: str, tool_names: Collection[str]) -> list[tuple[str, object]] | None:
-    """The ``functions.NAME:`` calls making up ``text``: each name and its decoded arguments.
-
-    ``None`` when anything else is in the text, or a name is not one of ``tool_names`` (read
-    no further). One pass: each step decodes one JSON value where the last one ended.
-    """
-    calls: list[tuple[str, object]] = []
-    position, length = 0, len(text)
-    while True:
-        position = _after_space(text, position)
-        if position == length:
-            return calls or None
-        if not text.startswith(_FUNCTIONS_PREFIX, position):
-            return None
-        colon = text.find(":", position)
-        if colon < 0:
-            return None
-        name = text[position + len(_FUNCTIONS_PREFIX) : colon].strip()
-        if name not in tool_names:
-            return None
-        position = _after_space(text, colon + 1)
-        try:
-            arguments, position = _DECODER.raw_decode(text, position)
-        except (ValueError, RecursionError):
-            return None
-        calls.append((name, arguments))
-
-
-def _after_space(text: str, position: int) -> int:
-    """The first position at or after ``position`` that is not whitespace (or the end)."""
-    length = len(text)
-    while position < length and text[position].isspace():
-        position += 1
-    return position
-
-
-def _tagged_blocks(text: str) -> list[str] | None:
-    """The bodies of ``<tool_call>...</tool_call>`` blocks making up ``text``, stripped.
-
-    The last block may lack its closing tag (it runs to the end). ``None`` when anything but
-    whitespace lies outside the blocks. One pass of ``str.find``: linear in the text, where
-    a regular expression with lazy and greedy whitespace backtracked quadratically.
-    """
-    blocks: list[str] = []
-    position = 0
-    while (start := text.find(_OPEN_TAG, position)) >= 0:
-        if text[position:start].strip():
-            return None
-        body = start + len(_OPEN_TAG)
-        end = text.find(_CLOSE_TAG, body)
-        if end < 0:
-            blocks.append(text[body:].strip())
-            return blocks
-        blocks.append(text[body:end].strip())
-        position = end + len(_CLOSE_TAG)
-    if text[position:].strip():
-        return None
-    return blocks
-
-
-def _unfenced(text: str) -> str:
-    """``text`` out of its code fence (```` ```json ... ``` ````), stripped; else ``text``.
-
-    Linear: the fence is the text's first and last three backticks, the language tag the
-    letters after the first.
-    """
-    if len(text) < 2 * len(_FENCE) or not (text.startswith(_FENCE) and text.endswith(_FENCE)):
-        return text
-    inner = text[len(_FENCE) : -len(_FENCE)]
-    letters = len(inner) - len(inner.lstrip(_LETTERS))
-    return inner[letters:].strip()
-
-
-_LETTERS: Final = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-
-
-# -- errors ----------------------------------------------------------------------------------
-
-
-def transport_error(error: httpx.HTTPError, where: str | None = None) -> LLMError:
-    """The :class:`LLMError` of a failed exchange.
-
-    ``where``: the address tried, named in the message of a timeout or a failed connection
-    (its credentials removed by the caller).
-    """
-    detail = str(error) or type(error).__name__
-    at = f" (at {where})" if where else ""
-    if isinstance(error, httpx.TimeoutException):
-        return LLMError(ErrorKind.TIMEOUT, f"{type(error).__name__}: {detail}{at}")
-    if isinstance(error, httpx.NetworkError | httpx.RemoteProtocolError | httpx.ProxyError):
-        return LLMError(ErrorKind.CONNECTION, f"{type(error).__name__}: {detail}{at}")
-    if isinstance(error, httpx.DecodingError):
-        return LLMError(ErrorKind.INVALID_RESPONSE, f"{type(error).__name__}: {detail}")
-    return LLMError(ErrorKind.OTHER, f"{type(error).__name__}: {detail}")
-
-
-def status_error(status: int, headers: Mapping[str, str], text: str) -> LLMError:
-    try:
-        data: object = loads(text) if text.strip() else None
-    except ValueError:
-        data = None
-    try:
-        return error_from_body(status, data, text, headers)
-    except MALFORMED:  # an error object of an unexpected shape: classified by its status
-        return error_from_body(status, None, text, headers)
-
-
-def _error_fields(data: object) -> tuple[str, str]:
-    """The provider's error message and code/type, from the usual error shapes."""
-    if not isinstance(data, dict):
-        return "", ""
-    error = data.get("error", data)
-    if isinstance(error, str):
-        return error, ""
-    if isinstance(error, dict):
-        message = error.get("message") or error.get("detail") or data.get("message") or ""
-        code = error.get("code") or error.get("type") or ""
-        if isinstance(message, list):  # FastAPI validation errors
-            message = json.dumps(message)
-        return str(message), str(code)
-    return "", ""
-
-
-def _error_type(data: object) -> str:
-    error = data.get("error") if isinstance(data, dict) else None
-    kind = error.get("type") if isinstance(error, dict) else None
-    return kind if isinstance(kind, str) else ""
-
-
-def error_from_body(
-    status: int | None, data: object, text: str, headers: Mapping[str, str]
-) -> LLMError:
-    message, code = _error_fields(data)
-    if not message:
-        message = " ".join(text.split())[:_MAX_MESSAGE] or (
-            f"HTTP {status}" if status is not None else "the server reported an error"
-        )
-    retry_after = parse_retry_after(headers)
-    says_filter = bool(_CONTENT_FILTER_RE.search(f"{code} {message}"))
-    kind: ErrorKind
-    if _CONTEXT_LENGTH_RE.search(f"{code} {_error_type(data)} {message}"):
-        kind = ErrorKind.CONTEXT_LENGTH
-    elif status is None:  # an error object in a 200 reply or inside a stream
-        kind = ErrorKind.CONTENT_FILTER if says_filter else ErrorKind.SERVER_ERROR
-    elif status == 429:
-        quota = "insufficient_quota" in code or "quota" in message.lower()
-        kind = ErrorKind.OTHER if quota else ErrorKind.RATE_LIMIT
-    elif status >= 500:
-        invalid = status == 500 and _VALIDATION_RE.match(message) is not None
-        kind = ErrorKind.BAD_REQUEST if invalid else ErrorKind.SERVER_ERROR
-    elif status == 401:
-        kind = ErrorKind.AUTHENTICATION
-    elif status == 408:
-        kind = ErrorKind.TIMEOUT
-    elif status == 409:
-        kind = ErrorKind.SERVER_ERROR  # a transient conflict (as OpenAI's own SDK retries it)
-    elif says_filter and 400 <= status < 500:
-        kind = ErrorKind.CONTENT_FILTER
-    elif status == 403:
-        kind = ErrorKind.PERMISSION
-    elif 400 <= status < 500:
-        kind = ErrorKind.BAD_REQUEST
-    else:
-        kind = ErrorKind.OTHER  # 3xx: redirects are not followed
-    return LLMError(
-        kind,
-        message[:_MAX_MESSAGE],
-        status_code=status,
-        retry_after=retry_after,
-        body=text[:_MAX_ERROR_BODY] or None,
-    )
+# -- refusals of a field the server does not know ---------------------------------------------
 
 
 def rejects_stream_options(error: LLMError) -> bool:
@@ -636,47 +314,133 @@ def rejects_output_mode(error: LLMError) -> bool:
     return any(field in said for field in _OUTPUT_FIELDS)
 
 
-def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
-    """Read how long a server asked us to wait, in seconds.
-
-    Understands ``retry-after-ms`` (sent by OpenAI) and ``Retry-After`` as delta-seconds or
-    as an HTTP-date. A date in the past means ``0``.
-
-    Args:
-        headers: The response headers (a case-insensitive mapping such as ``httpx.Headers``
-            or a plain dict with lower-case keys).
-        now: The current time as a POSIX timestamp (for tests); defaults to the clock.
-
-    Returns:
-        The delay in seconds, or ``None`` when no usable header is present.
-    """
-    lowered = {key.lower(): value for key, value in headers.items()}
-    milliseconds = _non_negative_float(lowered.get("retry-after-ms"))
-    if milliseconds is not None:
-        return milliseconds / 1000
-    raw = lowered.get("retry-after")
-    if raw is None:
-        return None
-    seconds = _non_negative_float(raw)
-    if seconds is not None:
-        return seconds
-    try:
-        when = parsedate_to_datetime(raw.strip())
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:  # RFC 9110 dates are GMT; be lenient with ones that omit it
-        return None
-    current = time.time() if now is None else now
-    return max(0.0, when.timestamp() - current)
+# -- streamed replies --------------------------------------------------------------------------
 
 
-def _non_negative_float(raw: str | None) -> float | None:
-    if raw is None:
-        return None
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        return None
-    if value != value or value in (float("inf"), float("-inf")) or value < 0:
-        return None
-    return value
+@dataclass
+class _PartialCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+class StreamAccumulator:
+    """Assembles ``chat.completion.chunk`` payloads into one reply."""
+
+    def __init__(self, requested_model: str | None, max_chars: int | None = None) -> None:
+        self.model = requested_model
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.reasoning_added = ""  # the reasoning the last chunk added
+        self.calls: dict[int, _PartialCall] = {}
+        self.finish_reason: object = None
+        self.usage = UNREPORTED  # until a chunk reports it (stream_options.include_usage)
+        self.done = False
+        self.chunks = 0
+        self.size = 0  # characters of text and tool-call arguments held
+        self.max_chars = max_chars
+
+    def add(self, data: str) -> str:
+        """Take one ``data:`` payload; return the text it adds."""
+        try:
+            chunk = loads(data)
+        except ValueError as error:
+            raise invalid_response(f"a streamed chunk is not JSON ({error})", data, 200) from None
+        if not isinstance(chunk, dict):
+            raise invalid_response("a streamed chunk is not a JSON object", data, 200)
+        if chunk.get("error") is not None:
+            raise error_from_body(None, chunk, data, {})
+        self.chunks += 1
+        if isinstance(chunk.get("model"), str) and chunk["model"]:
+            self.model = chunk["model"]
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = decode_usage(chunk["usage"])
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list):
+            raise invalid_response("a streamed chunk's choices is not a list", data, 200)
+        added = ""
+        self.reasoning_added = ""
+        for choice in choices:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            if choice.get("finish_reason") is not None:
+                self.finish_reason = choice["finish_reason"]
+            delta = choice.get("delta") or {}
+            if not isinstance(delta, dict):
+                continue
+            piece = content_text(delta.get("content"))
+            if piece:
+                self._grow(len(piece))
+                self.text.append(piece)
+                added += piece
+            thought = reasoning_text(delta)
+            if thought:
+                self._grow(len(thought))
+                self.reasoning.append(thought)
+                self.reasoning_added += thought
+            raw_calls = delta.get("tool_calls") or []
+            if not isinstance(raw_calls, list):
+                raise invalid_response("a streamed chunk's tool_calls is not a list", data, 200)
+            for position, raw in enumerate(raw_calls):
+                if isinstance(raw, dict):
+                    self._add_call(position, raw)
+            legacy = delta.get("function_call")
+            if isinstance(legacy, dict):
+                self._add_call(0, {"index": 0, "function": legacy})
+        return added
+
+    def _add_call(self, position: int, raw: dict[str, Any]) -> None:
+        index = raw.get("index")
+        key = index if isinstance(index, int) else position
+        call = self.calls.setdefault(key, _PartialCall())
+        if raw.get("id") and not call.id:
+            call.id = str(raw["id"])
+        function = raw.get("function") or {}
+        if isinstance(function, dict):
+            if isinstance(function.get("name"), str) and function["name"] and not call.name:
+                call.name = function["name"]
+            arguments = function.get("arguments")
+            if isinstance(arguments, dict):
+                arguments = json.dumps(arguments)
+            if isinstance(arguments, str):
+                self._grow(len(arguments))
+                call.arguments.append(arguments)
+
+    def _grow(self, added: int) -> None:
+        self.size += added
+        if self.max_chars is not None and self.size > self.max_chars:
+            raise LLMError(
+                ErrorKind.RESPONSE_TOO_LARGE,
+                f"the streamed reply is longer than max_response_bytes={self.max_chars:,} "
+                f"(text and tool-call arguments)",
+                status_code=200,
+            )
+
+    def build(self) -> LLMResponse:
+        """The complete reply; raise when the stream ended before it was complete."""
+        if not self.done and self.finish_reason is None:
+            raise LLMError(
+                ErrorKind.CONNECTION,
+                f"the stream ended after {self.chunks} chunks without a finish reason or [DONE]",
+            )
+        calls: list[ToolCall] = []
+        for _, partial in sorted(self.calls.items()):
+            if not partial.name:
+                raise invalid_response("a streamed tool call has no function name", "", 200)
+            calls.append(
+                ToolCall(
+                    name=partial.name,
+                    arguments=decode_arguments("".join(partial.arguments)),
+                    id=partial.id,
+                )
+            )
+        raw = self.finish_reason
+        return LLMResponse(
+            text="".join(self.text),
+            reasoning="".join(self.reasoning),
+            tool_calls=calls,
+            stop_reason=stop_reason(raw),
+            raw_stop_reason=None if raw is None else str(raw),
+            usage=self.usage,
+            model=self.model,
+        )

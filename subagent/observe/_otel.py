@@ -123,6 +123,16 @@ def _is_cancellation(exc: BaseException | None) -> bool:
     return exc is not None and isinstance(exc, anyio.get_cancelled_exc_class())
 
 
+def _cache_attributes(
+    attributes: dict[str, AttributeValue], cache_read: int, cache_write: int
+) -> None:
+    """The prompt-cache counts (part of the input tokens), when the provider reported any."""
+    if cache_read:
+        attributes["gen_ai.usage.cache_read.input_tokens"] = cache_read
+    if cache_write:
+        attributes["gen_ai.usage.cache_creation.input_tokens"] = cache_write
+
+
 def _fail(
     span: Span, attributes: dict[str, AttributeValue], error_type: str, description: str
 ) -> None:
@@ -260,11 +270,14 @@ class _RunSpan(_SpanScope):
     def finished(self, step: Step[Any]) -> None:
         self._described = True
         # Summed here rather than read from ``step.usage``, which may build pydantic models.
-        input_tokens = output_tokens = unreported = 0
+        input_tokens = output_tokens = unreported = cache_read = cache_write = 0
         for turn in step.turns:
-            input_tokens += turn.usage.input_tokens
-            output_tokens += turn.usage.output_tokens
-            unreported += turn.usage.unreported
+            usage = turn.usage
+            input_tokens += usage.input_tokens
+            output_tokens += usage.output_tokens
+            unreported += usage.unreported
+            cache_read += usage.cache_read_tokens
+            cache_write += usage.cache_write_tokens
         failure = step.failure
         paused = step.state is not None
         attributes: dict[str, AttributeValue] = {
@@ -275,6 +288,7 @@ class _RunSpan(_SpanScope):
         }
         if unreported:  # the sums are a lower bound
             attributes["subagent.usage.unreported_calls"] = unreported
+        _cache_attributes(attributes, cache_read, cache_write)
         if paused:
             pending = step.pending
             attributes["subagent.paused"] = True
@@ -372,6 +386,7 @@ class _ChatSpan(_SpanScope):
         if usage.known:  # an unreported count is absent, not zero
             attributes["gen_ai.usage.input_tokens"] = usage.input_tokens
             attributes["gen_ai.usage.output_tokens"] = usage.output_tokens
+            _cache_attributes(attributes, usage.cache_read_tokens, usage.cache_write_tokens)
         else:
             attributes["subagent.usage.unreported_calls"] = usage.unreported
         if response.model:

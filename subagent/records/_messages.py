@@ -61,12 +61,19 @@ class Usage(BaseModel):
     """Token counts of one call, or a sum of calls.
 
     Attributes:
-        input_tokens: Tokens of the prompt.
+        input_tokens: Tokens of the prompt, all of them: those read from or written to a
+            provider's prompt cache included (as OpenTelemetry's GenAI conventions count
+            ``gen_ai.usage.input_tokens``).
         output_tokens: Tokens of the reply.
         unreported: Calls whose usage the server did not report (a stream from a server
             that ignores ``stream_options``, such as llama-cpp-python): each counts 0 tokens
             here, so with ``unreported > 0`` the counts are a lower bound, not a
             measurement. Left out of the JSON form when 0.
+        cache_read_tokens: Of ``input_tokens``, those the provider read from its prompt
+            cache (Anthropic's ``cache_read_input_tokens``). Left out of the JSON form when 0.
+        cache_write_tokens: Of ``input_tokens``, those the provider wrote to its prompt
+            cache (Anthropic's ``cache_creation_input_tokens``). Left out of the JSON form
+            when 0.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -74,6 +81,8 @@ class Usage(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     unreported: int = Field(default=0, exclude_if=lambda count: count == 0)
+    cache_read_tokens: int = Field(default=0, exclude_if=lambda count: count == 0)
+    cache_write_tokens: int = Field(default=0, exclude_if=lambda count: count == 0)
 
     @property
     def total_tokens(self) -> int:
@@ -90,6 +99,8 @@ class Usage(BaseModel):
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
             unreported=self.unreported + other.unreported,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
         )
 
 

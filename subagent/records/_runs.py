@@ -323,27 +323,18 @@ class UsageSummary(BaseModel):
     @classmethod
     def of(cls, turns: Iterable[Turn]) -> UsageSummary:
         """Sum the usage of ``turns`` and of the agents they ran."""
-        # Counts as [input, output, unreported calls].
+        # Counts as [input, output, unreported calls, cache read, cache written].
         sums: dict[TurnType, list[int]] = {}
         models: dict[str, list[int]] = {}
-        nested = [0, 0, 0]
+        nested = [0, 0, 0, 0, 0]
         retries = 0
         retried = [0, 0]
         for turn in turns:
-            counts = sums.setdefault(turn.type, [0, 0, 0])
-            counts[0] += turn.usage.input_tokens
-            counts[1] += turn.usage.output_tokens
-            counts[2] += turn.usage.unreported
-            spent = models.setdefault(turn.model or "unknown", [0, 0, 0])
-            spent[0] += turn.usage.input_tokens
-            spent[1] += turn.usage.output_tokens
-            spent[2] += turn.usage.unreported
+            _count(sums.setdefault(turn.type, [0, 0, 0, 0, 0]), turn.usage)
+            _count(models.setdefault(turn.model or "unknown", [0, 0, 0, 0, 0]), turn.usage)
             for result in turn.tool_results:
                 if result.step is not None:
-                    child = result.step.usage.total
-                    nested[0] += child.input_tokens
-                    nested[1] += child.output_tokens
-                    nested[2] += child.unreported
+                    _count(nested, result.step.usage.total)
             for retry in turn.transport_retries:
                 retries += 1
                 retried[0] += retry.usage.input_tokens
@@ -351,7 +342,7 @@ class UsageSummary(BaseModel):
         by_type = {kind: _usage(counts) for kind, counts in sums.items()}
         correction = by_type.get(TurnType.RETRY, _NONE)
         worked = [counts for kind, counts in sums.items() if kind is not TurnType.RETRY]
-        work = _usage([sum(counts[n] for counts in worked) for n in range(3)])
+        work = _usage([sum(counts[n] for counts in worked) for n in range(5)])
         nested_usage = _usage(nested)
         return cls(
             total=work + correction + nested_usage,
@@ -368,8 +359,17 @@ class UsageSummary(BaseModel):
 _NONE = Usage()
 
 
+def _count(counts: list[int], usage: Usage) -> None:
+    counts[0] += usage.input_tokens
+    counts[1] += usage.output_tokens
+    counts[2] += usage.unreported
+    counts[3] += usage.cache_read_tokens
+    counts[4] += usage.cache_write_tokens
+
+
 def _usage(counts: list[int]) -> Usage:
-    return Usage(input_tokens=counts[0], output_tokens=counts[1], unreported=counts[2])
+    return Usage(input_tokens=counts[0], output_tokens=counts[1], unreported=counts[2],
+                 cache_read_tokens=counts[3], cache_write_tokens=counts[4])  # fmt: skip
 
 
 class Step(BaseModel, Generic[OutputT]):
