@@ -259,7 +259,7 @@ async def test_without_the_extra_the_error_names_it(monkeypatch: pytest.MonkeyPa
 def test_the_options_that_travel_are_the_run_options_but_the_callers_own() -> None:
     from subagent import RunArguments
 
-    local = {"llm", "tracer_provider", "on_event", "on_text", "on_state"}
+    local = {"llm", "tracer_provider", "on_event", "on_text", "on_state", "hooks"}
     assert set(RayRunArguments.__annotations__) == set(RunArguments.__annotations__) - local
 
 
