@@ -28,8 +28,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.util._once import Once
 from pydantic import BaseModel
 
-from subagent import SubAgent
+from subagent import SubAgent, Tool
 from subagent.observe import CAPTURE_CONTENT_ENV
+from subagent.tools import SourceNotReadyError
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -219,3 +220,26 @@ class ProcessLines:
         for pipe in (self.process.stdin, self.process.stdout):
             if pipe is not None:
                 pipe.close()
+
+
+class ListedSource:
+    """A tool source whose list a test sets (as a server's may change between two runs);
+    not ready (not connected) while it lists no tool."""
+
+    source_name = "the test's source"
+
+    def __init__(self, *tools: Tool) -> None:
+        self.revision = 0
+        self.tools: Sequence[Tool] = ()
+        if tools:
+            self.lists(*tools)
+
+    def lists(self, *tools: Tool) -> None:
+        self.revision += 1
+        self.tools = tools
+
+    def current_tools(self) -> tuple[int, Sequence[Tool]]:
+        if not self.tools:
+            raise SourceNotReadyError(f"{self.source_name} is not connected")
+        return self.revision, self.tools
+

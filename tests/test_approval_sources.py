@@ -6,11 +6,11 @@ approval rule, resume's check of decisions and ``as_tool``'s refusal read that o
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from support import ListedSource
 
 from subagent import (
     ConfigurationError,
@@ -22,34 +22,13 @@ from subagent import (
     ToolCall,
     TurnOutcome,
 )
-from subagent.tools import SourceNotReadyError, mapped_source
+from subagent.tools import mapped_source
 
 pytestmark = pytest.mark.anyio
 
 
 class Answer(BaseModel):
     x: int
-
-
-class Listed:
-    """A tool source whose list the test sets; not ready until it is given one."""
-
-    source_name = "ops server 'deploy'"
-
-    def __init__(self, *tools: Tool) -> None:
-        self.revision = 0
-        self.tools: Sequence[Tool] | None = None
-        if tools:
-            self.lists(*tools)
-
-    def lists(self, *tools: Tool) -> None:
-        self.revision += 1
-        self.tools = tools
-
-    def current_tools(self) -> tuple[int, Sequence[Tool]]:
-        if self.tools is None:
-            raise SourceNotReadyError(f"{self.source_name} is not connected")
-        return self.revision, self.tools
 
 
 class Deployments:
@@ -87,7 +66,7 @@ async def test_an_approval_policy_judges_a_source_tool_before_it_runs() -> None:
         asked.append((name, dict(arguments)))
         return True
 
-    ops = agent(Listed(deployments.tool()), approval=policy)
+    ops = agent(ListedSource(deployments.tool()), approval=policy)
     step = await ops.run(llm=deploy_then_answer())
     assert step.paused and deployments.made == []
     assert asked == [("deploy", {"env": "prod"})]
@@ -96,7 +75,7 @@ async def test_an_approval_policy_judges_a_source_tool_before_it_runs() -> None:
 
 async def test_a_source_tool_marked_requires_approval_pauses_the_run() -> None:
     deployments = Deployments()
-    step = await agent(Listed(deployments.tool(requires_approval=True))).run(
+    step = await agent(ListedSource(deployments.tool(requires_approval=True))).run(
         llm=deploy_then_answer()
     )
     assert step.paused and deployments.made == []
@@ -104,14 +83,14 @@ async def test_a_source_tool_marked_requires_approval_pauses_the_run() -> None:
 
 async def test_a_mapped_source_keeps_its_tools_approval() -> None:
     deployments = Deployments()
-    wrapped = mapped_source(Listed(deployments.tool(requires_approval=True)), lambda t: t)
+    wrapped = mapped_source(ListedSource(deployments.tool(requires_approval=True)), lambda t: t)
     step = await agent(wrapped).run(llm=deploy_then_answer())
     assert step.paused and deployments.made == []
 
 
 async def test_a_paused_source_call_runs_once_approved_and_never_when_denied() -> None:
     deployments = Deployments()
-    ops = agent(Listed(deployments.tool(requires_approval=True)))
+    ops = agent(ListedSource(deployments.tool(requires_approval=True)))
     paused = await ops.run(llm=deploy_then_answer())
     denied = await ops.resume(paused.state, {"c1": Decision.deny("not today")},
                               llm=ScriptedLLM(['{"x": 0}']))  # fmt: skip
@@ -122,7 +101,7 @@ async def test_a_paused_source_call_runs_once_approved_and_never_when_denied() -
 
 async def test_resuming_a_paused_source_call_without_its_decision_is_refused() -> None:
     deployments = Deployments()
-    ops = agent(Listed(deployments.tool(requires_approval=True)))
+    ops = agent(ListedSource(deployments.tool(requires_approval=True)))
     paused = await ops.run(llm=deploy_then_answer())
     with pytest.raises(ConfigurationError, match="c1"):
         await ops.resume(paused.state, {}, llm=ScriptedLLM(['{"x": 1}']))
@@ -131,13 +110,13 @@ async def test_resuming_a_paused_source_call_without_its_decision_is_refused() -
 
 async def test_a_source_tool_that_needs_no_approval_runs_without_a_pause() -> None:
     deployments = Deployments()
-    step = await agent(Listed(deployments.tool())).run(llm=deploy_then_answer())
+    step = await agent(ListedSource(deployments.tool())).run(llm=deploy_then_answer())
     assert step.output == Answer(x=1) and deployments.made == ["prod"]
     assert step.turns[0].outcome is TurnOutcome.CONTINUE
 
 
 def test_as_tool_refuses_a_child_whose_listed_source_tools_need_approval() -> None:
-    child = agent(Listed(Deployments().tool(requires_approval=True)))
+    child = agent(ListedSource(Deployments().tool(requires_approval=True)))
     with pytest.raises(ConfigurationError, match="requires_approval") as raised:
         child.as_tool()
     assert raised.value.field == "approval"
@@ -145,7 +124,7 @@ def test_as_tool_refuses_a_child_whose_listed_source_tools_need_approval() -> No
 
 async def test_a_child_whose_source_later_lists_a_tool_needing_approval_is_not_run() -> None:
     deployments = Deployments()
-    source = Listed(deployments.tool())
+    source = ListedSource(deployments.tool())
     child = agent(source)
     parent = SubAgent(name="lead", prompt="Delegate", output=Answer, max_turns=2,
                       tools=[child.as_tool(name="ops")])  # fmt: skip

@@ -22,7 +22,7 @@ pytest.importorskip("dbos", reason="the dbos extra is not installed")
 
 from dbos import DBOS
 from durable_harness import dbos_on_sqlite
-from support import run_example
+from support import ListedSource, run_example
 
 from subagent import (
     ConfigurationError,
@@ -191,27 +191,6 @@ def extra() -> str:
     return "extra"
 
 
-class Listed:
-    """A tool source whose list the test changes (as a server's may between a crash and
-    the restart)."""
-
-    source_name = "the test's source"
-
-    def __init__(self, *tools: Tool):
-        self.revision = 0
-        self.tools: Sequence[Tool] = ()
-        self.lists(*tools)
-
-    def lists(self, *tools: Tool) -> None:
-        self.revision += 1
-        self.tools = tools
-
-    def current_tools(self) -> tuple[int, Sequence[Tool]]:
-        if not self.tools:
-            raise SourceNotReadyError(f"{self.source_name} is not connected")
-        return self.revision, self.tools
-
-
 LOOKUP = Tool(lookup, run_in_thread=False)
 
 
@@ -227,7 +206,7 @@ async def test_a_replay_with_the_same_tools_reads_the_sources_calls_back(
     launch: Callable[[], None],
 ) -> None:
     LOOKED_UP.clear()
-    source = Listed(LOOKUP)
+    source = ListedSource(LOOKUP)
     llm = ScriptedLLM([call("lookup", key="a"), "found", "found again"])
     durable = DurableAgent(SubAgent(name="finder", prompt="Find a.", tools=[source],
                                     max_turns=3), llm=llm)  # fmt: skip
@@ -246,7 +225,7 @@ async def test_a_replay_whose_source_lists_more_tools_keeps_the_tools_it_started
     launch: Callable[[], None],
 ) -> None:
     LOOKED_UP.clear()
-    source = Listed(LOOKUP)
+    source = ListedSource(LOOKUP)
     llm = ScriptedLLM([call("lookup", key="a"), "found", "found again", "later"])
     agent = SubAgent(name="finder", prompt="Find a.", tools=[source], max_turns=3)
     durable = DurableAgent(agent, llm=llm)
@@ -266,7 +245,7 @@ async def test_a_replay_whose_source_lists_more_tools_keeps_the_tools_it_started
 async def test_a_replay_before_its_source_is_connected_ends_saying_to_connect_it_first(
     launch: Callable[[], None],
 ) -> None:
-    source = Listed(LOOKUP)
+    source = ListedSource(LOOKUP)
     durable = DurableAgent(SubAgent(name="finder", prompt="Find a.", tools=[source],
                                     max_turns=3), llm=ScriptedLLM([call("lookup", key="a"),
                                                                    "found"]))  # fmt: skip
@@ -296,7 +275,7 @@ async def test_a_replay_whose_source_lost_or_changed_a_tool_it_started_with_is_r
     launch: Callable[[], None], now: tuple[Tool, ...], named: str
 ) -> None:
     LOOKED_UP.clear()
-    source = Listed(LOOKUP)
+    source = ListedSource(LOOKUP)
     llm = ScriptedLLM([call("lookup", key="a"), "found"])
     durable = DurableAgent(SubAgent(name="finder", prompt="Find a.", tools=[source],
                                     max_turns=3), llm=llm)  # fmt: skip
@@ -316,7 +295,7 @@ async def test_a_replay_whose_source_lost_or_changed_a_tool_it_started_with_is_r
 async def test_a_run_reads_the_listing_it_recorded_even_when_the_list_moves_meanwhile(
     launch: Callable[[], None],
 ) -> None:
-    class ListsLater(Listed):
+    class ListsLater(ListedSource):
         """Lists another tool once read in the workflow (a refresh just after the run's
         listing was recorded)."""
 
@@ -348,7 +327,7 @@ async def test_a_source_tool_that_needs_approval_pauses_the_durable_run_before_i
     launch: Callable[[], None],
 ) -> None:
     LOOKED_UP.clear()
-    source = Listed(Tool(lookup, requires_approval=True, run_in_thread=False))
+    source = ListedSource(Tool(lookup, requires_approval=True, run_in_thread=False))
     agent = SubAgent(name="finder", prompt="Find a.", tools=[source], max_turns=3)
     durable = DurableAgent(agent, llm=ScriptedLLM([call("lookup", key="a"), "found"]),
                            approval_timeout=0.2)  # fmt: skip

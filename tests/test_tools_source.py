@@ -6,10 +6,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support import ListedSource
 
 from subagent import (
     ConfigurationError,
@@ -26,23 +27,10 @@ from subagent.tools import MappedSource, SourceNotReadyError, mapped_source
 pytestmark = pytest.mark.anyio
 
 
-class Listed:
-    """A tool source whose list the test changes; not ready until it is given one."""
+class Listed(ListedSource):
+    """A key-value server's tools, as the test lists them."""
 
     source_name = "store server 'kv'"
-
-    def __init__(self) -> None:
-        self.revision = 0
-        self.tools: Sequence[Tool] | None = None
-
-    def lists(self, *tools: Tool) -> None:
-        self.revision += 1
-        self.tools = tools
-
-    def current_tools(self) -> tuple[int, Sequence[Tool]]:
-        if self.tools is None:
-            raise SourceNotReadyError(f"{self.source_name} is not connected")
-        return self.revision, self.tools
 
 
 def get(key: str) -> str:
