@@ -6,9 +6,10 @@ The crash tests (kills and restarts) are tests/test_durable_crash.py.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,24 @@ def _adder(*replies: Any) -> tuple[SubAgent[int], ScriptedLLM]:
 
 def _calls(*calls: tuple[str, dict[str, Any]]) -> LLMResponse:
     return LLMResponse(tool_calls=[ToolCall(name=name, arguments=args) for name, args in calls])
+
+
+@contextlib.asynccontextmanager
+async def _paused(
+    durable: DurableAgent[Any], workflow_id: str, **options: Any
+) -> AsyncIterator[tuple[PendingApproval, list[Any]]]:
+    """A durable run started in a task, once it paused: its pause, and a list that holds
+    its Step once the run ends (after the block)."""
+    steps: list[Any] = []
+
+    async def run() -> None:
+        steps.append(await durable.run(workflow_id=workflow_id, **options))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        pending = await durable.pending(workflow_id, timeout=30)
+        assert pending is not None
+        yield pending, steps
 
 
 async def _step_names(workflow_id: str) -> list[str]:
@@ -524,16 +543,8 @@ async def test_a_message_that_does_not_answer_the_pause_is_logged_and_the_run_wa
     agent, llm = _ops(deployed, _calls(("deploy", {"env": "prod"})), "done")
     durable = DurableAgent(agent, llm=llm)
     launch()
-    steps: list[Any] = []
-
-    async def run() -> None:
-        steps.append(await durable.run(workflow_id="ops-bad"))
-
     with caplog.at_level(logging.WARNING, logger="subagent.durable"):
-        async with anyio.create_task_group() as group:
-            group.start_soon(run)
-            pending = await durable.pending("ops-bad", timeout=30)
-            assert pending is not None
+        async with _paused(durable, "ops-bad") as (pending, steps):
             if isinstance(message, dict) and message.get("digest") == "<digest>":
                 message = {**message, "digest": pending.digest}
             await DBOS.send_async("ops-bad", message, APPROVAL_TOPIC)
@@ -565,15 +576,7 @@ async def test_decide_refuses_what_resume_would_refuse_before_sending_and_the_ru
     agent, llm = _ops(deployed, _calls(("deploy", {"env": "prod"})), "done")
     durable = DurableAgent(agent, llm=llm)
     launch()
-    steps: list[Any] = []
-
-    async def run() -> None:
-        steps.append(await durable.run(workflow_id="ops-refused"))
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(run)
-        pending = await durable.pending("ops-refused", timeout=30)
-        assert pending is not None
+    async with _paused(durable, "ops-refused") as (pending, steps):
         with pytest.raises(refused):
             await durable.decide(pending, {"call_1_1": decision})
         assert await durable.pending("ops-refused") == pending  # still waiting, same pause
@@ -599,16 +602,10 @@ async def test_a_paused_durable_runs_correction_and_limits_go_on_to_its_resumed_
     durable = DurableAgent(agent, llm=llm)
     launch()
     correction = Correction(settings={"temperature": 0.9})
-    steps: list[Any] = []
-
-    async def run() -> None:
-        steps.append(await durable.run(workflow_id="ops-go-on", correction=correction,
-                                       usage_limits=UsageLimits(max_tool_calls=5)))  # fmt: skip
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(run)
-        pending = await durable.pending("ops-go-on", timeout=30)
-        assert pending is not None
+    limits = UsageLimits(max_tool_calls=5)
+    async with _paused(durable, "ops-go-on", correction=correction, usage_limits=limits) as (
+        pending, steps,
+    ):  # fmt: skip
         await durable.decide(pending, {pending.waiting[0].id: True})
     (step,) = steps
     assert step.ok and step.output == 3 and deployed == ["prod"]
