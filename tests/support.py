@@ -242,4 +242,3 @@ class ListedSource:
         if not self.tools:
             raise SourceNotReadyError(f"{self.source_name} is not connected")
         return self.revision, self.tools
-
