@@ -15,14 +15,14 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel
 
-from subagent._build import run_parts
+from subagent._build import current_approval
 from subagent._checks import check_int
 from subagent._context import RunContext
 from subagent._definition import AgentDefinition
 from subagent._errors import ConfigurationError
 from subagent._nesting import current_depth
 from subagent.records import FailReason, Failure, Step, build_step
-from subagent.tools import NestedRunError, SourceNotReadyError, Tool, ToolOutput
+from subagent.tools import NestedRunError, Tool, ToolOutput
 
 __all__ = ["PASS_DOWN", "agent_tool"]
 
@@ -53,7 +53,7 @@ def agent_tool(
 ) -> Tool:
     """``agent`` as a tool of another agent (see :meth:`SubAgent.as_tool`)."""
     check_int("max_depth", max_depth, 1)
-    if _may_pause(agent):
+    if current_approval(agent) is not None:
         raise ConfigurationError("approval", _PAUSING.format(name=agent.name))
     named = agent.name if name is None else name
     if not isinstance(named, str) or not TOOL_NAME.match(named):
@@ -77,7 +77,9 @@ def agent_tool(
         context: Mapping[str, Any] | BaseModel = (
             model(**arguments) if model is not None else arguments
         )
-        if _may_pause(agent):  # a source listed a tool that needs approval since as_tool()
+        if (
+            current_approval(agent) is not None
+        ):  # a source listed a tool that needs approval since as_tool()
             raise NestedRunError(_PAUSING.format(name=agent.name))
         started = time.perf_counter()
         try:
@@ -127,18 +129,6 @@ _PAUSING = (
     "cannot resume; give the approval to the parent instead (as_tool(requires_approval="
     "True), or the parent's approval policy)"
 )
-
-
-def _may_pause(agent: AgentDefinition[Any, Any]) -> bool:
-    """Whether a run of ``agent`` starting now may pause for approval.
-
-    Its sources' tools count once they are listed (a source not connected yet is judged
-    when the tool is called).
-    """
-    try:
-        return run_parts(agent).approval is not None
-    except SourceNotReadyError:
-        return agent._parts.approval is not None
 
 
 def tool_signature(

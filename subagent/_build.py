@@ -32,11 +32,18 @@ from subagent._hooks import Hooks
 from subagent._limits import UsageLimits
 from subagent._parts import AgentParts, SourcedParts, Systems, ToolParts
 from subagent._templates import Template, TemplateSet, default_templates
-from subagent.llm import LLM, LLMSpec, Message, RetryPolicy
+from subagent.llm import LLM, LLMSpec, Message, RetryPolicy, ToolCall
 from subagent.parsers import OutputContract, build_contract
 from subagent.protocols import PROTOCOLS, ReplyProtocol
 from subagent.records import RunState, digest
-from subagent.tools import AgentTools, Tool, Toolbox, build_tools, split_sources
+from subagent.tools import (
+    AgentTools,
+    SourceNotReadyError,
+    Tool,
+    Toolbox,
+    build_tools,
+    split_sources,
+)
 
 __all__ = [
     "Built",
@@ -46,6 +53,7 @@ __all__ = [
     "check_llm",
     "check_policy",
     "check_state",
+    "current_approval",
     "fingerprint",
     "is_type_form",
     "run_parts",
@@ -117,6 +125,18 @@ def run_parts(agent: AgentDefinition[Any, Any]) -> AgentParts:
     """
     sourced = agent._sources
     return agent._parts if sourced is None else sourced.parts()
+
+
+def current_approval(agent: AgentDefinition[Any, Any]) -> Callable[[ToolCall], bool] | None:
+    """The approval rule of a run of ``agent`` starting now (``None``: no call needs one).
+
+    Its sources' tools count once they are listed; while a source is not connected, the
+    plain tools' rule (the source's tools are judged when a run reads them).
+    """
+    try:
+        return run_parts(agent).approval
+    except SourceNotReadyError:
+        return agent._parts.approval
 
 
 def _check_fields(agent: AgentDefinition[Any, Any]) -> None:

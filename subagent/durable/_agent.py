@@ -21,7 +21,7 @@ from typing_extensions import TypeVar, Unpack
 
 from subagent._agent import SubAgent
 from subagent._approval import ApprovalRule, checked_decision, checked_decisions
-from subagent._build import run_parts
+from subagent._build import current_approval
 from subagent._checks import check_int, check_seconds
 from subagent._conversation import ContextPolicy
 from subagent._correction import Correction
@@ -53,7 +53,7 @@ from subagent.records import (
     build_step,
     step_model,
 )
-from subagent.tools import SourceNotReadyError, split_sources
+from subagent.tools import split_sources
 
 __all__ = ["DEFAULT_APPROVAL_TIMEOUT", "DurableAgent", "DurableRunArguments"]
 
@@ -630,12 +630,6 @@ def _trace_joined(carrier: dict[str, str]) -> Iterator[None]:
 
 
 def _approval_rule(agent: SubAgent[Any]) -> ApprovalRule | None:
-    """The approval rule of a run of ``agent`` starting now.
-
-    Its sources' tools included; its plain tools' only while a source is not connected.
-    """
-    try:
-        rule = run_parts(agent).approval
-    except SourceNotReadyError:
-        rule = agent._parts.approval
+    """The approval rule a check of decisions reads (:func:`current_approval`)."""
+    rule = current_approval(agent)
     return rule if isinstance(rule, ApprovalRule) else None
