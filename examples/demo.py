@@ -6,12 +6,13 @@ With ``SUBAGENT_LLM`` (e.g. ``openai:gpt-4o-mini``) or ``OPENAI_BASE_URL``/``OPE
 set, the agents run on that model (``OPENAI_API_KEY`` for the key). Otherwise the demo sets
 up and starts a small local model with subagent.local_model (the first time it builds
 llama-cpp-python and downloads the weights: several minutes), runs the agents on it, and
-stops it. Last it shows the correction budget at work: a contact extraction where the small
-model's first free answer echoes the schema instead of filling it, run three ways: with
-correction turns like the first (``Correction()``: the model repeats itself), with
-correction turns sent as structured output (``Correction(output="json_schema")``), and with
-the defaults (the final turn and its correction under the output's schema, where the server
-has structured output). It prints one table row per turn: type, outcome, error, tokens,
+stops it. Last it runs a contact extraction with a correction budget three ways: with
+correction turns like the first (``Correction()``), with correction turns sent as
+structured output (``Correction(output="json_schema")``), and with the defaults (the final
+turn and its correction under the output's schema, where the server has structured
+output). The 0.5B's first answer used to echo the schema instead of filling it; since the
+default prompt shows the output's shape beside the schema it answers right at once, and no
+correction turn runs. It prints one table row per turn: type, outcome, error, tokens,
 seconds.
 
 Small local models get things wrong; that is the point of the demo: the runtime records the
