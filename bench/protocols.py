@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel
 
-from subagent import OpenAIChat, RetryPolicy, Step, SubAgent, TurnOutcome, tool
+from subagent import OpenAIChat, RetryPolicy, Step, SubAgent, ToolPolicy, TurnOutcome, tool
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -63,7 +63,7 @@ def agent(protocol: str) -> SubAgent[Weather]:
         ),
         output=Weather,
         tools=[current_temperature],
-        protocol=protocol,  # type: ignore[arg-type]
+        tool_policy=ToolPolicy(protocol=protocol),  # type: ignore[arg-type]
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel
 
-from subagent import OpenAIChat, RetryPolicy, Step, SubAgent, local_model, tool
+from subagent import OpenAIChat, RetryPolicy, Step, SubAgent, ToolPolicy, local_model, tool
 
 TEMPERATURES = {"Lisbon": 24, "Lisboa": 24, "Oslo": 7, "Cairo": 31, "Lima": 19}
 
@@ -47,7 +47,7 @@ agent = SubAgent(
     ),
     output=Weather,
     tools=[current_temperature],
-    protocol="react",
+    tool_policy=ToolPolicy(protocol="react"),
 )
 
 

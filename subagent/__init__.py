@@ -36,6 +36,7 @@ from subagent._hooks import Pause, RunHook, ToolBatch
 from subagent._limits import Price, UsageLimits
 from subagent._options import ResumeArguments
 from subagent._phases import Phase
+from subagent._policies import ReplyPolicy, Timeouts, ToolPolicy
 from subagent.batch import Batch, BatchItem, BatchSummary, run_many, stream_many, summarize
 from subagent.llm import (
     LLM,
@@ -154,6 +155,7 @@ __all__ = [
     "Phase",
     "Price",
     "ReasoningDelta",
+    "ReplyPolicy",
     "ResumeArguments",
     "RetryLoop",
     "RetryLoopResult",
@@ -183,6 +185,7 @@ __all__ = [
     "TestLLM",
     "TextDelta",
     "ThinkError",
+    "Timeouts",
     "Tool",
     "ToolBatch",
     "ToolCall",
@@ -190,6 +193,7 @@ __all__ = [
     "ToolCallStarted",
     "ToolDefinition",
     "ToolOutput",
+    "ToolPolicy",
     "ToolResult",
     "ToolSourceLostError",
     "ToolTimeoutError",

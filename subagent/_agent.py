@@ -37,6 +37,7 @@ from subagent._options import (
     resolve,
 )
 from subagent._override import NOT_GIVEN, Override, active_override, overriding
+from subagent._policies import moved_keywords
 from subagent._resume import checked_resume
 from subagent._run import execute_run
 from subagent.llm import LLM
@@ -65,7 +66,8 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
         prompt: The task, a Mustache template rendered with the run's context.
         output: What a valid answer is: a pydantic model or type (JSON is extracted from the
             reply and validated), ``None``/``str`` (the reply's text), or a parser
-            ``(text, **kwargs) -> ParseResult``.
+            ``(text, **kwargs) -> ParseResult`` (its keyword arguments given as
+            ``functools.partial(parser, **kwargs)``).
         tools: Callables (sync or async) or :class:`Tool` objects, offered in ``normal``
             turns only; and tool sources such as MCP servers (``subagent.mcp``), whose
             current tools each run reads when it starts (see ``docs/mcp.md``).
@@ -76,42 +78,13 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
         max_turns: The work budget: turns that may use tools (>= 1).
         return_retries: The correction budget: extra turns granted only after the final work
             turn produced an invalid answer (>= 0).
-        context_policy: ``collapse`` (default) keeps only the latest failed attempt of a
-            streak in the context; ``accumulate`` keeps all of them; ``quote`` keeps only
-            the latest, quoted inside its feedback rather than sent as the model's own turn
-            (small models tend to repeat their own last turn word for word).
         validators: Checks run on the parsed output: ``(output) -> Validation`` or
             ``{"valid": bool, "errors": [...]}``, sync or async; ``(ctx, output)`` when the
             first parameter is annotated :class:`~subagent.RunContext`.
-        parser_kwargs: Keyword arguments for a parser ``output``.
         prompts: Template overrides by name (``system``, ``retry_feedback``...).
         settings: Model settings passed to the LLM (``temperature``, ``max_tokens``...).
         retry_policy: Transport retries of a failed LLM call.
-        timeout: Seconds allowed for one LLM call.
-        mission_timeout: Seconds allowed for the whole run.
-        keep_tool_schemas: Keep tool schemas in ``must_return``/``retry`` requests and ask
-            for ``tool_choice="none"`` (friendlier to prompt caches); calls are refused either
-            way. Native protocol only.
         description: What the agent does, when it is used as a tool of another agent.
-        protocol: How tools travel: ``native`` (the model's own tool calling, the default)
-            or ``react`` (tools described in the prompt, one action per reply, read from
-            the text; for models without reliable tool calling).
-        parallel_tool_calls: Run the calls of one reply concurrently (default); ``False``
-            runs them one after another, in order.
-        prune_unknown_args: Drop arguments a tool does not take, recording their names on
-            the turn and the tool span (default); ``False`` reports them to the model as
-            invalid. A :class:`Tool` may set its own.
-        max_tool_result_chars: Characters of a tool's result the model is shown; the rest
-            is cut, with a note saying how much.
-        max_tool_calls_per_turn: Tool calls of one reply that are run (default 32); the
-            calls past them are refused, never run, and the model is told only the first
-            ones ran (``error_type="too_many_calls"``).
-        correct_cut_replies: A reply cut off at the token limit (stop reason ``length``) is
-            an error turn asking for a shorter answer, without being parsed (default).
-            ``False`` parses it like any reply (a cut reply may still hold a valid answer).
-        max_reply_chars: Replies longer than this many characters get feedback without
-            being parsed (default 1,000,000, see ``docs/reliability.md``); ``None``: no
-            limit.
         instructions: Your own system prompt text, added after the runtime's (which keeps
             the tools and the answer's format): a string, used as it is, or a function of
             the run's context (the values the prompt is rendered with; ``{}`` when there
@@ -125,11 +98,6 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
             ``None`` (default): deps are optional and of any type.
         usage_limits: The default :class:`~subagent.UsageLimits` of the agent's runs
             (``run(usage_limits=...)`` replaces it for one run).
-        approval: A policy deciding which calls need approval: ``(tool_name, arguments)
-            -> bool``, called for each call of a ``normal`` turn's reply (tools with
-            ``requires_approval=True`` need it whatever the policy says). When a reply
-            calls one, the run pauses before running any call of that turn and returns a
-            paused Step: see :meth:`resume`.
         correction: How correction turns differ from the failed attempt: their own output
             mode (the provider's structured output, a forced answer tool), sampling and
             model (:class:`~subagent.Correction`). ``None`` (default): the records' choice
@@ -139,14 +107,20 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
             (else they go as text); a text or parser output sends every turn alike.
             ``Correction()`` sends every turn as the work turns are.
             ``run(correction=...)`` replaces it for one run.
-        allow_fail: Whether the model is offered the explicit fail (``{"fail": "<why>"}``
-            ends the run ``failed(explicit_fail)``). ``False``: the system prompt does not
-            offer it, and a fail the model writes anyway is fed back as an answer to
-            correct. ``None`` (default): offered unless the output is plain text (small
-            models take the offer on questions they can answer: docs/evaluation.md).
         hooks: :class:`~subagent.RunHook` objects every run of the agent calls at fixed
             points of its turns (docs/hooks.md), after approval and usage limits and
             before ``run(hooks=...)``'s own.
+        tool_policy: How the tools travel, run and are judged (:class:`ToolPolicy`: the
+            protocol, parallel calls, argument pruning, result and call limits, the
+            approval policy).
+        reply_policy: How replies are read, kept and answered (:class:`ReplyPolicy`: the
+            context policy, cut and overlong replies, the explicit fail).
+        timeouts: The default seconds of one LLM call and of the whole run
+            (:class:`Timeouts`; ``run(timeout=..., mission_timeout=...)`` replace them).
+
+    The keywords these records replaced (``protocol=``, ``approval=``, ``allow_fail=``,
+    ``timeout=``... and ``parser_kwargs=``) still work for one release, with a
+    :class:`DeprecationWarning` that says where each one goes.
     """
 
     def __post_init__(self) -> None:
@@ -490,3 +464,20 @@ class SubAgent(AgentDefinition[OutputT, DepsT]):
                 UserWarning,
                 stacklevel=stacklevel + 1,
             )
+
+
+def _taking_moved_keywords(init: Callable[..., None]) -> Callable[..., None]:
+    """``init`` (the dataclass's), taking the keywords the policy records replaced."""
+
+    @functools.wraps(init)
+    def __init__(self: SubAgent[Any, Any], *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **moved_keywords(kwargs))
+
+    return __init__
+
+
+# The old keywords (protocol=, allow_fail=, timeout=...) keep working for one release: the
+# dataclass's own __init__ (its signature, for type checkers and help()) behind a shim
+# that moves them into their records with a DeprecationWarning. dataclasses.replace()
+# goes through it too.
+setattr(SubAgent, "__init__", _taking_moved_keywords(SubAgent.__init__))  # noqa: B010

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
 from subagent._approval import approval_rule
-from subagent._checks import check_int, check_seconds
+from subagent._checks import check_int
 from subagent._context import takes_run_context
 from subagent._conversation import CONTEXT_POLICIES, ContextPolicy
 from subagent._correction import Correction, auto_output, default_correction
@@ -31,6 +31,7 @@ from subagent._errors import ConfigurationError, StateMismatchError, TemplateErr
 from subagent._hooks import Hooks
 from subagent._limits import UsageLimits
 from subagent._parts import AgentParts, SourcedParts, Systems, ToolParts
+from subagent._policies import ReplyPolicy, Timeouts, ToolPolicy
 from subagent._templates import Template, TemplateSet, default_templates
 from subagent.llm import LLM, LLMSpec, Message, RetryPolicy, ToolCall
 from subagent.parsers import OutputContract, build_contract
@@ -56,6 +57,7 @@ __all__ = [
     "current_approval",
     "fingerprint",
     "is_type_form",
+    "parser_and_kwargs",
     "run_parts",
     "type_name",
 ]
@@ -89,16 +91,19 @@ def build(agent: AgentDefinition[Any, Any]) -> Built:
     plain, sources = split_sources(agent.tools)
     tools = build_tools(plain)
     _check_output(agent.output)
-    contract = build_contract(agent.output, agent.parser_kwargs,
-                              max_reply_chars=agent.max_reply_chars)  # fmt: skip
-    protocol = _check_protocol(agent.protocol)
+    tool_policy, reply_policy = agent.tool_policy, agent.reply_policy
+    parser, parser_kwargs = parser_and_kwargs(agent.output)
+    contract = build_contract(parser, parser_kwargs,
+                              max_reply_chars=reply_policy.max_reply_chars)  # fmt: skip
+    protocol = _check_protocol(tool_policy.protocol)
     allow_fail = may_fail(agent)
     tool_parts = _ToolParts(agent, templates, protocol, contract, allow_fail)
     schema = contract.json_schema
     parts = AgentParts(
         name=agent.name, templates=templates, contract=contract,
-        protocol=protocol, parallel_tool_calls=agent.parallel_tool_calls,
-        correct_cut_replies=agent.correct_cut_replies, validators=tuple(agent.validators),
+        protocol=protocol, parallel_tool_calls=tool_policy.parallel_tool_calls,
+        correct_cut_replies=reply_policy.correct_cut_replies,
+        validators=tuple(agent.validators),
         allow_fail=allow_fail,
         validators_take_context=any(takes_run_context(v) for v in agent.validators),
         fingerprint=_Once(functools.partial(fingerprint, agent)),
@@ -150,9 +155,12 @@ def _check_fields(agent: AgentDefinition[Any, Any]) -> None:
         raise ConfigurationError("prompt", f"must be a Mustache string, got {agent.prompt!r}")
     check_int("max_turns", agent.max_turns, 1)
     check_int("return_retries", agent.return_retries, 0)
-    check_policy(agent.context_policy)
-    check_seconds("timeout", agent.timeout)
-    check_seconds("mission_timeout", agent.mission_timeout)
+    for name, kind in (("tool_policy", ToolPolicy), ("reply_policy", ReplyPolicy),
+                       ("timeouts", Timeouts)):  # fmt: skip
+        if not isinstance(getattr(agent, name), kind):
+            raise ConfigurationError(
+                name, f"must be a {kind.__name__}, got {getattr(agent, name)!r}"
+            )
     if not isinstance(agent.retry_policy, RetryPolicy):
         raise ConfigurationError(
             "retry_policy", f"must be a RetryPolicy, got {agent.retry_policy!r}"
@@ -167,12 +175,6 @@ def _check_fields(agent: AgentDefinition[Any, Any]) -> None:
     for validator in agent.validators:
         if not callable(validator):
             raise ConfigurationError("validators", f"{validator!r} is not callable")
-    for flag in ("keep_tool_schemas", "parallel_tool_calls", "prune_unknown_args",
-                 "correct_cut_replies"):  # fmt: skip
-        if not isinstance(getattr(agent, flag), bool):
-            raise ConfigurationError(flag, f"must be a bool, got {getattr(agent, flag)!r}")
-    check_int("max_tool_result_chars", agent.max_tool_result_chars, 1)
-    check_int("max_tool_calls_per_turn", agent.max_tool_calls_per_turn, 1)
     instructions = agent.instructions
     if not (instructions is None or isinstance(instructions, str) or callable(instructions)):
         raise ConfigurationError(
@@ -180,17 +182,10 @@ def _check_fields(agent: AgentDefinition[Any, Any]) -> None:
             f"must be a string or a function of the run's context returning one, "
             f"got {instructions!r}",
         )
-    if agent.allow_fail is not None and not isinstance(agent.allow_fail, bool):
-        raise ConfigurationError("allow_fail", f"must be a bool or None, got {agent.allow_fail!r}")
     if agent.correction is not None and not isinstance(agent.correction, Correction):
         raise ConfigurationError(
             "correction", f"must be a Correction or None, got {agent.correction!r}"
         )
-    if agent.approval is not None and not callable(agent.approval):
-        raise ConfigurationError(
-            "approval", f"must be a function (tool_name, arguments) -> bool, got "
-            f"{agent.approval!r}"
-        )  # fmt: skip
 
 
 class _ToolParts:
@@ -221,14 +216,14 @@ class _ToolParts:
         self._static = instructions.strip() if isinstance(instructions, str) else ""
 
     def __call__(self, tools: Mapping[str, Tool]) -> ToolParts:
-        agent = self._agent
-        toolbox = Toolbox(tools, self._templates, prune_unknown_args=agent.prune_unknown_args,
-                          result_limit=agent.max_tool_result_chars,
-                          call_limit=agent.max_tool_calls_per_turn)  # fmt: skip
+        policy = self._agent.tool_policy
+        toolbox = Toolbox(tools, self._templates, prune_unknown_args=policy.prune_unknown_args,
+                          result_limit=policy.max_tool_result_chars,
+                          call_limit=policy.max_tool_calls_per_turn)  # fmt: skip
         return ToolParts(
             toolbox=toolbox,
             systems=Systems(self._system(toolbox, True), self._system(toolbox, False)),
-            approval=approval_rule(tools, agent.approval, agent.prune_unknown_args),
+            approval=approval_rule(tools, policy.approval, policy.prune_unknown_args),
         )
 
     def _system(self, toolbox: Toolbox, with_tools: bool) -> Message:
@@ -270,6 +265,18 @@ class _Once:
 # --- what a resuming agent must share with the saving one -------------------------------
 
 
+def parser_and_kwargs(output: Any) -> tuple[Any, Mapping[str, Any] | None]:
+    """A parser output given as ``functools.partial(parser, **kwargs)``, taken apart.
+
+    The parser and its keyword arguments, as the output contract and the fingerprint read
+    them (a partial of a parser is how its keyword arguments are given); any other output
+    as it is, with none.
+    """
+    if isinstance(output, functools.partial) and not output.args:
+        return output.func, output.keywords
+    return output, None
+
+
 def may_fail(agent: AgentDefinition[Any, Any]) -> bool:
     """Whether the agent's model is offered the explicit fail (``allow_fail``, resolved).
 
@@ -277,21 +284,22 @@ def may_fail(agent: AgentDefinition[Any, Any]) -> bool:
     the 0.5B took the offer on 19 of 22 trivial questions; typed and parsed outputs keep it,
     as every record of theirs was made with it.
     """
-    if agent.allow_fail is not None:
-        return agent.allow_fail
+    if agent.reply_policy.allow_fail is not None:
+        return agent.reply_policy.allow_fail
     return not (agent.output is None or agent.output is str)
 
 
 def fingerprint(agent: AgentDefinition[Any, Any]) -> dict[str, str]:
     """Digests of what a resuming agent must share with the saving one."""
     parts = agent._parts
+    parser, parser_kwargs = parser_and_kwargs(agent.output)
     output: object
-    if agent.output is None or agent.output is str:
+    if parser is None or parser is str:
         output = "text"
-    elif is_type_form(agent.output):
+    elif is_type_form(parser):
         output = parts.contract.identity(parts.templates)
     else:
-        output = _qualified(agent.output)
+        output = _qualified(parser)
     tools = [
         [tool.name, tool.description, definition.parameters, tool.requires_approval]
         for tool, definition in zip(
@@ -299,16 +307,17 @@ def fingerprint(agent: AgentDefinition[Any, Any]) -> dict[str, str]:
         )
     ]
     instructions = agent.instructions
+    approval = agent.tool_policy.approval
     return {
         "output": digest([output, [_qualified(v) for v in agent.validators],
-                          dict(agent.parser_kwargs or {})]),
-        "tools": digest([tools, None if agent.approval is None else _qualified(agent.approval)]),
+                          dict(parser_kwargs or {})]),
+        "tools": digest([tools, None if approval is None else _qualified(approval)]),
         "prompts": digest([agent.prompt, dict(agent.prompts), instructions
                            if instructions is None or isinstance(instructions, str)
                            else _qualified(instructions),
                            # as before the switch where the fail is offered
                            *([] if parts.allow_fail else ["no explicit fail"])]),
-        "protocol": digest(agent.protocol),
+        "protocol": digest(agent.tool_policy.protocol),
     }  # fmt: skip
 
 

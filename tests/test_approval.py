@@ -22,6 +22,7 @@ from subagent import (
     SubAgent,
     Tool,
     ToolCall,
+    ToolPolicy,
     TurnEnded,
     TurnOutcome,
     run_many,
@@ -196,7 +197,8 @@ async def test_a_policy_sees_each_calls_name_and_arguments() -> None:
         seen.append((name, dict(arguments)))
         return name == "status" and arguments.get("service") == "db"
 
-    agent = SubAgent(name="ops", prompt="Ship it", output=Answer, max_turns=4, approval=policy,
+    agent = SubAgent(name="ops", prompt="Ship it", output=Answer, max_turns=4,
+                     tool_policy=ToolPolicy(approval=policy),
                      tools=[Tool(t.function, name=t.name, run_in_thread=False)
                             for t in ledger.tools()])  # fmt: skip
     model = ScriptedLLM([calls(STATUS), calls(("status", {"service": "db"})), '{"x": 1}'])
@@ -224,7 +226,7 @@ class Transfers:
 
         return SubAgent(name="bank", prompt="Pay", output=Answer, max_turns=4,
                         tools=[Tool(transfer, run_in_thread=False)],
-                        approval=policy or careful)  # fmt: skip
+                        tool_policy=ToolPolicy(approval=policy or careful))  # fmt: skip
 
 
 async def test_a_policy_sees_the_arguments_the_tool_would_run_with_coerced() -> None:
@@ -366,7 +368,7 @@ async def test_a_nested_agent_can_need_approval_in_its_parent_instead() -> None:
 async def test_under_react_a_call_read_from_the_text_pauses_and_resumes_alike() -> None:
     ledger = Ledger()
     agent = SubAgent(name="ops", prompt="Ship it", output=Answer, tools=ledger.tools(),
-                     max_turns=3, protocol="react")  # fmt: skip
+                     max_turns=3, tool_policy=ToolPolicy(protocol="react"))  # fmt: skip
     action = 'Thought: ship.\nAction: {"tool": "deploy", "input": {"env": "prod"}}'
     model = ScriptedLLM([action, 'Final Answer: {"x": 5}'])
     paused = await agent.run(llm=model)

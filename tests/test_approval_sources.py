@@ -20,6 +20,7 @@ from subagent import (
     SubAgent,
     Tool,
     ToolCall,
+    ToolPolicy,
     TurnOutcome,
 )
 from subagent.tools import mapped_source
@@ -66,7 +67,7 @@ async def test_an_approval_policy_judges_a_source_tool_before_it_runs() -> None:
         asked.append((name, dict(arguments)))
         return True
 
-    ops = agent(ListedSource(deployments.tool()), approval=policy)
+    ops = agent(ListedSource(deployments.tool()), tool_policy=ToolPolicy(approval=policy))
     step = await ops.run(llm=deploy_then_answer())
     assert step.paused and deployments.made == []
     assert asked == [("deploy", {"env": "prod"})]

@@ -20,6 +20,7 @@ from subagent import (
     SubAgent,
     Tool,
     ToolCall,
+    ToolPolicy,
     Usage,
     Validation,
     run_many,
@@ -127,7 +128,7 @@ async def test_a_tool_gets_the_run_deps_and_where_the_run_is(protocol: str, trac
         return ctx.deps.users[user_id]
 
     agent = SubAgent(name="lookup", prompt="p", output=str, tools=[name_of], max_turns=3,
-                     protocol=protocol, deps_type=Db)  # type: ignore[arg-type]  # fmt: skip
+                     tool_policy=ToolPolicy(protocol=protocol), deps_type=Db)  # type: ignore[arg-type]  # fmt: skip
     llm = ScriptedLLM([
         tool_call(protocol, "name_of", Usage(input_tokens=10, output_tokens=2), user_id="u1"),
         tool_call(protocol, "name_of", Usage(input_tokens=20, output_tokens=3), user_id="u1"),
@@ -199,7 +200,7 @@ async def test_a_validator_taking_a_context_judges_with_the_deps(protocol: str) 
         return Validation.ok() if len(output) < 10 else Validation.fail("too long")
 
     agent = SubAgent(name="a", prompt="p", output=str, validators=[known_user, short],
-                     max_turns=1, return_retries=1, protocol=protocol)  # type: ignore[arg-type]  # fmt: skip
+                     max_turns=1, return_retries=1, tool_policy=ToolPolicy(protocol=protocol))  # type: ignore[arg-type]  # fmt: skip
     llm = ScriptedLLM([answer(protocol, "Bob"), answer(protocol, "Ada")])
     step = await agent.run(llm=llm, deps=DB)
     assert step.ok and step.output == "Ada"

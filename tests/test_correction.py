@@ -17,6 +17,7 @@ from subagent import (
     FailReason,
     LLMResponse,
     OpenAIChat,
+    ReplyPolicy,
     ScriptedLLM,
     SubAgent,
     ToolCall,
@@ -245,7 +246,13 @@ async def test_a_work_turn_may_still_give_up_when_corrections_may_not() -> None:
 
 async def test_an_agent_that_may_not_fail_is_not_offered_it_and_a_fail_is_corrected() -> None:
     llm = scripted('{"fail": "cannot"}', GOOD)
-    agent = SubAgent(name="calc", prompt="p", output=Answer, max_turns=1, allow_fail=False)
+    agent = SubAgent(
+        name="calc",
+        prompt="p",
+        output=Answer,
+        max_turns=1,
+        reply_policy=ReplyPolicy(allow_fail=False),
+    )
     step = await agent.run(llm=llm, return_retries=1)
     assert step.ok and step.output == Answer(value=3)
     system = llm.requests[0].messages[0].content
@@ -267,7 +274,9 @@ async def test_a_text_agent_is_not_offered_the_explicit_fail_by_default() -> Non
     assert step.ok and step.output == "Paris."
     assert '{"fail"' not in llm.requests[0].messages[0].content
     assert step.turns[0].error_type == "explicit_fail_refused"
-    offered = SubAgent(name="guide", prompt="p", max_turns=1, allow_fail=True)
+    offered = SubAgent(
+        name="guide", prompt="p", max_turns=1, reply_policy=ReplyPolicy(allow_fail=True)
+    )
     llm = scripted('{"fail": "cannot"}')
     assert (await offered.run(llm=llm)).failure.reason is FailReason.EXPLICIT_FAIL  # type: ignore[union-attr]
     assert '{"fail": "<why>"}' in llm.requests[0].messages[0].content
@@ -275,7 +284,7 @@ async def test_a_text_agent_is_not_offered_the_explicit_fail_by_default() -> Non
 
 def test_allow_fail_is_checked_when_the_agent_is_made() -> None:
     with pytest.raises(ConfigurationError) as caught:
-        SubAgent(name="calc", prompt="p", allow_fail="no")  # type: ignore[arg-type]
+        SubAgent(name="calc", prompt="p", reply_policy=ReplyPolicy(allow_fail="no"))  # type: ignore[arg-type]
     assert caught.value.field == "allow_fail"
 
 

@@ -23,6 +23,7 @@ from subagent import (
     LLMRequest,
     LLMResponse,
     Price,
+    ReplyPolicy,
     ScriptedLLM,
     Step,
     SubAgent,
@@ -1009,6 +1010,10 @@ def test_importing_the_evaluations_imports_neither_matplotlib_nor_pyyaml() -> No
     assert result.stdout.split() == ["False", "False"]
 
 
+def with_allow_fail(agent: SubAgent[Any], allow_fail: bool) -> SubAgent[Any]:
+    return dataclasses.replace(agent, reply_policy=ReplyPolicy(allow_fail=allow_fail))
+
+
 def test_a_field_added_later_keeps_the_digest_where_it_changes_nothing() -> None:
     from pydantic import BaseModel as Model
 
@@ -1018,10 +1023,10 @@ def test_a_field_added_later_keeps_the_digest_where_it_changes_nothing() -> None
         value: int
 
     typed = SubAgent(name="a", prompt="p", output=Out)
-    assert _agent_digest(typed) == _agent_digest(dataclasses.replace(typed, allow_fail=True))
-    assert _agent_digest(typed) != _agent_digest(dataclasses.replace(typed, allow_fail=False))
+    assert _agent_digest(typed) == _agent_digest(with_allow_fail(typed, True))
+    assert _agent_digest(typed) != _agent_digest(with_allow_fail(typed, False))
     text = SubAgent(name="a", prompt="p")  # not offered the fail by default: a change
-    assert _agent_digest(text) != _agent_digest(dataclasses.replace(text, allow_fail=True))
+    assert _agent_digest(text) != _agent_digest(with_allow_fail(text, True))
 
 
 async def test_a_run_whose_model_cannot_be_reached_is_a_crash_and_blocks_the_recommendation(

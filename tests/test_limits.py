@@ -17,6 +17,7 @@ from subagent import (
     ScriptedLLM,
     SubAgent,
     ToolCall,
+    ToolPolicy,
     TurnOutcome,
     Usage,
     UsageLimits,
@@ -141,7 +142,7 @@ async def test_a_limit_reached_exactly_stops_the_run_before_its_next_call() -> N
 @pytest.mark.parametrize("protocol", ["native", "react"])
 async def test_tool_calls_past_the_limit_do_not_run(protocol: str) -> None:
     agent = SubAgent(name="calc", prompt="p", output=Answer, tools=[add], max_turns=4,
-                     protocol=protocol)  # type: ignore[arg-type]  # fmt: skip
+                     tool_policy=ToolPolicy(protocol=protocol))  # type: ignore[arg-type]  # fmt: skip
     first = react_add() if protocol == "react" else add_call()
     llm = ScriptedLLM([first, first, reply('{"x": 3}')])
     step = await agent.run(llm=llm, usage_limits=UsageLimits(max_tool_calls=1))

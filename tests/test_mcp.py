@@ -29,6 +29,7 @@ from subagent import (
     ScriptedLLM,
     SubAgent,
     ToolCall,
+    ToolPolicy,
     TurnOutcome,
     run_many,
 )
@@ -113,7 +114,7 @@ async def test_a_servers_tool_is_offered_and_called_under_both_protocols(
     server: MCPServer, protocol: str
 ) -> None:
     agent = SubAgent(name="calc", prompt="Add 1 and 2", tools=[server], max_turns=3,
-                     protocol=protocol)  # type: ignore[arg-type]  # fmt: skip
+                     tool_policy=ToolPolicy(protocol=protocol))  # type: ignore[arg-type]  # fmt: skip
     if protocol == "native":
         llm = ScriptedLLM([call("add", a=1, b=2), "3"])
     else:
@@ -179,7 +180,7 @@ async def test_tools_are_stripped_outside_normal_and_never_called_there(
 
 async def test_a_long_result_is_cut_like_any_tools(server: MCPServer) -> None:
     agent = SubAgent(name="calc", prompt="Go", tools=[server], max_turns=3,
-                     max_tool_result_chars=20)  # fmt: skip
+                     tool_policy=ToolPolicy(max_tool_result_chars=20))  # fmt: skip
     step = await agent.run(llm=ScriptedLLM([call("picture"), "ok"]))
     result = step.turns[0].tool_results[0]
     assert result.ok and result.cut_chars > 0
@@ -322,7 +323,7 @@ async def test_a_server_killed_mid_call_ends_the_run_failed_tool_server_lost(
         (listener,) = listeners.listeners
         port = listener.extra(SocketAttribute.local_port)
         agent = SubAgent(name="calc", prompt="Go", tools=[server], max_turns=3,
-                         protocol=protocol)  # type: ignore[arg-type]  # fmt: skip
+                         tool_policy=ToolPolicy(protocol=protocol))  # type: ignore[arg-type]  # fmt: skip
         held = call("hold", port=port) if protocol == "native" else react_call("hold", port=port)
         llm = ScriptedLLM([held, "never asked"])
         with anyio.fail_after(30):  # never a hang

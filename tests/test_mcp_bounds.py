@@ -21,6 +21,7 @@ from subagent import (
     ScriptedLLM,
     SubAgent,
     ToolCall,
+    ToolPolicy,
 )
 from subagent.mcp import (
     MCP_DESCRIPTION_LIMIT,
@@ -140,7 +141,7 @@ async def test_a_reply_past_max_message_bytes_is_a_tool_error_and_the_server_ser
 async def test_a_reply_within_max_message_bytes_is_read_whole() -> None:
     async with hostile("stdio", max_message_bytes=64 * 1024) as server, server:
         agent = SubAgent(name="x", prompt="Go", tools=[server], max_turns=3,
-                         max_tool_result_chars=100_000)  # fmt: skip
+                         tool_policy=ToolPolicy(max_tool_result_chars=100_000))  # fmt: skip
         step = await agent.run(llm=ScriptedLLM([call("flood", count=1_000), "done"]))
     assert "\n".join(["x"] * 1_000) in step.turns[0].tool_results[0].content
 
@@ -286,7 +287,7 @@ async def test_a_servers_tool_description_is_labelled_quoted_and_bounded() -> No
     async with hostile("stdio", "--description", forged) as server, server:
         for protocol in ("native", "react"):
             agent = SubAgent(name="x", prompt="Go", tools=[server.select(allow=["add"])],
-                             max_turns=2, protocol=protocol)  # type: ignore[arg-type]  # fmt: skip
+                             max_turns=2, tool_policy=ToolPolicy(protocol=protocol))  # type: ignore[arg-type]  # fmt: skip
             llm = ScriptedLLM(["Final Answer: done" if protocol == "react" else "done"])
             await agent.run(llm=llm)
             if protocol == "native":

@@ -16,6 +16,7 @@ from subagent import (
     ScriptedLLM,
     SubAgent,
     TextDelta,
+    ToolPolicy,
     TurnOutcome,
     TurnType,
     tool,
@@ -36,7 +37,7 @@ def lookup(key: str) -> str:
 
 def react(**options: Any) -> SubAgent[Answer]:
     return SubAgent(name="probe", prompt="Return data", output=Answer, tools=[lookup],
-                    protocol="react", **options)  # fmt: skip
+                    tool_policy=ToolPolicy(protocol="react"), **options)  # fmt: skip
 
 
 ACTION = 'Thought: I need the value.\nAction: {"tool": "lookup", "input": {"key": "k"}}'
@@ -103,7 +104,7 @@ async def test_an_action_where_tools_are_not_offered_is_refused_as_with_native_c
 
 def test_an_unknown_protocol_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match=r"protocol: must be one of \['native', 'react'\]"):
-        SubAgent(name="a", prompt="p", protocol="xml")  # type: ignore[arg-type]
+        SubAgent(name="a", prompt="p", tool_policy=ToolPolicy(protocol="xml"))  # type: ignore[arg-type]
 
 
 # --- reasoning, under both protocols ---
@@ -116,7 +117,7 @@ async def test_think_blocks_are_recorded_never_parsed_never_fed_back(protocol: s
         f'<think>the value is 3, written as {{"x": 3}}</think>{prefix}{{"x": "three"}}',
         f'<think>fix the type</think>{prefix}{{"x": 3}}',
     ])  # fmt: skip
-    agent = SubAgent(name="r", prompt="p", output=Answer, protocol=protocol)  # type: ignore[arg-type]
+    agent = SubAgent(name="r", prompt="p", output=Answer, tool_policy=ToolPolicy(protocol=protocol))  # type: ignore[arg-type]
     step = await agent.run(llm=llm, max_turns=1, return_retries=1)
     assert step.ok and step.output == Answer(x=3)
     first = step.turns[0]
@@ -151,8 +152,8 @@ def test_the_example_action_is_valid_json_with_the_first_tools_own_arguments() -
         return "sunny"
 
     llm = ScriptedLLM(["Final Answer: 5"])
-    SubAgent(name="w", prompt="Weather?", tools=[forecast], protocol="react",
-             max_turns=2).run_sync(llm=llm)  # fmt: skip
+    SubAgent(name="w", prompt="Weather?", tools=[forecast],
+             tool_policy=ToolPolicy(protocol="react"), max_turns=2).run_sync(llm=llm)  # fmt: skip
     system = llm.requests[0].messages[0].content
     example = next(line for line in system.splitlines()
                    if line.startswith('Action: {"tool": "forecast"'))  # fmt: skip

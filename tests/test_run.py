@@ -25,12 +25,14 @@ from subagent import (
     MissingVariableError,
     ParserContractError,
     ParseResult,
+    ReplyPolicy,
     RetryPolicy,
     ScriptedLLM,
     ScriptExhaustedError,
     StopReason,
     SubAgent,
     ToolCall,
+    ToolPolicy,
     TurnEnded,
     TurnOutcome,
     TurnType,
@@ -72,7 +74,8 @@ class Wire:
 
     def agent(self, **options: object) -> SubAgent[Answer]:
         return SubAgent(name="probe", prompt="Return data", output=Answer, tools=[lookup],
-                        protocol=self.protocol, **options)  # type: ignore[arg-type]  # fmt: skip
+                        tool_policy=ToolPolicy(protocol=self.protocol),  # type: ignore[arg-type]
+                        **options)  # type: ignore[arg-type]  # fmt: skip
 
     def answer(self, text: str) -> str:
         if self.protocol == "native":
@@ -252,7 +255,7 @@ async def test_explicit_fail_ends_the_run_in_any_phase_without_retry(
 
 
 async def test_explicit_fail_works_for_text_output_when_allowed() -> None:
-    text_agent = SubAgent(name="t", prompt="Say hi", allow_fail=True)
+    text_agent = SubAgent(name="t", prompt="Say hi", reply_policy=ReplyPolicy(allow_fail=True))
     step = await text_agent.run(llm=ScriptedLLM(['{"fail": "no"}']), return_retries=2)
     assert step.failure is not None and step.failure.reason is FailReason.EXPLICIT_FAIL
 
@@ -291,7 +294,9 @@ async def test_tool_call_in_must_return_is_not_executed() -> None:
 
 async def test_keep_tool_schemas_sends_schemas_with_tool_choice_none_but_refuses_calls() -> None:
     llm = ScriptedLLM([tool_reply(), GOOD])
-    step = await agent(keep_tool_schemas=True).run(llm=llm, max_turns=1, return_retries=1)
+    step = await agent(tool_policy=ToolPolicy(keep_tool_schemas=True)).run(
+        llm=llm, max_turns=1, return_retries=1
+    )
     assert [len(r.tools) for r in llm.requests] == [1, 1]
     assert [r.tool_choice for r in llm.requests] == ["none", "none"]
     assert step.turns[0].error_type == "tools_unavailable"
@@ -321,7 +326,9 @@ async def test_collapse_keeps_message_count_constant_over_three_retries(wire: Wi
 
 async def test_accumulate_grows_by_two_messages_per_retry() -> None:
     llm = ScriptedLLM([BAD, BAD, BAD, BAD])
-    step = await agent(context_policy="accumulate").run(llm=llm, max_turns=1, return_retries=3)
+    step = await agent(reply_policy=ReplyPolicy(context_policy="accumulate")).run(
+        llm=llm, max_turns=1, return_retries=3
+    )
     counts = [len(r.messages) for r in llm.requests]
     assert [b - a for a, b in itertools.pairwise(counts)] == [2, 2, 2]
     assert all(t.messages_collapsed == 0 for t in step.turns)
@@ -823,7 +830,9 @@ async def test_a_cut_reply_can_be_parsed_instead_of_corrected() -> None:
     cut = LLMResponse(text=GOOD, stop_reason=StopReason.LENGTH)  # complete before the cut
     corrected = await agent().run(llm=ScriptedLLM([cut, GOOD]), max_turns=1, return_retries=1)
     assert corrected.turns[0].error_type == "truncated" and len(corrected.turns) == 2
-    parsed = await agent(correct_cut_replies=False).run(llm=ScriptedLLM([cut]), max_turns=1)
+    parsed = await agent(reply_policy=ReplyPolicy(correct_cut_replies=False)).run(
+        llm=ScriptedLLM([cut]), max_turns=1
+    )
     assert parsed.ok and len(parsed.turns) == 1
     assert parsed.stop_reasons == {"length": 1}
 
@@ -884,7 +893,7 @@ async def test_worst_case_requests_are_turns_times_max_attempts() -> None:
 async def test_a_quoting_run_sends_its_failed_reply_inside_the_correction_message() -> None:
     llm = ScriptedLLM(['{"x": "three"}', '{"x": 3}'])
     agent = SubAgent(name="q", prompt="Three.", output=Answer, max_turns=1, return_retries=1,
-                     context_policy="quote")  # fmt: skip
+                     reply_policy=ReplyPolicy(context_policy="quote"))  # fmt: skip
     step = await agent.run(llm=llm)
     assert step.output == Answer(x=3)
     correction = llm.requests[1].messages

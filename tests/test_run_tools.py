@@ -23,6 +23,7 @@ from subagent import (
     Tool,
     ToolCall,
     ToolOutput,
+    ToolPolicy,
     ToolSourceLostError,
     TurnOutcome,
     TurnType,
@@ -76,7 +77,7 @@ async def test_unknown_arguments_are_pruned_and_recorded_by_default(traced: Trac
 
 async def test_unknown_arguments_are_reported_when_pruning_is_off() -> None:
     agent = SubAgent(name="a", prompt="p", output=Answer, tools=[add], max_turns=2,
-                     prune_unknown_args=False)  # fmt: skip
+                     tool_policy=ToolPolicy(prune_unknown_args=False))  # fmt: skip
     step = await run(agent, [call("add", a=1, b=2, c=3), '{"x": 3}'])
     result = step.turns[0].tool_results[0]
     assert not result.ok and result.error_type == "invalid_arguments"
@@ -176,7 +177,7 @@ async def test_a_long_plain_result_keeps_as_much_as_fits() -> None:
 
 async def test_the_result_limit_is_configurable_on_the_agent() -> None:
     agent = SubAgent(name="a", prompt="p", output=Answer, tools=[add], max_turns=2,
-                     max_tool_result_chars=7)  # fmt: skip
+                     tool_policy=ToolPolicy(max_tool_result_chars=7))  # fmt: skip
     step = await run(agent, [call("add", a=20, b=3), '{"x": 23}'])
     result = step.turns[0].tool_results[0]
     assert result.cut_chars == 1 and result.full_output == "23"
@@ -203,7 +204,7 @@ async def test_a_schema_tool_is_offered_as_given_checked_and_can_end_the_run(
 ) -> None:
     picker = Tool.from_schema("pick", "Pick a colour.", _PICK_SCHEMA, _pick, run_in_thread=False)
     agent = SubAgent(name="a", prompt="p", output=Answer, tools=[picker], max_turns=3,
-                     protocol=protocol)  # fmt: skip
+                     tool_policy=ToolPolicy(protocol=protocol))  # fmt: skip
 
     def reply(**arguments: Any) -> LLMResponse | str:
         if protocol == "native":
@@ -328,7 +329,7 @@ async def test_calls_run_one_after_another_when_parallel_tool_calls_is_off() -> 
         return name
 
     agent = SubAgent(name="a", prompt="p", output=Answer, tools=[Tool(step_tool, name="work")],
-                     max_turns=2, parallel_tool_calls=False)  # fmt: skip
+                     max_turns=2, tool_policy=ToolPolicy(parallel_tool_calls=False))  # fmt: skip
     await run(agent, [calls(("work", {"name": "a"}), ("work", {"name": "b"})), '{"x": 1}'])
     assert log == ["a starts", "a ends", "b starts", "b ends"]
 
@@ -366,7 +367,7 @@ async def test_deeply_nested_arguments_from_a_server_are_fed_back_as_invalid(
 async def test_deeply_nested_arguments_in_a_react_action_are_fed_back(depth: int) -> None:
     schema_tool = Tool.from_schema("look", "Look.", {"type": "object"}, lambda **_: "seen")
     agent = SubAgent(name="a", prompt="p", output=Answer, tools=[schema_tool], max_turns=2,
-                     protocol="react")  # fmt: skip
+                     tool_policy=ToolPolicy(protocol="react"))  # fmt: skip
     action = 'Thought: look.\nAction: {"tool": "look", "input": ' + _deep_arguments(depth) + "}"
     step = await run(agent, [action, 'Final Answer: {"x": 1}'])
     assert step.ok
@@ -428,8 +429,9 @@ async def test_the_per_turn_call_limit_is_an_agent_option() -> None:
         ran.append(n)
         return "sent"
 
+    policy = ToolPolicy(max_tool_calls_per_turn=2, parallel_tool_calls=False)
     agent = SubAgent(name="a", prompt="p", output=Answer, tools=[send], max_turns=2,
-                     max_tool_calls_per_turn=2, parallel_tool_calls=False)  # fmt: skip
+                     tool_policy=policy)  # fmt: skip
     step = await run(agent, [calls(*[("send", {"n": n}) for n in range(3)]), '{"x": 1}'])
     assert ran == [0, 1]
     assert [r.error_type for r in step.turns[0].tool_results] == [None, None, "too_many_calls"]
@@ -438,7 +440,9 @@ async def test_the_per_turn_call_limit_is_an_agent_option() -> None:
 @pytest.mark.parametrize("value", [0, -1, True, 2.0, "32", None])
 def test_the_per_turn_call_limit_must_be_a_positive_integer(value: object) -> None:
     with pytest.raises(ConfigurationError, match="max_tool_calls_per_turn") as caught:
-        SubAgent(name="a", prompt="p", tools=[add], max_tool_calls_per_turn=value)  # type: ignore[arg-type]
+        SubAgent(
+            name="a", prompt="p", tools=[add], tool_policy=ToolPolicy(max_tool_calls_per_turn=value)
+        )  # type: ignore[arg-type]
     assert caught.value.field == "max_tool_calls_per_turn"
 
 
@@ -549,7 +553,7 @@ async def test_a_lost_source_under_react_ends_the_run_the_same_way() -> None:
         raise ToolSourceLostError("store server 'kv' went away", source="kv")
 
     agent = SubAgent(name="a", prompt="p", output=Answer, tools=[lookup], max_turns=3,
-                     protocol="react")  # fmt: skip
+                     tool_policy=ToolPolicy(protocol="react"))  # fmt: skip
     step = await agent.run(llm=ScriptedLLM([format_action("lookup", {"key": "k"}), '{"x": 1}']))
     assert step.failure is not None and step.failure.reason is FailReason.TOOL_SERVER_LOST
     assert step.turns[0].tool_results[0].error_type == "tool_server_lost"

@@ -17,12 +17,14 @@ from subagent import (
     Decision,
     InvalidStateError,
     LLMResponse,
+    ReplyPolicy,
     RunState,
     ScriptedLLM,
     StateMismatchError,
     Step,
     SubAgent,
     ToolCall,
+    ToolPolicy,
     tool,
 )
 
@@ -72,7 +74,7 @@ def reply(protocol: Protocol, action: Action) -> str | LLMResponse:
 
 def agent(protocol: Protocol = "native", **options: Any) -> SubAgent[Answer]:
     return SubAgent(name="probe", prompt="Find x", output=Answer, tools=[lookup],
-                    protocol=protocol, **options)  # fmt: skip
+                    tool_policy=ToolPolicy(protocol=protocol), **options)  # fmt: skip
 
 
 async def run_saving(
@@ -103,7 +105,7 @@ ACTIONS = st.sampled_from(["tool", "bad_tool", "invalid", "invalid", "invalid", 
 def test_resuming_the_state_saved_after_any_turn_gives_the_same_step(
     protocol: Protocol, max_turns: int, return_retries: int, policy: str, actions: list[Action]
 ) -> None:
-    probe = agent(protocol, context_policy=policy)
+    probe = agent(protocol, reply_policy=ReplyPolicy(context_policy=policy))
     script = [reply(protocol, action) for action in actions]
     options = {"max_turns": max_turns, "return_retries": return_retries}
 
@@ -218,7 +220,7 @@ class Other(BaseModel):
         ({"tools": [tool(lookup.function, requires_approval=True)]}, "tools"),
         ({"prompt": "Find y"}, "prompts"),
         ({"prompts": {"truncated_reply": "Shorter."}}, "prompts"),
-        ({"protocol": "react"}, "protocol"),
+        ({"tool_policy": ToolPolicy(protocol="react")}, "protocol"),
     ],
 )
 async def test_a_state_is_refused_by_an_agent_that_differs_naming_what(

@@ -31,6 +31,7 @@ from subagent import (
     SubAgent,
     TestLLM,
     ToolCall,
+    ToolPolicy,
     TurnOutcome,
     TurnType,
     testing,
@@ -101,7 +102,8 @@ async def test_the_test_llm_answers_at_once_when_no_tool_is_offered() -> None:
 
 async def test_the_test_llm_calls_no_tool_where_the_request_allows_none() -> None:
     keeps_schemas = SubAgent(name="k", prompt="Plan {{trip}}", output=Plan, tools=[weather],
-                             keep_tool_schemas=True, max_turns=1)  # fmt: skip
+                             tool_policy=ToolPolicy(keep_tool_schemas=True),
+                             max_turns=1)  # fmt: skip
     llm = TestLLM()
     step = await keeps_schemas.run({"trip": "Faro"}, llm=llm)
     assert llm.requests[0].tools and llm.requests[0].tool_choice == "none"

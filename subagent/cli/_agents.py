@@ -38,9 +38,10 @@ def load_agent(reference: str) -> SubAgent[Any]:
 def agent_of(args: argparse.Namespace) -> SubAgent[Any]:
     """The agent ``MODULE:AGENT`` names, with the protocol ``--protocol`` chose."""
     agent = load_agent(args.agent)
-    if args.protocol is not None and args.protocol != agent.protocol:
+    if args.protocol is not None and args.protocol != agent.tool_policy.protocol:
         try:
-            agent = dataclasses.replace(agent, protocol=args.protocol)
+            policy = dataclasses.replace(agent.tool_policy, protocol=args.protocol)
+            agent = dataclasses.replace(agent, tool_policy=policy)
         except ConfigurationError as exc:
             raise UsageError(f"--protocol: {exc}") from None
     return agent

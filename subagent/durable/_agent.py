@@ -152,7 +152,8 @@ class DurableAgent(Generic[OutputT]):
             agent,
             tools=[*(durable_tool(tool) for tool in plain), *self._sources],
             llm=agent.llm if llm is None else llm,
-            timeout=None,  # the call timeout moves inside the LLM step
+            # the call timeout moves inside the LLM step
+            timeouts=dataclasses.replace(agent.timeouts, call=None),
         )
         model = cast(LLM | None, durable.llm)
         if model is None:
@@ -169,7 +170,7 @@ class DurableAgent(Generic[OutputT]):
             self.llm = model
         else:
             self.llm = DurableLLM(
-                model, timeout=agent.timeout if timeout is None else timeout,
+                model, timeout=agent.timeouts.call if timeout is None else timeout,
                 step_name=f"subagent.llm:{name}",
             )  # fmt: skip
         self._tracer_provider = tracer_provider

@@ -27,6 +27,7 @@ from pydantic_core import to_jsonable_python
 from subagent._agent import SubAgent
 from subagent._errors import ConfigurationError
 from subagent._options import RUN_OPTION_RULES, RUN_OPTIONS, taken_by
+from subagent._policies import MOVED_KEYWORDS, flat_fields, with_fields
 from subagent.evals._cases import Case
 from subagent.evals._systems import System
 from subagent.llm import LLMSpec
@@ -48,8 +49,11 @@ __all__ = [
 # From the one table of run options (RUN_OPTION_RULES): what a variant may set, and what
 # stays out of its digest.
 _RUN_OPTIONS: Final = tuple(name for name in RUN_OPTIONS if name in taken_by("evals"))
-_AGENT_FIELDS: Final = tuple(
-    field.name for field in dataclasses.fields(SubAgent) if field.init and field.name != "name"
+_AGENT_FIELDS: Final = (
+    *(field.name for field in dataclasses.fields(SubAgent) if field.init and field.name != "name"),
+    # the records' fields by the agent keywords they were (protocol=...); the run options
+    # among them (timeout=...) are run options here
+    *(name for name in (*MOVED_KEYWORDS, "parser_kwargs") if name not in RUN_OPTIONS),
 )
 RUN_ONLY_OPTIONS: Final = frozenset(
     name for name, rule in RUN_OPTION_RULES.items() if not rule.shapes_runs
@@ -189,9 +193,9 @@ def _agent_digest(agent: SubAgent[Any]) -> str:
     else:
         shape = describe(output)
     fields = {
-        f.name: describe(getattr(agent, f.name))
-        for f in dataclasses.fields(agent)
-        if f.init and f.name not in ("output", "llm") and not _as_before(agent, f.name)
+        name: describe(value)
+        for name, value in flat_fields(agent).items()
+        if name not in ("output", "llm") and not _as_before(agent, name)
     }
     return digest([fields, shape])
 
@@ -248,7 +252,7 @@ class Plan:
             raise ConfigurationError(
                 "agent", f"the agent made for case {case.name!r} is not a SubAgent: {made!r:.80}"
             )
-        return dataclasses.replace(made, **self.changes) if self.changes else made
+        return with_fields(made, self.changes)
 
 
 AgentFactory: TypeAlias = "Callable[[Case[Any]], SubAgent[Any]]"
@@ -327,7 +331,7 @@ def _checked(agent: SubAgent[Any], variant: Variant, options: dict[str, Any],
              changes: dict[str, Any]) -> SubAgent[Any]:  # fmt: skip
     """``agent`` with the variant's fields, its options checked as ``run()`` would."""
     try:
-        planned = dataclasses.replace(agent, **changes) if changes else agent
+        planned = with_fields(agent, changes)
         planned.check_options(**options)
     except ConfigurationError as exc:
         raise ConfigurationError(exc.field, f"variant {variant.name!r}: {exc.message}") from None

@@ -11,6 +11,7 @@ attempts, and is accepted, deprecated, with that meaning.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -119,8 +120,7 @@ async def think_with_retry(
         )
     agent: SubAgent[Any] = SubAgent(
         name="think_with_retry",
-        output=parser,
-        parser_kwargs=parser_kwargs or None,
+        output=functools.partial(parser, **parser_kwargs) if parser_kwargs else parser,
         max_turns=1,
         return_retries=corrections,
     )
