@@ -5,7 +5,7 @@ A run's extensions are hooks: the library's own (approval of tool calls, usage l
 the methods it needs, and the loop calls each method at one place of a turn::
 
     before_call(run)                      before the model is called -> a reason to end
-    after_reply(response, run)            when its reply is in       -> a reason to end
+    after_reply(response, model, run)     when its reply is in       -> a reason to end
     before_tools(batch, run)              before a turn's calls run  -> pause, or end
     after_tools(batch, results, run)      when they ran (or were refused)
     after_turn(turn, state, run)          after a turn that left the run going on (or paused)
@@ -95,6 +95,9 @@ class RunHook:
     - ``run``: the :class:`~subagent.RunContext` of the turn (the agent, turn number,
       phase, usage and tool calls so far, the run's deps);
     - ``response``: the model's :class:`~subagent.LLMResponse`;
+    - ``model``: the configured name (``model_name``) of the model that produced it: of
+      a :class:`~subagent.FallbackLLM`, the one that answered; on a correction turn with
+      its own model, that model (``None`` for a model that names none);
     - ``batch``: the turn's :class:`ToolBatch` (its calls, the ones that will run);
     - ``results``: the :class:`~subagent.ToolResult` of each call of the batch, in order;
     - ``turn``: the :class:`~subagent.Turn` just recorded;
@@ -111,7 +114,9 @@ class RunHook:
         """
         return None
 
-    def after_reply(self, *, response: LLMResponse, run: RunContext[Any]) -> str | None:
+    def after_reply(
+        self, *, response: LLMResponse, model: str | None, run: RunContext[Any]
+    ) -> str | None:
         """When a reply is in: why the run must end with it (``None``: judge it)."""
         return None
 
@@ -146,7 +151,7 @@ def _overrides(hook: RunHook, name: str) -> bool:
 # arguments) stands for ``run`` and ``state``: made only for a hook that asks for them.
 _ARGUMENTS: dict[str, tuple[str, ...]] = {
     "before_call": ("run",),
-    "after_reply": ("response", "run"),
+    "after_reply": ("response", "model", "run"),
     "before_tools": ("batch", "run"),
     "after_tools": ("batch", "results", "run"),
     "after_turn": ("turn", "state", "run"),

@@ -20,7 +20,7 @@ from typing import Any
 from subagent._checks import check_int, check_number
 from subagent._errors import ConfigurationError
 from subagent._hooks import Pause, RunHook, ToolBatch
-from subagent.llm import LLM, LLMResponse, Usage
+from subagent.llm import LLM, LLMResponse, Usage, answering_names
 
 __all__ = [
     "Ledger",
@@ -74,9 +74,14 @@ class UsageLimits:
         max_output_tokens: Output (reply) tokens.
         max_total_tokens: Input plus output tokens.
         max_tool_calls: Tool calls run (refused calls do not count).
-        max_cost: Cost, by ``prices``.
+        max_cost: Cost, by ``prices``: each reply at the price of the model that produced
+            it (a :class:`~subagent.FallbackLLM`'s member that answered, a correction
+            turn's model), by its configured ``model_name``, not the server's name for it.
         prices: What tokens cost: one :class:`Price` for every model, or a mapping of model
-            names (the adapter's ``model_name``) to prices. Needed with ``max_cost``.
+            names (the adapter's ``model_name``) to prices. Needed with ``max_cost``. A
+            run that could be answered by a model the mapping does not price (its model,
+            any model of a ``FallbackLLM``, a correction's model) is refused before its
+            first call.
 
     Raises:
         ConfigurationError: A limit is not a number of its kind, or ``max_cost`` has no
@@ -108,8 +113,10 @@ class UsageLimits:
                 f"must be a Price or a mapping of model names to Price, got {prices!r}",
             )
 
-    def price_for(self, model: str | None) -> Price | None:
+    def price_for(self, model: str | None, role: str = "") -> Price | None:
         """The price of ``model``'s tokens (``None`` when no cost is counted).
+
+        ``role``: what the model is to the run (``"the run's model"``), for the message.
 
         Raises:
             ConfigurationError: ``max_cost`` is set and the table has no price for ``model``.
@@ -121,9 +128,10 @@ class UsageLimits:
             return prices
         price = prices.get(model or "")
         if price is None:
+            priced = ", ".join(sorted(prices)) or "none"
+            what = f"{role}, " if role else ""
             raise ConfigurationError(
-                "prices",
-                f"has no price for model {model!r} (priced: {', '.join(sorted(prices)) or 'none'})",
+                "prices", f"has no price for model {model!r} ({what}priced: {priced})"
             )
         return price
 
@@ -206,13 +214,26 @@ def ledgers_in_scope() -> contextvars.ContextVar[tuple[Ledger, ...]]:
 
 
 class RunLimits:
-    """The limits one run checks: its own ledger (if it has limits) and those above it."""
+    """The limits one run checks: its own ledger (if it has limits) and those above it.
 
-    __slots__ = ("_prices", "ledgers")
+    Args:
+        ledgers: The ledgers the run charges.
+        prices: Each ledger's price of the run's model's replies (``None``: no cost counted).
+        by_model: Each ledger's price, by the name of another model that may produce a reply
+            (a fallback's, a correction's), checked when the run starts.
+    """
 
-    def __init__(self, ledgers: tuple[Ledger, ...], prices: tuple[Price | None, ...]):
+    __slots__ = ("_by_model", "_prices", "ledgers")
+
+    def __init__(
+        self,
+        ledgers: tuple[Ledger, ...],
+        prices: tuple[Price | None, ...],
+        by_model: Mapping[str | None, tuple[Price | None, ...]] | None = None,
+    ):
         self.ledgers = ledgers
         self._prices = prices
+        self._by_model = by_model
 
     def before_call(self) -> str | None:
         """Why the next LLM call may not be sent (a limit reached already), if so."""
@@ -222,15 +243,37 @@ class RunLimits:
                 return f"usage limit reached before the call: {reached}"
         return None
 
-    def after_reply(self, usage: Usage) -> str | None:
-        """Charge one reply; why the run must end (a limit now past), if so."""
-        for ledger, price in zip(self.ledgers, self._prices, strict=True):
+    def after_reply(self, usage: Usage, model: str | None = None) -> str | None:
+        """Charge one reply of ``model`` (``None``: the run's); why the run must end, if so."""
+        prices = self._prices
+        unpriced = None
+        by_model = self._by_model
+        if by_model is not None and model is not None:
+            found = by_model.get(model)
+            if found is None:  # a name no model of the run gave before it started
+                found, unpriced = self._priced(model)
+            prices = found
+        for ledger, price in zip(self.ledgers, prices, strict=True):
             ledger.charge(usage, price)
+        if unpriced is not None:
+            return f"usage limit: the reply's cost cannot be counted: {unpriced}"
         for ledger in self.ledgers:
             exceeded = ledger.exceeded()
             if exceeded is not None:
                 return f"usage limit exceeded by the reply: {exceeded}"
         return None
+
+    def _priced(self, model: str) -> tuple[tuple[Price | None, ...], str | None]:
+        """Each ledger's price of ``model``, and why one has none (``None``: all have)."""
+        prices: list[Price | None] = []
+        unpriced = None
+        for ledger in self.ledgers:
+            try:
+                prices.append(ledger.limits.price_for(model, "the model that answered"))
+            except ConfigurationError as exc:
+                prices.append(None)
+                unpriced = f"{exc} (the limits of {ledger.owner})"
+        return tuple(prices), unpriced
 
     def before_tools(self, calls: int) -> str | None:
         """Count ``calls`` tool calls about to run; why they may not, if so (none counted)."""
@@ -243,11 +286,16 @@ class RunLimits:
         return None
 
 
-def run_limits(limits: UsageLimits | None, agent: str, llm: LLM) -> RunLimits | None:
+def run_limits(
+    limits: UsageLimits | None, agent: str, llm: LLM, correction_llm: LLM | None = None
+) -> RunLimits | None:
     """The limits a run of ``agent`` on ``llm`` checks: ``None`` when there are none.
 
+    ``correction_llm``: the model of the run's correction turns, when it has its own.
+
     Raises:
-        ConfigurationError: A limit counts cost and has no price for the run's model.
+        ConfigurationError: A limit counts cost and has no price for a model that may
+            answer the run: its model, a model of a ``FallbackLLM``, the correction's model.
     """
     above = _LEDGERS.get()
     if limits is None and not above:
@@ -255,7 +303,26 @@ def run_limits(limits: UsageLimits | None, agent: str, llm: LLM) -> RunLimits | 
     ledgers = above if limits is None else (*above, Ledger(limits, f"agent {agent!r}"))
     model: Any = getattr(llm, "model_name", None)
     name = model if isinstance(model, str) else None
-    return RunLimits(ledgers, tuple(ledger.limits.price_for(name) for ledger in ledgers))
+    prices = tuple(ledger.limits.price_for(name, "the run's model") for ledger in ledgers)
+    if not any(_by_model_name(ledger.limits) for ledger in ledgers):
+        # No cost counted, or one price for every model: which model answered is moot.
+        return RunLimits(ledgers, prices)
+    # Every model that may answer, priced now: none is found unpriced half-way through.
+    by_model: dict[str | None, tuple[Price | None, ...]] = {name: prices}
+    answering = [(other, "a model of the run's FallbackLLM") for other in answering_names(llm)]
+    if correction_llm is not None and correction_llm is not llm:
+        answering += [
+            (other, "the correction's model") for other in answering_names(correction_llm)
+        ]
+    for other, role in answering:
+        if other not in by_model:
+            by_model[other] = tuple(ledger.limits.price_for(other, role) for ledger in ledgers)
+    return RunLimits(ledgers, prices, by_model)
+
+
+def _by_model_name(limits: UsageLimits) -> bool:
+    """Whether ``limits`` count cost at a price that depends on the model."""
+    return limits.max_cost is not None and not isinstance(limits.prices, Price)
 
 
 class LimitsHook(RunHook):
@@ -273,8 +340,8 @@ class LimitsHook(RunHook):
     def before_call(self) -> str | None:  # type: ignore[override]
         return self._limits.before_call()
 
-    def after_reply(self, *, response: LLMResponse) -> str | None:  # type: ignore[override]
-        return self._limits.after_reply(response.usage)
+    def after_reply(self, *, response: LLMResponse, model: str | None) -> str | None:  # type: ignore[override]
+        return self._limits.after_reply(response.usage, model)
 
     def before_tools(self, *, batch: ToolBatch) -> Pause | str | None:  # type: ignore[override]
         # Denied and refused calls never run: they do not count.
@@ -287,11 +354,14 @@ class LimitsHook(RunHook):
         _LEDGERS.reset(token)
 
 
-def limits_hook(limits: UsageLimits | None, agent: str, llm: LLM) -> LimitsHook | None:
+def limits_hook(
+    limits: UsageLimits | None, agent: str, llm: LLM, correction_llm: LLM | None = None
+) -> LimitsHook | None:
     """The hook of a run's usage limits (its own and those above it): ``None`` when none.
 
     Raises:
-        ConfigurationError: A limit counts cost and has no price for the run's model.
+        ConfigurationError: A limit counts cost and has no price for a model that may
+            answer the run (see :func:`run_limits`).
     """
-    checked = run_limits(limits, agent, llm)
+    checked = run_limits(limits, agent, llm, correction_llm)
     return None if checked is None else LimitsHook(checked)

@@ -338,10 +338,11 @@ def resolve(
     extra = given.get("hooks")
     if extra:
         own = (*own, *extra)
-    options.hooks = _hooks(agent._parts if parts is None else parts, options,
-                           agent.usage_limits if limits is None else limits, own)  # fmt: skip
     correction = given.get("correction")
     _correct(agent, options, agent.correction if correction is None else correction)
+    # After the correction: the limits price its model too.
+    options.hooks = _hooks(agent._parts if parts is None else parts, options,
+                           agent.usage_limits if limits is None else limits, own)  # fmt: skip
     return options
 
 
@@ -418,7 +419,7 @@ def _hooks(
     hooks: list[RunHook] = []
     if parts.approval is not None:
         hooks.append(ApprovalHook(parts.approval, parts.templates))
-    limited = limits_hook(limits, parts.name, options.llm)
+    limited = limits_hook(limits, parts.name, options.llm, options.correction_llm)
     if limited is not None:
         hooks.append(limited)
     hooks.extend(own)

@@ -273,11 +273,15 @@ class _Run:
         except LLMError as exc:
             trigger = Trigger.TIMED_OUT if exc.kind is ErrorKind.TIMEOUT else Trigger.LLM_FAILED
             return Ended(trigger, str(exc), exc.kind.value, exc.kind)
-        for check in self.hooks.after_reply:
-            reason = check(response, self.run_context)
-            if reason is not None:
-                calls = list(response.tool_calls) or None
-                return Ended(Trigger.LIMIT_REACHED, reason, "usage_limit", calls=calls)
+        checks = self.hooks.after_reply
+        if checks:
+            # The model that produced the reply: a fallback's member, or the turn's model.
+            model = response.model_name or draft.model
+            for check in checks:
+                reason = check(response, model, self.run_context)
+                if reason is not None:
+                    calls = list(response.tool_calls) or None
+                    return Ended(Trigger.LIMIT_REACHED, reason, "usage_limit", calls=calls)
         self._reply_usage = response.usage  # counted in the usage a RunContext shows
         read = await judge_reply(self, response, draft.start.index)
         if isinstance(read, ToolBatch):

@@ -46,7 +46,7 @@ class TurnDraft:
         retries: The transport retries of its call (appended by the call stage).
         decisions: The decisions a resumed turn went on with.
         llm: The model the turn calls (``None``: a resumed turn calls none).
-        model: Its name, for the record.
+        model: Its name (a reply may name another: a fallback's member that answered).
         corrected: Whether the turn is sent with the run's correction settings.
         output_mode: How the answer is asked for, when not in the prompt alone.
         earlier: The run's turns before it (a correction's reply is compared with every
@@ -142,10 +142,17 @@ class TurnDraft:
             "work_remaining": left[0], "retries_remaining": left[1],
             "transport_retries": self.retries,
             "duration_s": time.perf_counter() - self.started,
-            "decisions": dict(self.decisions), "model": self.model,
+            "decisions": dict(self.decisions), "model": self._answered_by(),
             "corrected": self.corrected, "output_mode": self.output_mode,
             "repeated": self._repeated(),
         })  # fmt: skip
+
+    def _answered_by(self) -> str | None:
+        """The model that produced the reply (a fallback's member), else the one called."""
+        response = self.response
+        if response is None or response.model_name is None:
+            return self.model
+        return response.model_name
 
     def _repeated(self) -> bool:
         """Whether this correction's reply is a reply the run refused before, word for word.

@@ -26,7 +26,7 @@ from subagent import (
     TransportRetry,
     Usage,
 )
-from subagent.llm import DEFAULT_FALLBACK_ON, LLMSpec
+from subagent.llm import DEFAULT_FALLBACK_ON, LLMSpec, answering_names
 
 pytestmark = pytest.mark.anyio
 
@@ -59,6 +59,48 @@ async def test_the_next_model_answers_when_retries_did_not_cure_the_first() -> N
     # Usage: the answer's own, with the model that answered; the failed calls' apart.
     assert step.turns[0].usage == Usage(input_tokens=9, output_tokens=2)
     assert step.usage.transport_retry_usage.input_tokens == 10
+
+
+async def test_each_turn_and_by_model_name_the_model_that_answered_it() -> None:
+    def spent(text: str, tokens: int) -> LLMResponse:
+        return LLMResponse(text=text, usage=Usage(input_tokens=tokens, output_tokens=1))
+
+    primary = ScriptedLLM([spent('{"value": "three"}', 10), rate_limited()], model_name="primary")
+    secondary = ScriptedLLM([spent(ANSWER, 20)], model_name="secondary")
+    step = await CALC.run({"question": "?"}, llm=FallbackLLM([primary, secondary]), max_turns=1,
+                          return_retries=1, retry_policy=RetryPolicy.none())  # fmt: skip
+    assert step.ok and [turn.model for turn in step.turns] == ["primary", "secondary"]
+    assert step.usage.by_model == {
+        "primary": Usage(input_tokens=10, output_tokens=1),
+        "secondary": Usage(input_tokens=20, output_tokens=1),
+    }
+
+
+async def test_the_reply_names_the_configured_model_beside_the_servers_name_for_it() -> None:
+    request = LLMRequest(messages=({"role": "user", "content": "hi"},))  # type: ignore[arg-type]
+    dated = LLMResponse(text="hi", model="gpt-4o-2024-08-06")
+    inner = FallbackLLM([ScriptedLLM([rate_limited()], model_name="b"),
+                         ScriptedLLM([dated], model_name="gpt-4o")])  # fmt: skip
+    outer = FallbackLLM([ScriptedLLM([rate_limited()], model_name="a"), inner])
+    reply = await outer.complete(request)
+    # A nested fallback's member names itself; the server's own name is kept as it came.
+    assert (reply.model_name, reply.model) == ("gpt-4o", "gpt-4o-2024-08-06")
+    assert answering_names(outer) == ("a", "b", "gpt-4o")
+    assert answering_names(ScriptedLLM(model_name="x")) == ("x",)
+
+    class Wrapping:  # a model that calls another (as DurableLLM does) is looked through
+        model_name = "a"
+
+        def __init__(self, wrapped: FallbackLLM) -> None:
+            self.wrapped = wrapped
+
+        async def complete(self, request: LLMRequest) -> LLMResponse:
+            return await self.wrapped.complete(request)
+
+    assert answering_names(FallbackLLM([Wrapping(outer), ScriptedLLM(model_name="z")])) == (
+        "a", "b", "gpt-4o", "z"
+    )  # fmt: skip
+    assert "model_name" not in LLMResponse(text="hi").model_dump(mode="json")
 
 
 async def test_each_attempt_is_an_event_of_the_chat_span_and_the_answering_model_its_response(

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from subagent import (
     ConfigurationError,
+    Correction,
     FailReason,
     LLMResponse,
     RunContext,
@@ -151,6 +152,20 @@ async def test_a_method_gets_the_arguments_it_names_and_all_of_them_with_kwargs(
     await adder(hooks=[hook]).run(llm=add_then_answer())
     assert hook.given == [{"batch", "results", "run"}, {"turn"}]
     assert frozen == []  # no hook asked for the state: none was taken
+
+
+async def test_after_reply_is_told_the_model_that_produced_the_reply() -> None:
+    seen: list[str | None] = []
+
+    class Models(RunHook):
+        def after_reply(self, *, model: str | None) -> None:  # type: ignore[override]
+            seen.append(model)
+
+    agent = SubAgent(name="a", prompt="p", output=Answer, max_turns=1, hooks=[Models()])
+    small = ScriptedLLM(["three"], model_name="small")
+    large = ScriptedLLM(['{"x": 3}'], model_name="large")
+    step = await agent.run(llm=small, return_retries=1, correction=Correction(llm=large))
+    assert step.ok and seen == ["small", "large"]
 
 
 class AsksTooMuch(RunHook):

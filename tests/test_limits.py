@@ -11,9 +11,14 @@ from support import Traced, attrs
 
 from subagent import (
     ConfigurationError,
+    Correction,
+    ErrorKind,
     FailReason,
+    FallbackLLM,
+    LLMError,
     LLMResponse,
     Price,
+    RetryPolicy,
     ScriptedLLM,
     SubAgent,
     ToolCall,
@@ -192,6 +197,94 @@ async def test_the_run_span_names_the_usage_limit_without_content(traced: Traced
                     tracer_provider=traced.provider)  # fmt: skip
     span = attrs(traced.one("invoke_agent calc"))
     assert "usage_limit" in json.dumps(span)
+
+
+# --- each reply at the price of the model that produced it ---
+
+PRICES = {"cheap": Price(1, 1), "dear": Price(1000, 1000)}  # per million tokens
+ONE_TURN = SubAgent(name="a", prompt="p", output=Answer, max_turns=1)
+
+
+def costly(text: str, *, model: str | None = None) -> LLMResponse:
+    """1,000 input and 1,000 output tokens: 0.002 at the cheap price, 2.0 at the dear one."""
+    return LLMResponse(text=text, usage=used(1000, 1000), model=model)
+
+
+def down() -> LLMError:
+    return LLMError(ErrorKind.RATE_LIMIT, "slow down", status_code=429)
+
+
+async def test_a_fallback_models_reply_is_charged_its_own_price_and_crosses_max_cost() -> None:
+    fallback = FallbackLLM([ScriptedLLM([down()], model_name="cheap"),
+                            ScriptedLLM([costly('{"x": 3}')], model_name="dear")])  # fmt: skip
+    step = await ONE_TURN.run(llm=fallback, retry_policy=RetryPolicy.none(),
+                              usage_limits=UsageLimits(max_cost=0.5, prices=PRICES))  # fmt: skip
+    assert step.failure is not None and step.failure.reason is FailReason.USAGE_LIMIT
+    # At the first model's price it would have cost 0.002 and passed.
+    assert "max_cost=0.5 of agent 'a': 2 spent" in step.failure.message
+    assert step.turns[0].model == "dear"
+
+
+async def test_a_correction_models_reply_is_charged_its_own_price() -> None:
+    cheap = ScriptedLLM([costly("three")], model_name="cheap")
+    dear = ScriptedLLM([costly('{"x": 3}')], model_name="dear")
+    step = await ONE_TURN.run(llm=cheap, return_retries=1, correction=Correction(llm=dear),
+                              usage_limits=UsageLimits(max_cost=0.5, prices=PRICES))  # fmt: skip
+    assert step.failure is not None and step.failure.reason is FailReason.USAGE_LIMIT
+    assert "max_cost=0.5 of agent 'a': 2.002 spent" in step.failure.message
+
+
+@pytest.mark.parametrize("where", ["fallback", "nested fallback", "correction"])
+async def test_a_model_the_prices_leave_out_is_refused_before_any_call(where: str) -> None:
+    cheap = ScriptedLLM([], model_name="cheap")
+    unpriced = ScriptedLLM([], model_name="unpriced")
+    options: dict[str, Any] = {
+        "fallback": {"llm": FallbackLLM([cheap, unpriced])},
+        "nested fallback": {"llm": FallbackLLM([cheap, FallbackLLM([cheap, unpriced])])},
+        "correction": {"llm": cheap, "correction": Correction(llm=unpriced)},
+    }[where]
+    limits = UsageLimits(max_cost=1.0, prices=PRICES)
+    with pytest.raises(ConfigurationError, match="no price for model 'unpriced'") as caught:
+        await ONE_TURN.run(usage_limits=limits, **options)
+    assert caught.value.field == "prices"
+    assert cheap.requests == unpriced.requests == []
+
+
+async def test_one_price_prices_every_model_and_no_cost_limit_needs_none() -> None:
+    def fallback() -> FallbackLLM:
+        return FallbackLLM([ScriptedLLM([down()], model_name="cheap"),
+                            ScriptedLLM([costly('{"x": 3}')], model_name="unpriced")])  # fmt: skip
+
+    for limits in (UsageLimits(max_cost=0.5, prices=Price(1, 1)),
+                   UsageLimits(max_total_tokens=5000, prices=PRICES)):  # fmt: skip
+        step = await ONE_TURN.run(llm=fallback(), retry_policy=RetryPolicy.none(),
+                                  usage_limits=limits)  # fmt: skip
+        assert step.ok, step.failure
+
+
+@pytest.mark.parametrize("fallback", [False, True])
+async def test_a_dated_server_name_does_not_change_the_price(fallback: bool) -> None:
+    # The server answers for gpt-4o with a dated name the price table does not hold.
+    answer = costly('{"x": 3}', model="gpt-4o-2024-08-06")
+    dated = ScriptedLLM([answer], model_name="gpt-4o")
+    llm = (
+        FallbackLLM([ScriptedLLM([down()], model_name="gpt-4o-mini"), dated]) if fallback else dated
+    )
+    prices = {"gpt-4o-mini": Price(0.15, 0.6), "gpt-4o": Price(2.5, 10)}
+    step = await ONE_TURN.run(llm=llm, retry_policy=RetryPolicy.none(),
+                              usage_limits=UsageLimits(max_cost=0.01, prices=prices))  # fmt: skip
+    assert step.failure is not None and "0.0125 spent" in step.failure.message  # gpt-4o's price
+    assert step.usage.by_model == {"gpt-4o": used(1000, 1000)}
+
+
+async def test_a_reply_naming_a_model_no_price_covers_ends_the_run() -> None:
+    # An adapter of the user's names a model the run could not know of before it started.
+    named = LLMResponse(text='{"x": 3}', usage=used(10, 5), model_name="mystery")
+    step = await ONE_TURN.run(llm=ScriptedLLM([named], model_name="cheap"),
+                              usage_limits=UsageLimits(max_cost=1.0, prices=PRICES))  # fmt: skip
+    assert step.failure is not None and step.failure.reason is FailReason.USAGE_LIMIT
+    assert "cannot be counted" in step.failure.message
+    assert "no price for model 'mystery'" in step.failure.message
 
 
 # --- nested agents ---

@@ -24,7 +24,8 @@ What lives here:
   (tool calls written as text, read back as calls).
 - ``_retry_policy`` and ``_transport``: :class:`RetryPolicy` and :func:`call_with_retries`,
   the transient failures of one call repeated inside the same turn.
-- ``_fallback``: :class:`FallbackLLM`, the next model when one's call fails for good.
+- ``_fallback``: :class:`FallbackLLM`, the next model when one's call fails for good;
+  :func:`answering_names`, the models whose replies a run may be charged for.
 - ``_allow``: whether adapters may send real requests (the switch of
   ``subagent.testing.block_model_requests()``), :class:`ModelRequestsBlockedError`.
 - ``_reasoning``: :func:`split_reasoning` and :class:`ReasoningSplitter`, ``<think>`` blocks
@@ -43,7 +44,7 @@ from subagent.llm._openai import DEFAULT_BASE_URL, PROBE_TIMEOUT, OpenAIChat
 # isort: split
 from subagent.llm._allow import ModelRequestsBlockedError
 from subagent.llm._anthropic import AnthropicChat
-from subagent.llm._fallback import DEFAULT_FALLBACK_ON, FallbackLLM
+from subagent.llm._fallback import DEFAULT_FALLBACK_ON, FallbackLLM, answering_names
 from subagent.llm._http import parse_retry_after
 from subagent.llm._profile import (
     LLAMA_CPP,
@@ -122,6 +123,7 @@ __all__ = [
     "TurnInfo",
     "UnsupportedOutputError",
     "Usage",
+    "answering_names",
     "call_with_retries",
     "forget_profiles",
     "messages_from",

@@ -33,7 +33,7 @@ from subagent.llm._transport import (
     call_with_retries,
 )
 
-__all__ = ["DEFAULT_FALLBACK_ON", "FallbackLLM"]
+__all__ = ["DEFAULT_FALLBACK_ON", "FallbackLLM", "answering_names"]
 
 DEFAULT_FALLBACK_ON: Final[frozenset[ErrorKind]] = frozenset(
     {ErrorKind.RATE_LIMIT, ErrorKind.SERVER_ERROR, ErrorKind.TIMEOUT, ErrorKind.CONNECTION}
@@ -57,10 +57,13 @@ class FallbackLLM(RetriesItsCalls):
 
     Each failed attempt is recorded on the turn (``Turn.transport_retries``, with
     ``model`` set and ``fallback_to`` on the attempt that moved on) and as a
-    ``transport_retry`` event of its chat span. The reply's ``model`` names the model
-    that answered (filled in from its ``model_name`` when the model leaves it empty), so
-    usage stays attributed to it; the chat span and metrics name the first model as
-    the one requested (``gen_ai.request.model``) and the one that answered as
+    ``transport_retry`` event of its chat span. The reply's ``model_name`` is the
+    ``model_name`` of the model that answered, whatever name its server gives it (a
+    nested ``FallbackLLM``'s reply keeps the name its own member set): the turn's
+    ``model``, ``usage.by_model`` and the price of the reply (``UsageLimits(prices=...)``)
+    go by it. Its ``model`` (the server's name) is filled in from the same name when the
+    server leaves it empty. The chat span and metrics name the first model as the one
+    requested (``gen_ai.request.model``) and the one that answered as
     ``gen_ai.response.model``.
 
     Streams where the models stream: a model that fails half-way through its reply is
@@ -104,6 +107,10 @@ class FallbackLLM(RetriesItsCalls):
             raise ConfigurationError("retry_policy", f"must be a RetryPolicy, got {retry_policy!r}")
         self.retry_policy = retry_policy
         self._names = tuple(_name_of(model) for model in self.models)
+        # Every name a reply may carry as its model_name: a nested FallbackLLM's own.
+        self.model_names: tuple[str, ...] = tuple(
+            name for model in self.models for name in _answering(model)
+        )
         first = self.models[0]
         # What traces and metrics record as the model requested: the first one.
         self.model_name: str = self._names[0]
@@ -219,7 +226,43 @@ def _ignore(retry: TransportRetry) -> None:
 
 
 def _answered_by(response: LLMResponse, name: str) -> LLMResponse:
-    return response if response.model else response.model_copy(update={"model": name})
+    """``response`` naming ``name`` as the model that produced it (unless a member did)."""
+    if response.model_name is not None and response.model:
+        return response
+    update = {"model_name": response.model_name or name, "model": response.model or name}
+    return response.model_copy(update=update)
+
+
+def answering_names(llm: object) -> tuple[str | None, ...]:
+    """The names the replies of ``llm`` are counted under (their ``model_name``).
+
+    A :class:`FallbackLLM`'s: each of its models' (a nested one's members in its place); a
+    model wrapping another (``wrapped``: a :class:`~subagent.durable.DurableLLM`) is
+    looked through. Any other model's: its own ``model_name`` (``None`` when it names none).
+    """
+    inner = _unwrapped(llm)
+    if isinstance(inner, FallbackLLM):
+        return inner.model_names
+    name = getattr(llm, "model_name", None)
+    return (name if isinstance(name, str) else None,)
+
+
+def _answering(model: LLM) -> tuple[str, ...]:
+    """The names a reply of ``model`` (a member) may carry: its own, or a nested fallback's."""
+    inner = _unwrapped(model)
+    if isinstance(inner, FallbackLLM):
+        return inner.model_names
+    return (_name_of(model),)
+
+
+def _unwrapped(model: object) -> object:
+    """The model ``model`` wraps (through its ``wrapped``, a few levels deep), or itself."""
+    for _ in range(8):
+        inner = getattr(model, "wrapped", None)
+        if inner is None or not isinstance(inner, LLM):
+            break
+        model = inner
+    return model
 
 
 def _name_of(model: LLM) -> str:

@@ -268,9 +268,15 @@ class LLMResponse(BaseModel):
             tool calls and ``stop`` otherwise.
         raw_stop_reason: The provider's own value, kept for diagnosis.
         usage: Token counts of this call.
-        model: The model that answered, when the provider says.
+        model: The model that answered, as the provider names it (often a dated name:
+            ``gpt-4o-mini-2024-07-18`` for ``gpt-4o-mini``), when it says.
         reasoning: The model's reasoning, when the provider sends it apart from the text
             (``reasoning_content``); never parsed as the answer.
+        model_name: The configured name (the adapter's ``model_name``) of the model that
+            produced the reply, set by a model that answers with one of several (a
+            :class:`~subagent.FallbackLLM`: the one that answered); ``None``: the model
+            called. Prices, ``Turn.model`` and ``usage.by_model`` go by this name, never
+            by the provider's ``model``. Left out of the JSON form when ``None``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -282,6 +288,7 @@ class LLMResponse(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     model: _Text | None = None
     reasoning: _Text = ""
+    model_name: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
     def model_post_init(self, context: Any, /) -> None:
         """Default the stop reason to ``tool_calls`` when the reply calls tools."""

@@ -223,7 +223,10 @@ class Turn(BaseModel):
         decisions: What was decided about the calls that needed approval, by call id
             (``tool_calls`` keep the model's own arguments; an edited call ran with the
             decision's).
-        model: The model the turn called (its ``model_name``), when it names one.
+        model: The model that produced the reply, by its configured ``model_name`` (not the
+            server's name for it): the model the turn called, or the one of a
+            :class:`~subagent.FallbackLLM` that answered; with no reply, the model called.
+            ``None`` for a model that names none.
         corrected: Whether the turn was sent with the run's :class:`~subagent.Correction`
             (its output mode, settings and model).
         output_mode: How the answer was asked for, when not in the prompt alone
@@ -300,8 +303,9 @@ class UsageSummary(BaseModel):
         nested: The agents this run called as tools (their totals, their own nesting
             included).
         by_type: The run's own turns, by turn type.
-        by_model: The run's own turns, by the model they called (``unknown`` for a model
-            that names none): a run whose corrections escalate splits here.
+        by_model: The run's own turns, by the model that answered them (``Turn.model``;
+            ``unknown`` for a model that names none): a run whose corrections escalate, or
+            whose ``FallbackLLM`` moved on, splits here.
         transport_retries: Failed calls repeated inside turns (they spend no turn).
         transport_retry_usage: Tokens of those failed calls, where the server reported any.
     """
