@@ -41,13 +41,10 @@ from opentelemetry.util._once import Once
 
 import subagent._run as run_module
 from subagent import SubAgent
-from subagent.observe import (
-    EventObserver,
-    StreamObserver,
-    TextObserver,
-    combine,
-    span_observer,
-)
+from subagent.observe._events import EventObserver
+from subagent.observe._observer import TextObserver, combine
+from subagent.observe._otel import span_observer
+from subagent.observe._stream import StreamObserver
 
 SCENARIOS: dict[str, tuple[SubAgent[Any], list[Any], dict[str, int]]] = {
     "S1": (S1_AGENT, S1_SCRIPT, {"max_turns": 1, "return_retries": 2}),

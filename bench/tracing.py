@@ -39,7 +39,7 @@ from pydantic import BaseModel
 
 import subagent._run as run_module
 from subagent import LLMResponse, ScriptedLLM, SubAgent, ToolCall
-from subagent.observe import Observer
+from subagent.observe._observer import Observer
 
 TARGET_S1_US = 100.0
 # "cpu": this thread's CPU time (immune to other processes taking the core; the default on

@@ -325,7 +325,7 @@ def first_attempt(
                 if isinstance(c, Mapping) else
                 {"name": c.name, "arguments": decoded_arguments(c.arguments)}
                 for c in tool_calls]  # fmt: skip
-    from subagent.parsers import extract_json
+    from subagent.parsers._json_extract import extract_json
 
     found = extract_json(text)
     if found.ok:

@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from subagent.llm import tool_calls_in_text
+from subagent.llm._text_calls import tool_calls_in_text
 
 MAX_BODY = 16 * 1024 * 1024
 """The largest request body the proxy reads (bytes); a larger one gets HTTP 413."""

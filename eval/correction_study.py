@@ -54,7 +54,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from subagent import Correction, OpenAIChat, RunArguments, RunState, Step, SubAgent  # noqa: E402
 from subagent.evals import Case, Dataset, Variant  # noqa: E402
-from subagent.records import FailReason, Failure, build_step  # noqa: E402
+from subagent.records import FailReason, Failure  # noqa: E402
+from subagent.records._runs import build_step  # noqa: E402
 
 __all__ = [
     "BUDGETS",

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from subagent import LLMRequest, LLMResponse, Step, SubAgent, Tool, ToolCall
-from subagent.cli import turn_table
+from subagent.cli._show import turn_table
 
 
 def deploy(env: str) -> str:

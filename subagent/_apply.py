@@ -16,7 +16,8 @@ from subagent._parts import AgentParts, RunOptions
 from subagent._phases import Phase, advance
 from subagent._verdicts import Answered, Ended, Missed, Paused, ToolsRan, Verdict
 from subagent.llm import LLMResponse
-from subagent.records import Failure, PendingCalls, user_message
+from subagent.records import Failure, PendingCalls
+from subagent.records._messages import user_message
 
 __all__ = ["apply", "failure"]
 

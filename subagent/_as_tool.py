@@ -21,7 +21,8 @@ from subagent._context import RunContext
 from subagent._definition import AgentDefinition
 from subagent._errors import ConfigurationError
 from subagent._nesting import current_depth
-from subagent.records import FailReason, Failure, Step, build_step
+from subagent.records import FailReason, Failure, Step
+from subagent.records._runs import build_step
 from subagent.tools import NestedRunError, Tool, ToolOutput
 
 __all__ = ["PASS_DOWN", "agent_tool"]

@@ -35,16 +35,13 @@ from subagent._policies import ReplyPolicy, Timeouts, ToolPolicy
 from subagent._templates import Template, TemplateSet, default_templates
 from subagent.llm import LLM, LLMSpec, Message, RetryPolicy, ToolCall
 from subagent.parsers import OutputContract, build_contract
-from subagent.protocols import PROTOCOLS, ReplyProtocol
+from subagent.protocols import PROTOCOLS
+from subagent.protocols._protocol import ReplyProtocol
 from subagent.records import RunState, digest
-from subagent.tools import (
-    AgentTools,
-    SourceNotReadyError,
-    Tool,
-    Toolbox,
-    build_tools,
-    split_sources,
-)
+from subagent.tools import SourceNotReadyError, Tool
+from subagent.tools._execute import Toolbox
+from subagent.tools._source import AgentTools, split_sources
+from subagent.tools._tool import build_tools
 
 __all__ = [
     "Built",

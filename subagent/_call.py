@@ -11,18 +11,10 @@ from collections.abc import Awaitable, Callable
 
 from subagent._errors import LLMContractError
 from subagent._turns import TurnDraft
-from subagent.llm import (
-    LLM,
-    LLMRequest,
-    LLMResponse,
-    ReasoningSplitter,
-    RetryPolicy,
-    StreamDelta,
-    TransportRetry,
-    call_with_retries,
-    split_reasoning,
-)
-from subagent.observe import NO_OBSERVER, ChatScope, Observer
+from subagent.llm import LLM, LLMRequest, LLMResponse, RetryPolicy, StreamDelta, TransportRetry
+from subagent.llm._reasoning import ReasoningSplitter, split_reasoning
+from subagent.llm._transport import call_with_retries
+from subagent.observe._observer import NO_OBSERVER, ChatScope, Observer
 
 __all__ = ["call_model"]
 

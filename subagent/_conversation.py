@@ -17,7 +17,7 @@ from typing import Literal
 
 from subagent._text import fence
 from subagent.llm import Message
-from subagent.records import with_content
+from subagent.records._messages import with_content
 
 __all__ = ["CONTEXT_POLICIES", "ContextPolicy", "Conversation", "quoted_attempt", "with_notice"]
 

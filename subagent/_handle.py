@@ -21,13 +21,9 @@ from typing_extensions import TypeVar
 from subagent._parts import AgentParts, RunOptions, Systems
 from subagent._run import execute_run
 from subagent.llm import Message
-from subagent.observe import (
-    EventQueue,
-    PartialOutput,
-    PartialOutputReader,
-    RunEvent,
-    partial_output_reader,
-)
+from subagent.observe import PartialOutput, RunEvent
+from subagent.observe._partial import PartialOutputReader, partial_output_reader
+from subagent.observe._stream import EventQueue
 from subagent.records import Step
 
 __all__ = ["AgentRun"]

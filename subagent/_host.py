@@ -9,8 +9,8 @@ from subagent._hooks import Hooks
 from subagent._live import LiveRun
 from subagent._parts import AgentParts
 from subagent.llm import ToolCall
-from subagent.observe import Observer
-from subagent.tools import ToolRun
+from subagent.observe._observer import Observer
+from subagent.tools._execute import ToolRun
 
 __all__ = ["InFlight", "RunHost"]
 

@@ -15,12 +15,9 @@ from subagent._host import RunHost
 from subagent._phases import Phase, Trigger
 from subagent._verdicts import Answered, Ended, GaveUp, Missed, Verdict
 from subagent.llm import LLMResponse, StopReason, ToolCall
-from subagent.parsers import (
-    ParseResult,
-    detect_explicit_fail,
-    fail_beside_other_json,
-    run_validators,
-)
+from subagent.parsers import ParseResult
+from subagent.parsers._contract import detect_explicit_fail, fail_beside_other_json
+from subagent.parsers._validation import run_validators
 
 __all__ = ["judge_answer", "judge_reply"]
 

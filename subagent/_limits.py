@@ -20,7 +20,8 @@ from typing import Any
 from subagent._checks import check_int, check_number
 from subagent._errors import ConfigurationError
 from subagent._hooks import Pause, RunHook, ToolBatch
-from subagent.llm import LLM, LLMResponse, Usage, answering_names
+from subagent.llm import LLM, LLMResponse, Usage
+from subagent.llm._fallback import answering_names
 
 __all__ = [
     "Ledger",

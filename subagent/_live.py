@@ -20,16 +20,9 @@ from subagent._conversation import ContextPolicy, Conversation, with_notice
 from subagent._parts import Systems
 from subagent._phases import Budget
 from subagent.llm import Message
-from subagent.records import (
-    STATE_VERSION,
-    Failure,
-    PendingCalls,
-    RunState,
-    Turn,
-    Usage,
-    trusted,
-    with_content,
-)
+from subagent.records import Failure, PendingCalls, RunState, Turn, Usage
+from subagent.records._messages import trusted, with_content
+from subagent.records._runs import STATE_VERSION
 
 __all__ = ["LiveRun"]
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from subagent._errors import blame_callback
 from subagent._hooks import RunHook
-from subagent.observe import refuse_awaitable
+from subagent.observe._observer import refuse_awaitable
 from subagent.records import RunState
 
 __all__ = ["StateHook"]

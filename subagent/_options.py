@@ -42,9 +42,12 @@ from subagent._nesting import current_depth, current_run_model
 from subagent._on_state import StateHook
 from subagent._override import NOT_GIVEN, active_override
 from subagent._parts import AgentParts, RunOptions, Systems
-from subagent.llm import LLM, Message, OutputRequest, RetryPolicy, messages_from
-from subagent.observe import EventHandler, check_callback
-from subagent.records import RunState, user_message
+from subagent.llm import LLM, Message, OutputRequest, RetryPolicy
+from subagent.llm._protocol import messages_from
+from subagent.observe import EventHandler
+from subagent.observe._observer import check_callback
+from subagent.records import RunState
+from subagent.records._messages import user_message
 
 __all__ = [
     "RUN_OPTIONS",

@@ -22,9 +22,11 @@ from subagent._templates import TemplateSet
 from subagent.llm import LLM, Message, OutputRequest, RetryPolicy, ToolCall, TurnInfo
 from subagent.observe import EventHandler
 from subagent.parsers import OutputContract
-from subagent.protocols import ReplyProtocol
+from subagent.protocols._protocol import ReplyProtocol
 from subagent.records import RunState, TurnType
-from subagent.tools import AgentTools, SourceNotReadyError, Tool, Toolbox
+from subagent.tools import SourceNotReadyError, Tool
+from subagent.tools._execute import Toolbox
+from subagent.tools._source import AgentTools
 
 __all__ = ["AgentParts", "RunOptions", "SourcedParts", "Systems", "ToolParts"]
 

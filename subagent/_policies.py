@@ -19,9 +19,9 @@ from typing import Any, Final, TypeVar, cast
 from subagent._checks import check_int, check_seconds
 from subagent._conversation import CONTEXT_POLICIES, ContextPolicy
 from subagent._errors import ConfigurationError
-from subagent.parsers import DEFAULT_MAX_REPLY_CHARS
+from subagent.parsers._contract import DEFAULT_MAX_REPLY_CHARS
 from subagent.protocols import PROTOCOLS, ProtocolName
-from subagent.tools import TOOL_CALLS_PER_TURN, TOOL_RESULT_LIMIT
+from subagent.tools._execute import TOOL_CALLS_PER_TURN, TOOL_RESULT_LIMIT
 
 __all__ = [
     "MOVED_KEYWORDS",

@@ -17,8 +17,9 @@ from subagent._parts import AgentParts, RunOptions
 from subagent._phases import Phase
 from subagent._turns import TurnDraft
 from subagent.llm import LLMRequest, ToolDefinition
-from subagent.observe import TurnStart
-from subagent.records import Decision, PendingCalls, TurnType, trusted
+from subagent.observe._observer import TurnStart
+from subagent.records import Decision, PendingCalls, TurnType
+from subagent.records._messages import trusted
 
 __all__ = ["model_name", "prepared", "reentered"]
 

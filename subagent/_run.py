@@ -38,21 +38,13 @@ from subagent._tool_stage import run_batch
 from subagent._turns import TurnDraft, ended_by, interrupted
 from subagent._verdicts import Ended, GaveUp, Missed, Verdict
 from subagent.llm import LLMRequest, LLMResponse, Message, ToolCall
-from subagent.observe import (
-    EventQueue,
-    TurnScope,
-    current_traceparent,
-    observer_for_run,
-)
-from subagent.records import (
-    Decision,
-    RunState,
-    Step,
-    ToolResult,
-    Turn,
-    build_step,
-)
-from subagent.tools import ToolRun
+from subagent.observe import observer_for_run
+from subagent.observe._context import current_traceparent
+from subagent.observe._observer import TurnScope
+from subagent.observe._stream import EventQueue
+from subagent.records import Decision, RunState, Step, ToolResult, Turn
+from subagent.records._runs import build_step
+from subagent.tools._execute import ToolRun
 
 __all__ = ["execute_run"]
 

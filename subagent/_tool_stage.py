@@ -21,7 +21,8 @@ from subagent._judge import judge_answer
 from subagent._phases import Trigger
 from subagent._verdicts import Answered, Ended, Paused, ToolsRan, Verdict
 from subagent.llm import LLMResponse, ToolCall
-from subagent.tools import ToolRun, render_result
+from subagent.tools._execute import ToolRun
+from subagent.tools._tool import render_result
 
 __all__ = ["run_batch"]
 

@@ -20,9 +20,10 @@ from subagent._phases import Budget, Phase
 from subagent._text import scrub_surrogates
 from subagent._verdicts import Verdict, error_summary
 from subagent.llm import LLM, LLMResponse, ToolCall, TransportRetry
-from subagent.observe import TurnStart
-from subagent.records import Decision, ToolResult, Turn, TurnOutcome, TurnType, trusted
-from subagent.tools import ToolRun
+from subagent.observe._observer import TurnStart
+from subagent.records import Decision, ToolResult, Turn, TurnOutcome, TurnType
+from subagent.records._messages import trusted
+from subagent.tools._execute import ToolRun
 
 __all__ = ["CUT_SHORT", "NO_RETRIES", "TurnDraft", "ended_by", "interrupted", "said"]
 

@@ -34,8 +34,11 @@ from typing import Protocol, runtime_checkable
 from subagent._errors import ConfigurationError
 from subagent.records import Message
 
-__all__ = ["MAX_HISTORY_BYTES", "MAX_HISTORY_MESSAGES", "ChatHistory", "MemoryHistory",
-           "SQLiteHistory"]  # fmt: skip
+__all__ = [
+    "ChatHistory",
+    "MemoryHistory",
+    "SQLiteHistory",
+]
 
 MAX_HISTORY_MESSAGES = 1000
 """The messages a session keeps by default (its last ones)."""

@@ -56,30 +56,13 @@ from pathlib import Path
 from typing import Final
 
 __all__ = [
-    "DEFAULT_MODEL",
-    "LAUNCHER",
-    "LLAMA_CPP_REQUIREMENT",
-    "LLAMA_CPP_VERSION",
     "MODELS",
-    "MODEL_ALIAS",
-    "READY_TIMEOUT",
-    "LocalServer",
     "Model",
-    "Part",
     "SetupError",
-    "cache_dir",
-    "cache_lock",
-    "ensure_model",
-    "ensure_server",
-    "free_port",
     "main",
-    "model_path",
-    "model_spec",
     "running",
     "setup",
     "start",
-    "venv_dir",
-    "venv_python",
 ]
 
 LLAMA_CPP_VERSION: Final = "0.3.36"

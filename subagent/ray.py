@@ -67,14 +67,20 @@ from subagent._options import refuse_untaken
 from subagent._text import shorten
 from subagent.batch import BatchItem, stream_many
 from subagent.llm import LLM, LLMRequest, LLMResponse, Message, RetryPolicy
-from subagent.records import FailReason, Failure, Step, build_step, step_model
+from subagent.records import FailReason, Failure, Step
+from subagent.records._runs import build_step, step_model
 
 if TYPE_CHECKING:
     from types import ModuleType, TracebackType
 
     from opentelemetry.trace import TracerProvider
 
-__all__ = ["FLUSH_TIMEOUT", "RayBatch", "RayRunArguments", "run_on_ray", "stream_on_ray"]
+__all__ = [
+    "RayBatch",
+    "RayRunArguments",
+    "run_on_ray",
+    "stream_on_ray",
+]
 
 OutputT = TypeVar("OutputT", default=Any)
 Context = Mapping[str, Any] | BaseModel | None

@@ -28,7 +28,7 @@ from subagent._errors import ConfigurationError, ScriptExhaustedError
 from subagent._json_values import SchemaValueError, value_for
 from subagent.llm import LLMRequest, LLMResponse, Message, StreamDelta, ToolCall, Usage
 from subagent.llm._allow import model_requests_allowed, set_model_requests_allowed
-from subagent.parsers import iter_json_candidates
+from subagent.parsers._json_extract import iter_json_candidates
 
 __all__ = [
     "FunctionLLM",

@@ -72,18 +72,14 @@ except ImportError as exc:  # pragma: no cover - exercised in a test with the SD
     ) from exc
 
 from subagent._checks import check_seconds
-from subagent.observe import CAPTURE_CONTENT_ENV
 
 __all__ = [
-    "CAPTURE_CONTENT_ENV",
-    "DEFAULT_SHUTDOWN_TIMEOUT",
     "PROJECT_NAME_ATTRIBUTE",
     "ConsoleSummary",
     "OTLPTarget",
     "Tracing",
     "configure",
     "otlp_target",
-    "summary_line",
 ]
 
 PROJECT_NAME_ATTRIBUTE = "openinference.project.name"

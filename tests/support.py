@@ -29,7 +29,7 @@ from opentelemetry.util._once import Once
 from pydantic import BaseModel
 
 from subagent import SubAgent, Tool
-from subagent.observe import CAPTURE_CONTENT_ENV
+from subagent.observe._otel import CAPTURE_CONTENT_ENV
 from subagent.tools import SourceNotReadyError
 
 ROOT = Path(__file__).resolve().parent.parent

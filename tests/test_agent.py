@@ -19,7 +19,7 @@ from subagent import (
     TemplateError,
     Tool,
 )
-from subagent.parsers import DEFAULT_MAX_REPLY_CHARS
+from subagent.parsers._contract import DEFAULT_MAX_REPLY_CHARS
 
 
 class Answer(BaseModel):

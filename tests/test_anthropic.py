@@ -48,7 +48,8 @@ from subagent import (
     UnsupportedOutputError,
     Usage,
 )
-from subagent.llm import DEFAULT_RETRYABLE, LLMSpec, open_llm
+from subagent.llm import LLMSpec, open_llm
+from subagent.llm._retry_policy import DEFAULT_RETRYABLE
 
 pytestmark = pytest.mark.anyio
 

@@ -28,6 +28,7 @@ from otlp_receiver import http_receiver
 
 import subagent
 from subagent import Step, cli, local_model
+from subagent.cli import _batch_files, _reading, _status
 
 TESTS = Path(__file__).resolve().parent
 SECRET = "sk-cli-test-0123456789abcdef"
@@ -72,7 +73,7 @@ def test_run_prints_the_turn_table_and_exits_0_when_done(
     model.script(reply('{"value": 3}'))
     status, out, _ = run(["run", "cli_agents:answer", "--context", '{"question": "1+2"}'],
                          capsys)  # fmt: skip
-    assert status == cli.EXIT_DONE == 0
+    assert status == _status.EXIT_DONE == 0
     lines = out.splitlines()
     assert lines[0].split()[:4] == ["turn", "type", "outcome", "tok"]
     assert lines[1].split()[:5] == ["1", "must_return", "success", "11", "7"]
@@ -87,7 +88,7 @@ def test_run_exits_1_when_the_run_fails(
     model.script(reply("no idea"), reply("still no idea"))
     status, out, _ = run(["run", "cli_agents:answer", "--context", '{"question": "1+2"}',
                           "--return-retries", "1"], capsys)  # fmt: skip
-    assert status == cli.EXIT_FAILED == 1
+    assert status == _status.EXIT_FAILED == 1
     assert "failed (budget_exhausted" in out
     assert "in 2 turns (must_return, retry)" in out
     assert len(model.requests) == 2
@@ -99,7 +100,7 @@ def test_a_rows_error_is_its_first_field_error_not_the_heading_above_it(
     model.script(reply('{"value": "three"}'))
     status, out, _ = run(["run", "cli_agents:answer", "--context", '{"question": "1+2"}'],
                          capsys)  # fmt: skip
-    assert status == cli.EXIT_FAILED
+    assert status == _status.EXIT_FAILED
     row = out.splitlines()[1]
     assert row.split()[:3] == ["1", "must_return", "error"]
     assert "value: " in row and "does not match" not in row
@@ -167,7 +168,7 @@ def test_no_model_anywhere_is_bad_usage_saying_what_to_set(
     started = stub_local_model(monkeypatch, "http://127.0.0.1:9/v1")
     status, _, err = run(["run", "cli_agents:answer", "--context", '{"question": "x"}'],
                          capsys)  # fmt: skip
-    assert status == cli.EXIT_USAGE == 2
+    assert status == _status.EXIT_USAGE == 2
     assert "error: no model: pass --llm or set SUBAGENT_LLM" in err
     inputs = write_inputs(tmp_path / "in.jsonl", {"question": 1})
     status, _, err = run(batch_argv(inputs, tmp_path / "out.jsonl"), capsys)
@@ -353,7 +354,7 @@ def test_a_missing_prompt_variable_in_a_batch_exits_2_naming_the_line_before_any
 ) -> None:
     inputs = write_inputs(tmp_path / "in.jsonl", {"question": 1}, {"q": 2})
     status, out, err = run(batch_argv(inputs, tmp_path / "out.jsonl"), capsys)
-    assert status == cli.EXIT_USAGE == 2
+    assert status == _status.EXIT_USAGE == 2
     assert "--input: line 2: template 'prompt' needs variable 'question'" in err
     assert model.requests == []
     assert out == ""
@@ -366,7 +367,7 @@ def test_a_run_whose_agent_code_raises_exits_3_with_one_line_not_a_traceback(
     model.script(reply("anything"))
     status, out, err = run(["run", "cli_agents:broken", "--context", '{"question": "x"}'],
                            capsys)  # fmt: skip
-    assert status == cli.EXIT_ERROR == 3
+    assert status == _status.EXIT_ERROR == 3
     problem = [line for line in err.splitlines() if "error" in line]
     assert problem == [
         "subagent run: error in the agent or code it runs: ParserContractError: parser "
@@ -395,7 +396,7 @@ def test_a_failed_run_and_a_raised_one_in_a_batch_exit_3(
     outputs = tmp_path / "out.jsonl"
     inputs = write_inputs(tmp_path / "in.jsonl", {"question": 1})
     model.script(reply("no idea"))
-    assert run(batch_argv(inputs, outputs), capsys)[0] == cli.EXIT_FAILED == 1
+    assert run(batch_argv(inputs, outputs), capsys)[0] == _status.EXIT_FAILED == 1
     write_inputs(inputs, {"question": 1}, {"question": 2})
     model.script(reply("x"))
     assert run(batch_argv(inputs, outputs, agent="broken"), capsys)[0] == 3
@@ -461,7 +462,7 @@ def test_ctrl_c_during_a_batch_says_how_far_it_got_and_how_to_resume(
     finally:
         process.kill()
         model.reset()  # releases the held reply
-    assert process.returncode == cli.EXIT_INTERRUPTED == 130, err
+    assert process.returncode == _status.EXIT_INTERRUPTED == 130, err
     assert "Traceback" not in err
     assert (
         f"subagent batch: interrupted: 1 of 3 inputs have their result in {outputs} (1 from "
@@ -670,10 +671,10 @@ def test_a_context_from_an_endless_file_stops_at_the_documented_limit(
     status, _, err = run(["run", "cli_agents:answer", "--context", "@/dev/zero"], capsys)
     assert status == 2
     assert "--context @/dev/zero: larger than the limit of 16 MiB" in err
-    assert cli.MAX_INPUT_BYTES == 16 * 1024 * 1024
+    assert _reading.MAX_INPUT_BYTES == 16 * 1024 * 1024
     endless_line = tmp_path / "in.jsonl"
     with endless_line.open("wb") as file:
-        file.write(b'{"question": "' + b"a" * (cli.MAX_INPUT_BYTES + 10))
+        file.write(b'{"question": "' + b"a" * (_reading.MAX_INPUT_BYTES + 10))
     status, _, err = run(batch_argv(endless_line, tmp_path / "o.jsonl"), capsys)
     assert status == 2
     assert "--input: line 1 is longer than the limit of 16 MiB" in err
@@ -700,7 +701,7 @@ def test_a_run_that_paused_for_approval_exits_4_naming_the_waiting_calls(
         monkeypatch.delenv(name, raising=False)
     argv = ["run", "cli_agents:needs_approval", "--context", '{"question": "x"}']
     status, out, _ = run(argv, capsys)
-    assert status == cli.EXIT_PAUSED == 4
+    assert status == _status.EXIT_PAUSED == 4
     assert "paused (1 call(s) awaiting approval) in 1 turn (normal)" in out
     assert 'awaiting approval: deploy {"env": "prod"} (call d1)' in out.splitlines()
     status, out, _ = run([*argv, "--json"], capsys)
@@ -951,7 +952,7 @@ def test_matching_results_to_a_reordered_input_grows_linearly() -> None:
             gc.disable()
             try:
                 started = time.perf_counter()
-                plan = cli.plan_batch(inputs, results)
+                plan = _batch_files.plan_batch(inputs, results)
                 best = min(best, time.perf_counter() - started)
             finally:
                 gc.enable()

@@ -21,6 +21,7 @@ import pytest
 from support import run_example
 
 from subagent import RunState, SQLiteClaims, Step, cli
+from subagent.cli import _show, _status
 from subagent.llm import ToolCall
 
 TESTS = Path(__file__).resolve().parent
@@ -51,7 +52,7 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
 def paused_state(agent: str, path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     """``subagent run --json`` of a run that pauses, saved to ``path``, as a user does."""
     status, out, _ = run(["run", f"cli_agents:{agent}", "--context", CONTEXT, "--json"], capsys)
-    assert status == cli.EXIT_PAUSED
+    assert status == _status.EXIT_PAUSED
     path.write_text(out, encoding="utf-8")
     return path
 
@@ -66,7 +67,7 @@ def test_resume_approves_one_call_and_denies_another_with_a_reason(
     assert deployed == []  # paused before any call ran
     status, out, err = run(["resume", "cli_agents:approval_flow", str(state), "--approve", "d1",
                             "--deny", "d2=eu-west is frozen this week"], capsys)  # fmt: skip
-    assert status == cli.EXIT_DONE, err
+    assert status == _status.EXIT_DONE, err
     assert deployed == ["prod"]
     lines = out.splitlines()
     assert lines[1].split()[:3] == ["1", "normal", "error"]  # the paused turn, a call denied
@@ -141,7 +142,7 @@ def test_a_waiting_call_without_a_decision_is_bad_usage_listing_each_with_its_ar
     state = paused_state("approval_flow", tmp_path / "state.json", capsys)
     for flags in ([], ["--approve", "d1"]):
         status, out, err = run(["resume", "cli_agents:approval_flow", str(state), *flags], capsys)
-        assert status == cli.EXIT_USAGE and out == ""
+        assert status == _status.EXIT_USAGE and out == ""
         assert "need a decision (--approve ID, --deny ID=REASON or --edit ID=JSON)" in err
         assert 'deploy {"env": "eu-west"} (call d2)' in err
         assert ('deploy {"env": "prod"} (call d1)' in err) is (flags == [])
@@ -240,12 +241,12 @@ def test_a_run_that_pauses_again_exits_4_and_then_fails_with_1(
     state = paused_state("needs_approval", tmp_path / "1.json", capsys)
     argv = ["resume", "cli_agents:needs_approval", "--approve", "d1", "--json"]
     status, out, _ = run([*argv, str(state)], capsys)
-    assert status == cli.EXIT_PAUSED  # the model asked again: a new pause, its state printed
+    assert status == _status.EXIT_PAUSED  # the model asked again: a new pause, its state printed
     again = Step.model_validate_json(out)
     assert again.paused and again.state is not None and len(again.turns) == 2
     (tmp_path / "2.json").write_text(out)
     status, out, _ = run([*argv, str(tmp_path / "2.json")], capsys)
-    assert status == cli.EXIT_FAILED  # must_return: the model keeps calling a tool
+    assert status == _status.EXIT_FAILED  # must_return: the model keeps calling a tool
     assert Step.model_validate_json(out).failure is not None
     assert deployed == ["prod", "prod"]
 
@@ -256,7 +257,7 @@ def test_a_resumed_run_whose_code_raises_exits_3(
     state = paused_state("approval_broken", tmp_path / "state.json", capsys)
     status, out, err = run(["resume", "cli_agents:approval_broken", str(state), "--approve",
                             "d1", "--approve", "d2"], capsys)  # fmt: skip
-    assert status == cli.EXIT_ERROR and out == ""
+    assert status == _status.EXIT_ERROR and out == ""
     assert ("subagent resume: error in the agent or code it runs: ParserContractError: parser "
             "'broken_parser' raised RuntimeError: the parser has a bug") in err  # fmt: skip
 
@@ -315,10 +316,10 @@ def test_the_pause_line_shows_the_arguments_an_approver_approves(
 
 def test_the_pause_line_escapes_what_could_hide_what_runs() -> None:
     call = ToolCall(id="d 1\x1b", name="deploy", arguments={"env": "pro\u202ed", "x": "\x1b[2K"})
-    line = cli.call_line(call)
+    line = _show.call_line(call)
     assert line == r'deploy {"env": "pro\u202ed", "x": "\u001b[2K"} (call "d 1\u001b")'
     assert line.isascii() and line.isprintable()
-    assert cli.call_line(ToolCall(id="c", name="f", arguments="{not json")) == (
+    assert _show.call_line(ToolCall(id="c", name="f", arguments="{not json")) == (
         'f "{not json" (call c)'
     )
 
@@ -350,7 +351,7 @@ def test_a_paused_line_is_reported_at_every_run_of_the_batch_never_skipped_silen
     inputs, outputs = inputs_file(tmp_path / "in.jsonl", 2), tmp_path / "out.jsonl"
     for _ in range(2):  # the run that paused them, then a re-run
         status, out, err = run(batch(inputs, outputs), capsys)
-        assert status == cli.EXIT_PAUSED
+        assert status == _status.EXIT_PAUSED
         assert re.search(r"paused\s+2 \(awaiting approval\)", out)
         assert (f"2 run(s) paused awaiting approval (lines 1, 2 of {inputs}): decide their "
                 "calls in a file") in err  # fmt: skip
@@ -371,7 +372,7 @@ def test_batch_decisions_resume_the_decided_lines_and_append_their_results(
                                                   "arguments": {"env": "staging"}}},
     }))  # fmt: skip
     status, out, err = run(batch(inputs, outputs, "--decisions", str(decisions)), capsys)
-    assert status == cli.EXIT_PAUSED  # line 2 is still waiting
+    assert status == _status.EXIT_PAUSED  # line 2 is still waiting
     assert "2 paused run(s) to resume (--decisions)" in err
     assert re.search(r"done\s+2 \(66.7%\)", out) and re.search(r"paused\s+1 \(await", out)
     assert f"1 run(s) paused awaiting approval (line 2 of {inputs})" in err
@@ -385,7 +386,7 @@ def test_batch_decisions_resume_the_decided_lines_and_append_their_results(
     decisions.write_text(json.dumps({"1": {"d1": True, "d2": True},
                                      "2": {"d1": True, "d2": True}}))  # fmt: skip
     status, out, err = run(batch(inputs, outputs, "--decisions", str(decisions)), capsys)
-    assert status == cli.EXIT_DONE, err
+    assert status == _status.EXIT_DONE, err
     assert f"--decisions {decisions}: line 1 of {inputs} is done, not paused: its decisions " \
         "are not used" in err  # fmt: skip
     assert deployed == ["prod", "eu-west"]  # line 2's, once
@@ -446,7 +447,7 @@ def test_a_resumed_batch_line_that_raises_is_failed_error_and_the_others_go_on(
     path.write_text('{"1": {"d1": true, "d2": false}, "2": {"d1": false, "d2": false}}')
     status, out, err = run(batch(inputs, outputs, "--decisions", str(path),
                                  agent="approval_broken"), capsys)  # fmt: skip
-    assert status == cli.EXIT_ERROR
+    assert status == _status.EXIT_ERROR
     assert re.search(r"error\s+2", out)
     assert "2 run(s) raised (failed(error), lines 1, 2 of" in err
     steps = latest_steps(outputs)
@@ -523,7 +524,7 @@ def test_a_signed_state_without_its_key_is_refused_and_nothing_runs(
     state = signed_state(tmp_path, capsys, b"the application's secret")
     status, out, err = run(["resume", "cli_agents:approval_flow", str(state), *flags,
                             "--approve", "d1", "--approve", "d2"], capsys)  # fmt: skip
-    assert status == cli.EXIT_USAGE and out == "" and message in err
+    assert status == _status.EXIT_USAGE and out == "" and message in err
     assert "secret" not in err  # the key is never printed
     assert deployed == []
 
@@ -537,7 +538,7 @@ def test_a_changed_signed_state_is_refused(
     state.write_text(state.read_text().replace("eu-west", "us-east"))
     status, _, err = run(["resume", "cli_agents:approval_flow", str(state), "--key-env",
                           "STATE_KEY", "--approve", "d1", "--approve", "d2"], capsys)  # fmt: skip
-    assert status == cli.EXIT_USAGE and "signature: does not match the key" in err
+    assert status == _status.EXIT_USAGE and "signature: does not match the key" in err
     assert deployed == []
 
 
@@ -552,7 +553,7 @@ def test_with_claims_one_pause_resumes_once_from_any_copy_of_its_state(
     status, _, _ = run(["resume", "cli_agents:approval_flow", str(first), *flags], capsys)
     assert status == 0 and deployed == ["prod", "eu-west"]
     status, out, err = run(["resume", "cli_agents:approval_flow", str(copy), *flags], capsys)
-    assert status == cli.EXIT_USAGE and out == ""
+    assert status == _status.EXIT_USAGE and out == ""
     assert "was resumed already (single use)" in err
     assert deployed == ["prod", "eu-west"]  # once
 
@@ -583,6 +584,6 @@ def test_a_decisions_file_that_gives_a_key_twice_is_refused_and_nothing_runs(
     decisions.write_text(content)
     status, _, err = run(["resume", "cli_agents:approval_flow", str(state), "--decisions",
                           str(decisions)], capsys)  # fmt: skip
-    assert status == cli.EXIT_USAGE
+    assert status == _status.EXIT_USAGE
     assert f"the key '{key}' is given twice in one object" in err
     assert deployed == []

@@ -26,7 +26,8 @@ from subagent import (
     TransportRetry,
     Usage,
 )
-from subagent.llm import DEFAULT_FALLBACK_ON, LLMSpec, answering_names
+from subagent.llm import LLMSpec
+from subagent.llm._fallback import DEFAULT_FALLBACK_ON, answering_names
 
 pytestmark = pytest.mark.anyio
 

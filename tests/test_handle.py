@@ -38,7 +38,7 @@ from subagent import (
     TurnStarted,
     tool,
 )
-from subagent.observe import EventQueue
+from subagent.observe._stream import EventQueue
 
 pytestmark = pytest.mark.anyio
 

@@ -23,15 +23,8 @@ from subagent import (
     ToolCall,
     ToolPolicy,
 )
-from subagent.mcp import (
-    MCP_DESCRIPTION_LIMIT,
-    MCP_LISTING_BYTES,
-    MCP_TOOL_LIMIT,
-    MCPServer,
-    MCPServerError,
-    MCPServerHTTP,
-    MCPServerStdio,
-)
+from subagent.mcp import MCPServer, MCPServerError, MCPServerHTTP, MCPServerStdio
+from subagent.mcp._server import MCP_DESCRIPTION_LIMIT, MCP_LISTING_BYTES, MCP_TOOL_LIMIT
 
 pytestmark = pytest.mark.anyio
 

@@ -24,7 +24,7 @@ from subagent import (
     ToolSourceLostError,
     Usage,
 )
-from subagent.observe import NO_OBSERVER, metrics_observer, observer_for_run
+from subagent.observe import observer_for_run
 from subagent.observe._metrics import (
     AGENT_DURATION,
     CORRECTIONS,
@@ -33,7 +33,9 @@ from subagent.observe._metrics import (
     TOKEN_USAGE,
     TOOL_DURATION,
     TURNS,
+    metrics_observer,
 )
+from subagent.observe._observer import NO_OBSERVER
 
 pytestmark = pytest.mark.anyio
 

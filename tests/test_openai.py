@@ -29,7 +29,6 @@ from support import set_capture
 from subagent import RetryPolicy, ScriptedLLM, SubAgent
 from subagent._errors import ConfigurationError, ErrorKind, LLMError
 from subagent.llm import (
-    DEFAULT_RETRYABLE,
     LLMRequest,
     LLMResponse,
     LLMSpec,
@@ -40,11 +39,12 @@ from subagent.llm import (
     ToolCall,
     ToolDefinition,
     Usage,
-    parse_retry_after,
-    parse_subagent_llm,
-    tool_calls_in_text,
 )
+from subagent.llm._http import parse_retry_after
+from subagent.llm._providers import parse_subagent_llm
 from subagent.llm._redact import redact_url_credentials
+from subagent.llm._retry_policy import DEFAULT_RETRYABLE
+from subagent.llm._text_calls import tool_calls_in_text
 
 pytestmark = pytest.mark.anyio
 

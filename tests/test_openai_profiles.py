@@ -26,14 +26,7 @@ from openai_server import (
 
 from subagent import ConfigurationError, ErrorKind, LLMError, SubAgent
 from subagent.llm import (
-    LLAMA_CPP,
-    LMSTUDIO,
-    OLLAMA,
-    OPENAI,
-    OPENAI_COMPATIBLE,
-    PROFILE_CACHE_SIZE,
     PROFILES,
-    VLLM,
     LLMRequest,
     LLMSpec,
     Message,
@@ -44,10 +37,21 @@ from subagent.llm import (
     ToolDefinition,
     UnsupportedOutputError,
     forget_profiles,
-    parse_subagent_llm,
 )
-from subagent.llm import LLAMA_CPP_PYTHON as LLAMA_CPP_PYTHON_PROFILE
-from subagent.llm._profile import identify, remember, remembered
+from subagent.llm._profile import (
+    LLAMA_CPP,
+    LMSTUDIO,
+    OLLAMA,
+    OPENAI,
+    OPENAI_COMPATIBLE,
+    PROFILE_CACHE_SIZE,
+    VLLM,
+    identify,
+    remember,
+    remembered,
+)
+from subagent.llm._profile import LLAMA_CPP_PYTHON as LLAMA_CPP_PYTHON_PROFILE
+from subagent.llm._providers import parse_subagent_llm
 
 pytestmark = pytest.mark.anyio
 

@@ -19,7 +19,7 @@ from subagent import (
     TurnEnded,
     TurnStarted,
 )
-from subagent.observe import (
+from subagent.observe._partial import (
     PARSE_EVERY,
     PARSE_GROWTH,
     PRUNED_LEVELS,
@@ -27,7 +27,8 @@ from subagent.observe import (
     partial_output_reader,
 )
 from subagent.parsers import build_contract, json_parser
-from subagent.records import Turn, TurnOutcome, TurnType, build_step
+from subagent.records import Turn, TurnOutcome, TurnType
+from subagent.records._runs import build_step
 
 
 class Report(BaseModel):

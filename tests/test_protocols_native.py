@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from subagent import LLMResponse, ScriptedLLM, SubAgent, ToolCall
 from subagent._templates import default_templates
-from subagent.protocols import NATIVE, call_written_as_text
+from subagent.protocols._native import NATIVE, call_written_as_text
 
 TEMPLATES = default_templates()
 OFFERED = {"get_temperature": None, "get_wind": None}  # the loop passes the toolbox's mapping

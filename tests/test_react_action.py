@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import json_values
 
-from subagent.protocols import MAX_REACT_REPLY_CHARS, ReactReply, format_action, read_react_reply
+from subagent.protocols import read_react_reply
+from subagent.protocols._action import MAX_REACT_REPLY_CHARS, ReactReply, format_action
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ACTION = 'Action: {"tool": "search", "input": {"q": "x"}}'

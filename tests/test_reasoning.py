@@ -5,8 +5,7 @@ import itertools
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from subagent.llm import ReasoningSplitter, split_reasoning
-from subagent.llm._reasoning import _TAG
+from subagent.llm._reasoning import _TAG, ReasoningSplitter, split_reasoning
 
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -36,7 +36,7 @@ from subagent import (
     TurnType,
 )
 from subagent.parsers import json_parser
-from subagent.records import step_model
+from subagent.records._runs import step_model
 from subagent.testing import ScriptedReply
 from subagent.tools import NestedRunError
 

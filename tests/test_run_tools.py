@@ -30,8 +30,8 @@ from subagent import (
     tool,
 )
 from subagent.llm import OpenAIChat
-from subagent.protocols import format_action
-from subagent.tools import TOOL_RECORD_LIMIT, TOOL_RESULT_LIMIT
+from subagent.protocols._action import format_action
+from subagent.tools._execute import TOOL_RECORD_LIMIT, TOOL_RESULT_LIMIT
 
 pytestmark = pytest.mark.anyio
 

@@ -41,11 +41,13 @@ from subagent import (
     TurnType,
     Usage,
 )
-from subagent.observe import NO_OBSERVER, TurnStart, observer_for_run, span_observer
+from subagent.observe import observer_for_run
+from subagent.observe._observer import NO_OBSERVER, TurnStart
 from subagent.observe._otel import (
     CONTENT_LIMIT,
     ERROR_TEXT_LIMIT,
     _tracer_for,
+    span_observer,
 )
 
 pytestmark = pytest.mark.anyio

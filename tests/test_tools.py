@@ -13,7 +13,8 @@ import pytest
 from pydantic import BaseModel, Field
 
 from subagent import ConfigurationError, FromExtras, SubAgent, Tool, tool
-from subagent.tools import ToolArgumentsError, ToolTimeoutError, render_result
+from subagent.tools import ToolArgumentsError, ToolTimeoutError
+from subagent.tools._tool import render_result
 
 pytestmark = pytest.mark.anyio
 

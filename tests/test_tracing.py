@@ -56,7 +56,7 @@ from subagent import (
     Usage,
     tracing,
 )
-from subagent.observe import metrics_observer
+from subagent.observe._metrics import metrics_observer
 from subagent.tracing import (
     PROJECT_NAME_ATTRIBUTE,
     ConsoleSummary,

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from strategies import json_values
 
 from subagent import ErrorKind, LLMError
-from subagent.llm import ToolCall, tool_calls_in_text
+from subagent.llm import ToolCall
 from subagent.llm._http import decode_arguments, status_error
+from subagent.llm._text_calls import tool_calls_in_text
 from subagent.llm._wire import parse_completion
 
 TOOLS = {"a", "b"}

@@ -33,7 +33,8 @@ from subagent._errors import ConfigurationError
 from subagent._handle import AgentRun
 from subagent._limits import Ledger, UsageLimits, ledgers_in_scope
 from subagent.batch._progress import Progress
-from subagent.records import FailReason, Failure, Step, build_step
+from subagent.records import FailReason, Failure, Step
+from subagent.records._runs import build_step
 
 __all__ = ["Batch", "BatchItem", "run_many", "stream_many"]
 

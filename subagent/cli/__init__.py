@@ -26,58 +26,16 @@ runs raised (a bug to fix, said in one line, not a traceback); 4 when a run paus
 approval and none failed; 130 when interrupted.
 """
 
-from subagent.cli._agents import load_agent
 from subagent.cli._batch_files import (
     Input,
     Plan,
     Result,
-    input_key,
-    output_line,
-    plan_batch,
-    read_inputs,
-    read_outputs,
 )
-from subagent.cli._flags import check_prompt
 from subagent.cli._main import main
-from subagent.cli._model import describe_model, safe_url
-from subagent.cli._reading import MAX_INPUT_BYTES, parse_context
-from subagent.cli._show import call_line, span_tree, turn_table
-from subagent.cli._status import (
-    EXIT_DONE,
-    EXIT_ERROR,
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_PAUSED,
-    EXIT_USAGE,
-    AgentError,
-    UsageError,
-)
 
 __all__ = [
-    "EXIT_DONE",
-    "EXIT_ERROR",
-    "EXIT_FAILED",
-    "EXIT_INTERRUPTED",
-    "EXIT_PAUSED",
-    "EXIT_USAGE",
-    "MAX_INPUT_BYTES",
-    "AgentError",
     "Input",
     "Plan",
     "Result",
-    "UsageError",
-    "call_line",
-    "check_prompt",
-    "describe_model",
-    "input_key",
-    "load_agent",
     "main",
-    "output_line",
-    "parse_context",
-    "plan_batch",
-    "read_inputs",
-    "read_outputs",
-    "safe_url",
-    "span_tree",
-    "turn_table",
 ]

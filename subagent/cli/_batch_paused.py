@@ -22,7 +22,8 @@ from subagent.cli._resume import check_resumable
 from subagent.cli._show import call_line
 from subagent.cli._status import UsageError
 from subagent.llm import LLM
-from subagent.records import Decision, FailReason, Failure, RunState, Step, build_step
+from subagent.records import Decision, FailReason, Failure, RunState, Step
+from subagent.records._runs import build_step
 
 __all__ = ["MAX_LISTED_PAUSED", "Resume", "decided", "report_paused", "resume_all"]
 

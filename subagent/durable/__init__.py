@@ -32,7 +32,10 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError("subagent.durable needs DBOS: pip install 'subagent-runtime[dbos]'") from exc
 
-from subagent.durable._agent import DEFAULT_APPROVAL_TIMEOUT, DurableAgent, DurableRunArguments
+from subagent.durable._agent import (
+    DurableAgent,
+    DurableRunArguments,
+)
 from subagent.durable._approval import (
     APPROVAL_TOPIC,
     PENDING_EVENT,
@@ -46,7 +49,6 @@ from subagent.durable._tools import durable_tool
 
 __all__ = [
     "APPROVAL_TOPIC",
-    "DEFAULT_APPROVAL_TIMEOUT",
     "PENDING_EVENT",
     "AlreadyDecidedError",
     "DurableAgent",

@@ -43,17 +43,9 @@ from subagent.durable._llm import DurableLLM
 from subagent.durable._sources import DurableSource, pin_sources, pinned
 from subagent.durable._tools import durable_tool
 from subagent.llm import LLM, Message, RetryPolicy
-from subagent.records import (
-    Decision,
-    FailReason,
-    Failure,
-    RunState,
-    Step,
-    Turn,
-    build_step,
-    step_model,
-)
-from subagent.tools import split_sources
+from subagent.records import Decision, FailReason, Failure, RunState, Step, Turn
+from subagent.records._runs import build_step, step_model
+from subagent.tools._source import split_sources
 
 __all__ = ["DEFAULT_APPROVAL_TIMEOUT", "DurableAgent", "DurableRunArguments"]
 

@@ -37,7 +37,8 @@ from subagent.evals._systems import SystemRun
 from subagent.evals._tracing import CaseTracer
 from subagent.evals._variants import Plan, Planner, Variants
 from subagent.llm import Usage
-from subagent.records import FailReason, Failure, Step, build_step
+from subagent.records import FailReason, Failure, Step
+from subagent.records._runs import build_step
 
 __all__ = ["count_pending", "import_runs", "run_evaluation"]
 

@@ -25,7 +25,7 @@ from opentelemetry.trace import ProxyTracerProvider, SpanKind, Status, StatusCod
 from subagent.__about__ import __version__
 from subagent._text import shorten
 from subagent.evals._judges import VerdictRecord
-from subagent.observe import ERROR_TEXT_LIMIT, capture_enabled
+from subagent.observe._otel import ERROR_TEXT_LIMIT, capture_enabled
 
 __all__ = ["EVALUATION_EVENT", "CaseTracer"]
 

@@ -39,23 +39,18 @@ It knows nothing of agents, turns or phases; the run loop calls into it.
 
 # Adapters register their providers as they are imported; OpenAI's first, so a string that
 # names none is told the forms in that order.
-from subagent.llm._openai import DEFAULT_BASE_URL, PROBE_TIMEOUT, OpenAIChat
+from subagent.llm._openai import (
+    OpenAIChat,
+)
 
 # isort: split
 from subagent.llm._allow import ModelRequestsBlockedError
 from subagent.llm._anthropic import AnthropicChat
-from subagent.llm._fallback import DEFAULT_FALLBACK_ON, FallbackLLM, answering_names
-from subagent.llm._http import parse_retry_after
+from subagent.llm._fallback import (
+    FallbackLLM,
+)
 from subagent.llm._profile import (
-    LLAMA_CPP,
-    LLAMA_CPP_PYTHON,
-    LMSTUDIO,
-    OLLAMA,
-    OPENAI,
-    OPENAI_COMPATIBLE,
-    PROFILE_CACHE_SIZE,
     PROFILES,
-    VLLM,
     ModelProfile,
     StructuredOutput,
     forget_profiles,
@@ -75,30 +70,23 @@ from subagent.llm._protocol import (
     TurnInfo,
     UnsupportedOutputError,
     Usage,
-    messages_from,
 )
-from subagent.llm._providers import LLMSpec, open_llm, parse_subagent_llm
-from subagent.llm._reasoning import ReasoningSplitter, split_reasoning
-from subagent.llm._retry_policy import DEFAULT_RETRYABLE, RetryPolicy
+from subagent.llm._providers import (
+    LLMSpec,
+    open_llm,
+)
+from subagent.llm._retry_policy import (
+    RetryPolicy,
+)
 from subagent.llm._structured import strict_schema
-from subagent.llm._text_calls import tool_calls_in_text
-from subagent.llm._transport import DeltaHandler, TransportRetry, call_with_retries
+from subagent.llm._transport import (
+    DeltaHandler,
+    TransportRetry,
+)
 
 __all__ = [
-    "DEFAULT_BASE_URL",
-    "DEFAULT_FALLBACK_ON",
-    "DEFAULT_RETRYABLE",
-    "LLAMA_CPP",
-    "LLAMA_CPP_PYTHON",
     "LLM",
-    "LMSTUDIO",
-    "OLLAMA",
-    "OPENAI",
-    "OPENAI_COMPATIBLE",
-    "PROBE_TIMEOUT",
     "PROFILES",
-    "PROFILE_CACHE_SIZE",
-    "VLLM",
     "AnthropicChat",
     "DeltaHandler",
     "FallbackLLM",
@@ -111,7 +99,6 @@ __all__ = [
     "OpenAIChat",
     "OutputMode",
     "OutputRequest",
-    "ReasoningSplitter",
     "RetryPolicy",
     "StopReason",
     "StreamDelta",
@@ -123,14 +110,7 @@ __all__ = [
     "TurnInfo",
     "UnsupportedOutputError",
     "Usage",
-    "answering_names",
-    "call_with_retries",
     "forget_profiles",
-    "messages_from",
     "open_llm",
-    "parse_retry_after",
-    "parse_subagent_llm",
-    "split_reasoning",
     "strict_schema",
-    "tool_calls_in_text",
 ]

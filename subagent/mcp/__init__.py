@@ -34,12 +34,6 @@ except ImportError as _missing:  # pragma: no cover - the extra is installed in 
     ) from _missing
 
 from subagent.mcp._server import (
-    MCP_DESCRIPTION_LIMIT,
-    MCP_LISTING_BYTES,
-    MCP_MESSAGE_LIMIT,
-    MCP_PAGE_LIMIT,
-    MCP_SCHEMA_PROPERTIES,
-    MCP_TOOL_LIMIT,
     MCPServer,
     MCPServerError,
     MCPServerHTTP,
@@ -50,12 +44,6 @@ from subagent.mcp._server import (
 )
 
 __all__ = [
-    "MCP_DESCRIPTION_LIMIT",
-    "MCP_LISTING_BYTES",
-    "MCP_MESSAGE_LIMIT",
-    "MCP_PAGE_LIMIT",
-    "MCP_SCHEMA_PROPERTIES",
-    "MCP_TOOL_LIMIT",
     "MCPServer",
     "MCPServerError",
     "MCPServerHTTP",

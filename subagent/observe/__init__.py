@@ -29,7 +29,8 @@ from collections.abc import Callable, Container
 import opentelemetry.metrics._internal as _metrics_state
 from opentelemetry.trace import TracerProvider
 
-from subagent.observe._context import current_traceparent, links_to
+# Used by observer_for_run below; the library's own modules import them from where they
+# are defined, and they are not part of the room's names.
 from subagent.observe._events import (
     CallRetried,
     EventHandler,
@@ -46,84 +47,28 @@ from subagent.observe._events import (
     TurnEnded,
     TurnStarted,
 )
-from subagent.observe._metrics import METER_PROVIDER_FROM_ENV, MetricsObserver, metrics_observer
-from subagent.observe._observer import (
-    NO_OBSERVER,
-    ChatScope,
-    Observer,
-    RunScope,
-    TextObserver,
-    ToolScope,
-    TurnScope,
-    TurnStart,
-    check_callback,
-    combine,
-    refuse_awaitable,
+from subagent.observe._metrics import (
+    METER_PROVIDER_FROM_ENV,
+    metrics_observer,
 )
-from subagent.observe._otel import (
-    CAPTURE_CONTENT_ENV,
-    CONTENT_LIMIT,
-    ERROR_TEXT_LIMIT,
-    UNKNOWN_TOOL,
-    SpanObserver,
-    capture_enabled,
-    span_observer,
-)
-from subagent.observe._partial import (
-    PARSE_EVERY,
-    PARSE_GROWTH,
-    PRUNED_LEVELS,
-    PartialOutputReader,
-    partial_output_reader,
-)
-from subagent.observe._stream import DELTA_ROOM, EventQueue, StreamObserver
+from subagent.observe._observer import Observer, TextObserver, combine
+from subagent.observe._otel import span_observer
+from subagent.observe._stream import EventQueue, StreamObserver
 
 __all__ = [
-    "CAPTURE_CONTENT_ENV",
-    "CONTENT_LIMIT",
-    "DELTA_ROOM",
-    "ERROR_TEXT_LIMIT",
-    "NO_OBSERVER",
-    "PARSE_EVERY",
-    "PARSE_GROWTH",
-    "PRUNED_LEVELS",
-    "UNKNOWN_TOOL",
     "CallRetried",
-    "ChatScope",
     "EventHandler",
-    "EventObserver",
-    "EventQueue",
-    "MetricsObserver",
-    "Observer",
     "PartialOutput",
-    "PartialOutputReader",
     "ReasoningDelta",
     "RunEnded",
     "RunEvent",
     "RunPaused",
-    "RunScope",
     "RunStarted",
-    "SpanObserver",
-    "StreamObserver",
     "TextDelta",
-    "TextObserver",
     "ToolCallEnded",
     "ToolCallStarted",
-    "ToolScope",
     "TurnEnded",
-    "TurnScope",
-    "TurnStart",
     "TurnStarted",
-    "capture_enabled",
-    "check_callback",
-    "combine",
-    "current_traceparent",
-    "links_to",
-    "metrics_observer",
-    "observer_for_run",
-    "partial_output_reader",
-    "refuse_awaitable",
-    "span_observer",
 ]
 
 

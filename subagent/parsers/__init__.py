@@ -16,23 +16,19 @@ What it may import: the base modules only (``subagent._errors``, ``subagent._che
 """
 
 from subagent.parsers._contract import (
-    DEFAULT_MAX_REPLY_CHARS,
     OutputContract,
     build_contract,
-    detect_explicit_fail,
-    fail_beside_other_json,
 )
 from subagent.parsers._json import (
     JSONParser,
     format_validation_errors,
     json_parser,
-    schema_names,
-    validation_summary,
 )
-from subagent.parsers._json_extract import JSONExtraction, extract_json, iter_json_candidates
-from subagent.parsers._result import OutputParser, ParseResult, coerce_parse_result
+from subagent.parsers._result import (
+    OutputParser,
+    ParseResult,
+)
 from subagent.parsers._sections import (
-    MatchMode,
     SectionsParser,
     multi_section_parser,
     sections_parser,
@@ -40,16 +36,10 @@ from subagent.parsers._sections import (
 from subagent.parsers._validation import (
     Validation,
     Validator,
-    callable_name,
-    coerce_validation,
-    run_validators,
 )
 
 __all__ = [
-    "DEFAULT_MAX_REPLY_CHARS",
-    "JSONExtraction",
     "JSONParser",
-    "MatchMode",
     "OutputContract",
     "OutputParser",
     "ParseResult",
@@ -57,18 +47,8 @@ __all__ = [
     "Validation",
     "Validator",
     "build_contract",
-    "callable_name",
-    "coerce_parse_result",
-    "coerce_validation",
-    "detect_explicit_fail",
-    "extract_json",
-    "fail_beside_other_json",
     "format_validation_errors",
-    "iter_json_candidates",
     "json_parser",
     "multi_section_parser",
-    "run_validators",
-    "schema_names",
     "sections_parser",
-    "validation_summary",
 ]

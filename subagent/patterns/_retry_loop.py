@@ -24,8 +24,9 @@ from subagent.__about__ import __version__
 from subagent._checks import check_int, check_seconds
 from subagent._errors import ConfigurationError
 from subagent._text import shorten
-from subagent.observe import ERROR_TEXT_LIMIT, capture_enabled
-from subagent.parsers import Validation, Validator, callable_name, run_validators
+from subagent.observe._otel import ERROR_TEXT_LIMIT, capture_enabled
+from subagent.parsers import Validation, Validator
+from subagent.parsers._validation import callable_name, run_validators
 
 __all__ = ["CorrectionError", "RetryLoop", "RetryLoopResult", "retry_loop"]
 

@@ -21,28 +21,17 @@ reply, and keep tool turns in the conversation.
 from collections.abc import Mapping
 
 from subagent.protocols._action import (
-    MAX_REACT_REPLY_CHARS,
-    ReactReply,
-    format_action,
     read_react_reply,
 )
-from subagent.protocols._native import NATIVE, NativeProtocol, call_written_as_text
-from subagent.protocols._protocol import ProtocolName, Reading, ReplyProtocol
-from subagent.protocols._react import REACT, ReactProtocol
+from subagent.protocols._native import NATIVE
+from subagent.protocols._protocol import (
+    ProtocolName,
+    ReplyProtocol,
+)
+from subagent.protocols._react import REACT
 
 __all__ = [
-    "MAX_REACT_REPLY_CHARS",
-    "NATIVE",
-    "PROTOCOLS",
-    "REACT",
-    "NativeProtocol",
     "ProtocolName",
-    "ReactProtocol",
-    "ReactReply",
-    "Reading",
-    "ReplyProtocol",
-    "call_written_as_text",
-    "format_action",
     "read_react_reply",
 ]
 

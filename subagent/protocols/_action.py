@@ -56,7 +56,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from subagent._text import shorten
-from subagent.parsers import JSONExtraction, detect_explicit_fail, iter_json_candidates
+from subagent.parsers._contract import detect_explicit_fail
+from subagent.parsers._json_extract import JSONExtraction, iter_json_candidates
 
 __all__ = ["MAX_REACT_REPLY_CHARS", "ReactReply", "format_action", "read_react_reply"]
 

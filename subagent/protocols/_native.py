@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from subagent._templates import TemplateSet
-from subagent.llm import LLMResponse, Message, ToolCall, ToolDefinition, tool_calls_in_text
+from subagent.llm import LLMResponse, Message, ToolCall, ToolDefinition
+from subagent.llm._text_calls import tool_calls_in_text
 from subagent.parsers import OutputContract
 from subagent.protocols._protocol import ProtocolName, Reading
-from subagent.records import ToolResult, assistant_message
+from subagent.records import ToolResult
+from subagent.records._messages import assistant_message
 
 __all__ = ["NATIVE", "NativeProtocol", "call_written_as_text"]
 

@@ -20,7 +20,8 @@ from subagent.llm import LLMResponse, Message, ToolCall, ToolDefinition
 from subagent.parsers import OutputContract
 from subagent.protocols._action import read_react_reply
 from subagent.protocols._protocol import ProtocolName, Reading
-from subagent.records import ToolResult, assistant_message
+from subagent.records import ToolResult
+from subagent.records._messages import assistant_message
 
 __all__ = ["REACT", "ReactProtocol"]
 

@@ -18,7 +18,12 @@ room imports its records from here, so no import circle runs through them.
 """
 
 from subagent.records._decisions import Decision, PendingCalls, call_digest, digest
-from subagent.records._kinds import RETRYABLE_KINDS, ErrorKind, FailReason, TurnOutcome, TurnType
+from subagent.records._kinds import (
+    ErrorKind,
+    FailReason,
+    TurnOutcome,
+    TurnType,
+)
 from subagent.records._messages import (
     LLMRequest,
     LLMResponse,
@@ -32,13 +37,8 @@ from subagent.records._messages import (
     TransportRetry,
     TurnInfo,
     Usage,
-    assistant_message,
-    trusted,
-    user_message,
-    with_content,
 )
 from subagent.records._runs import (
-    STATE_VERSION,
     Failure,
     InvalidStateError,
     RunFailedError,
@@ -49,14 +49,9 @@ from subagent.records._runs import (
     ToolResult,
     Turn,
     UsageSummary,
-    build_step,
-    count_stop_reasons,
-    step_model,
 )
 
 __all__ = [
-    "RETRYABLE_KINDS",
-    "STATE_VERSION",
     "Decision",
     "ErrorKind",
     "FailReason",
@@ -85,13 +80,6 @@ __all__ = [
     "TurnType",
     "Usage",
     "UsageSummary",
-    "assistant_message",
-    "build_step",
     "call_digest",
-    "count_stop_reasons",
     "digest",
-    "step_model",
-    "trusted",
-    "user_message",
-    "with_content",
 ]

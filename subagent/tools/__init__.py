@@ -20,21 +20,12 @@ What it may import: the records (``ToolResult``), the LLM room's records, the pa
 error formatting, and the base modules.
 """
 
-from subagent.tools._execute import (
-    TOOL_CALLS_PER_TURN,
-    TOOL_RECORD_LIMIT,
-    TOOL_RESULT_LIMIT,
-    Toolbox,
-    ToolRun,
-)
 from subagent.tools._source import (
-    AgentTools,
     MappedSource,
     SourceNotReadyError,
     ToolSource,
     ToolSourceLostError,
     mapped_source,
-    split_sources,
 )
 from subagent.tools._tool import (
     FromExtras,
@@ -43,17 +34,10 @@ from subagent.tools._tool import (
     ToolArgumentsError,
     ToolOutput,
     ToolTimeoutError,
-    build_tools,
-    inline_definitions,
-    render_result,
     tool,
 )
 
 __all__ = [
-    "TOOL_CALLS_PER_TURN",
-    "TOOL_RECORD_LIMIT",
-    "TOOL_RESULT_LIMIT",
-    "AgentTools",
     "FromExtras",
     "MappedSource",
     "NestedRunError",
@@ -61,15 +45,9 @@ __all__ = [
     "Tool",
     "ToolArgumentsError",
     "ToolOutput",
-    "ToolRun",
     "ToolSource",
     "ToolSourceLostError",
     "ToolTimeoutError",
-    "Toolbox",
-    "build_tools",
-    "inline_definitions",
     "mapped_source",
-    "render_result",
-    "split_sources",
     "tool",
 ]

@@ -25,14 +25,8 @@ import local_llm
 import pytest
 
 from subagent import LLMError, OpenAIChat
-from subagent.llm import (
-    LLAMA_CPP_PYTHON,
-    LLMRequest,
-    Message,
-    OutputRequest,
-    ToolDefinition,
-    forget_profiles,
-)
+from subagent.llm import LLMRequest, Message, OutputRequest, ToolDefinition, forget_profiles
+from subagent.llm._profile import LLAMA_CPP_PYTHON
 
 pytestmark = [pytest.mark.e2e, pytest.mark.anyio]
 
