@@ -46,8 +46,15 @@ from bfcl_data import BfclChecker, load_cases
 from bfcl_systems import Server, system_named
 from configs import GROUPS
 from run_bfcl import client_for, count_records
-from run_eval import PLANNING_URL, RESULTS_DIR, local_chat, records_path, run_options
-from tasks import AGENTS, category, load_tasks
+from run_eval import (
+    PLANNING_URL,
+    RECORDED_AGENTS,
+    RESULTS_DIR,
+    local_chat,
+    records_path,
+    run_options,
+)
+from tasks import category, load_tasks
 
 from subagent import FailReason, Step
 from subagent.evals import Case, Dataset, SystemReply, SystemRun, Variant
@@ -135,7 +142,8 @@ async def convert_eval_file(path: Path, results: Path) -> dict[str, int]:
             continue
         dataset = Dataset(group.cases(tasks.cases), tasks.judges, name=group.name)
         written[group.name] = await dataset.import_runs(
-            AGENTS, group.variants, runs[group.name], out=records_path(results, model, group.name),
+            RECORDED_AGENTS, group.variants, runs[group.name],
+            out=records_path(results, model, group.name),
             **run_options(local_chat()),
         )  # fmt: skip
     _retire(path, results / model)

@@ -443,8 +443,8 @@ def defaults_table() -> str:
 
 PROMPTS_ROWS = (
     ("typed tasks (before: the default correction, the schema alone)",
-     "corrections/{model}/defaults-schema-only", "defaults", "corrections/{model}/defaults",
-     "defaults"),
+     "corrections/{model}/defaults-schema-only", "defaults",
+     "corrections/{model}/defaults-fail-offered", "defaults"),
     ("BFCL, the tool agent (before: 0cd476b)", "{fixed}/subagent-tools-r1@template",
      "subagent-tools-r1@template", "{fixed_after}/subagent-tools-r1@template",
      "subagent-tools-r1@template"),
@@ -458,10 +458,25 @@ Typed tasks: ``eval/typed_defaults.py`` before and after the prompts; BFCL: the 
 with no prompt of its own at 0cd476b and with today's library, on the cases both ran."""
 
 FIXED = {
-    "qwen": ("bfcl-tools-before", "bfcl-tools-prompts"),
-    "qwen1.5b": ("bfcl-qwen1.5b", "bfcl-qwen1.5b-tools-prompts"),
+    "qwen": ("bfcl-tools-before", "bfcl-tools-prompts", "bfcl-tools-nofail"),
+    "qwen1.5b": ("bfcl-qwen1.5b", "bfcl-qwen1.5b-tools-prompts", "bfcl-qwen1.5b-nofail"),
 }
-"""Each model's fixed-sample records of the tool agent: before (0cd476b), after."""
+"""Each model's fixed-sample records of the tool agent: before (0cd476b), after the default
+prompts, after the explicit fail went off by default."""
+
+FAIL_ROWS = (
+    ("typed tasks", "corrections/{model}/defaults-fail-offered", "defaults",
+     "corrections/{model}/defaults", "defaults"),
+    ("BFCL, the tool agent", "{fixed_after}/subagent-tools-r1@template",
+     "subagent-tools-r1@template", "{fixed_nofail}/subagent-tools-r1@template",
+     "subagent-tools-r1@template"),
+    ("BFCL held out, the tool agent", "{held_out}-prompts/subagent-tools-r1@template",
+     "subagent-tools-r1@template", "{held_out}-nofail/subagent-tools-r1@template",
+     "subagent-tools-r1@template"),
+)  # fmt: skip
+"""The explicit fail offered (``allow_fail=None`` before) against not offered (today's
+default), everything else as the default prompts' rows: ``eval/typed_defaults.py`` and
+the tool agent's BFCL runs, made again."""
 
 
 def _before_after(rows: Sequence[tuple[str, str, str, str, str]], header: str) -> str:
@@ -473,9 +488,9 @@ def _before_after(rows: Sequence[tuple[str, str, str, str, str]], header: str) -
     ]
     for model, label in MODELS.items():
         for what, before_file, before, after_file, after in rows:
-            fixed, fixed_after = FIXED[model]
+            fixed, fixed_after, fixed_nofail = FIXED[model]
             names = {"model": model, "held_out": HELD_OUT[model], "fixed": fixed,
-                     "fixed_after": fixed_after}  # fmt: skip
+                     "fixed_after": fixed_after, "fixed_nofail": fixed_nofail}  # fmt: skip
             paths = (
                 RESULTS.parent / f"{before_file.format(**names)}.jsonl",
                 RESULTS.parent / f"{after_file.format(**names)}.jsonl",
@@ -509,10 +524,15 @@ def prompts_table() -> str:
     return _before_after(PROMPTS_ROWS, "before | after: the default prompts")
 
 
+def fail_table() -> str:
+    """The explicit fail offered against not, case for case, by category."""
+    return _before_after(FAIL_ROWS, "offered | not offered (the default)")
+
+
 CHAT = RESULTS.parent / "chat"
 CHAT_ROWS = (
     ("", "fail-line", "the agent, its system prompt offering the explicit fail"),
-    ("", "no-fail-line", "the agent, without it (`allow_fail=False`; a text output's default)"),
+    ("", "no-fail-line", "the agent, without it (the default)"),
     ("-raw", "raw", "control: a raw call, the conversation alone, no system prompt"),
 )
 """The chat set's rows: (records file suffix, variant, what it is)."""
@@ -545,6 +565,7 @@ def tables() -> dict[str, str]:
     return {
         "defaults": defaults_table(),
         "prompts": prompts_table(),
+        "fail": fail_table(),
         "chat": chat_table(),
         "tasks": table(),
         "bfcl": bfcl_table(),

@@ -20,6 +20,7 @@ more in flight would only queue at the server.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
 import sys
@@ -38,7 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from configs import CONFIGS, GROUPS, Group, config_named  # noqa: E402
 from tasks import AGENTS, load_tasks  # noqa: E402
 
-from subagent import LLM, OpenAIChat, RetryPolicy, __version__  # noqa: E402
+from subagent import (  # noqa: E402
+    LLM,
+    OpenAIChat,
+    ReplyPolicy,
+    RetryPolicy,
+    __version__,
+)
 from subagent.evals import Dataset, Variant  # noqa: E402
 
 __all__ = [
@@ -57,6 +64,15 @@ MODELS = ("smollm2", "qwen", "qwen1.5b")
 """Every local model the runner knows; ``--models`` defaults to :data:`DEFAULT_MODELS`."""
 DEFAULT_MODELS = ("smollm2", "qwen")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+RECORDED_AGENTS = {
+    name: dataclasses.replace(agent, reply_policy=ReplyPolicy(allow_fail=True))
+    for name, agent in AGENTS.items()
+}
+"""The tasks' agents as every record of ``make eval`` was made: offered the explicit fail
+(the default until the records showed it costs; docs/evaluation.md). The configurations
+measure budgets and corrections, beside one another; ``eval/typed_defaults.py`` measures
+the library's defaults."""
 RETRY_POLICY = RetryPolicy(max_attempts=3, initial_delay=0.5)
 """Transport retries of every call (a busy server), the same for every configuration."""
 PLANNING_URL = "http://127.0.0.1:1/v1"
@@ -108,7 +124,7 @@ def pending(model: str, planned: Sequence[Planned], results: Path, llm: LLM) -> 
     total = 0
     for item in planned:
         out = records_path(results, model, item.group.name)
-        total += item.dataset.pending(AGENTS, item.variants, out=out, **run_options(llm))
+        total += item.dataset.pending(RECORDED_AGENTS, item.variants, out=out, **run_options(llm))
     return total
 
 
@@ -118,7 +134,7 @@ async def run_model(
     """Run what the model's records lack, group after group, one run at a time."""
     for item in planned:
         await item.dataset.evaluate(
-            AGENTS,
+            RECORDED_AGENTS,
             item.variants,
             out=records_path(results, model, item.group.name),
             concurrency=1,

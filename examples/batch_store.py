@@ -25,6 +25,7 @@ from subagent import (
     LLMError,
     LLMRequest,
     LLMResponse,
+    ReplyPolicy,
     RetryPolicy,
     RunArguments,
     Step,
@@ -39,7 +40,14 @@ class City(BaseModel):
     country: str
 
 
-agent = SubAgent(name="city", prompt="Which country is {{city}} in?", output=City, max_turns=1)
+# The model may say it cannot answer ({"fail": ...}): a failure no rerun changes.
+agent = SubAgent(
+    name="city",
+    prompt="Which country is {{city}} in?",
+    output=City,
+    max_turns=1,
+    reply_policy=ReplyPolicy(allow_fail=True),
+)
 CITIES = {
     "Lisbon": "Portugal", "Porto": "Portugal", "Madrid": "Spain", "Seville": "Spain",
     "Paris": "France", "Lyon": "France", "Rome": "Italy", "Milan": "Italy",

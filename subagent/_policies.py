@@ -114,10 +114,11 @@ class ReplyPolicy:
             being parsed (default 1,000,000, see ``docs/reliability.md``); ``None``: no
             limit.
         allow_fail: Whether the model is offered the explicit fail (``{"fail": "<why>"}``
-            ends the run ``failed(explicit_fail)``). ``False``: the system prompt does not
-            offer it, and a fail the model writes anyway is fed back as an answer to
-            correct. ``None`` (default): offered unless the output is plain text (small
-            models take the offer on questions they can answer: docs/evaluation.md).
+            ends the run ``failed(explicit_fail)``). ``True``: the system prompt offers it.
+            ``None`` (default) or ``False``: it does not, and a fail the model writes
+            anyway is fed back as an answer to correct (small models take the offer on
+            tasks they can do: docs/evaluation.md). Offer it where a task can have no
+            answer, or say "no answer" in the output type.
 
     Raises:
         ConfigurationError: A value is invalid; the message names the field.

@@ -119,6 +119,7 @@ def used(text: str, input_tokens: int, output_tokens: int) -> LLMResponse:
 GOOD = '{"x": 3}'
 BAD = "three"
 FAIL = '{"fail": "cannot do it"}'
+OFFERS_FAIL = ReplyPolicy(allow_fail=True)  # the explicit fail is offered only when asked
 ADD = ("add", {"a": 1, "b": 2})
 
 
@@ -316,7 +317,7 @@ async def normal_returned(r: Recorder) -> None:
 
 @scenario
 async def normal_gave_up(r: Recorder) -> None:
-    await run(r, agent(), [FAIL])
+    await run(r, agent(reply_policy=OFFERS_FAIL), [FAIL])
 
 
 @scenario
@@ -397,7 +398,7 @@ async def must_return_returned(r: Recorder) -> None:
 
 @scenario
 async def must_return_gave_up(r: Recorder) -> None:
-    await run(r, agent(tools=[]), [FAIL], max_turns=1)
+    await run(r, agent(tools=[], reply_policy=OFFERS_FAIL), [FAIL], max_turns=1)
 
 
 @scenario
@@ -422,7 +423,8 @@ async def retry_exhausted(r: Recorder) -> None:
 
 @scenario
 async def retry_gave_up(r: Recorder) -> None:
-    await run(r, agent(tools=[]), [BAD, FAIL], max_turns=1, return_retries=2)
+    await run(r, agent(tools=[], reply_policy=OFFERS_FAIL), [BAD, FAIL], max_turns=1,
+              return_retries=2)  # fmt: skip
 
 
 @scenario

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -226,11 +227,15 @@ async def test_a_repeat_is_marked_on_the_turns_span(traced: Traced) -> None:
     assert [attrs(span).get("subagent.turn.repeated") for span in retries] == [True, None]
 
 
+# An agent offered the explicit fail (it is not by default).
+OFFERING = dataclasses.replace(AGENT, reply_policy=ReplyPolicy(allow_fail=True))
+
+
 async def test_a_correction_may_not_give_up_when_it_is_told_so() -> None:
     fail = '{"fail": "cannot"}'
-    allowed = await AGENT.run(llm=scripted(BAD, fail), return_retries=2)
+    allowed = await OFFERING.run(llm=scripted(BAD, fail), return_retries=2)
     assert allowed.failure is not None and allowed.failure.reason is FailReason.EXPLICIT_FAIL
-    refused = await AGENT.run(llm=scripted(BAD, fail, GOOD), return_retries=2,
+    refused = await OFFERING.run(llm=scripted(BAD, fail, GOOD), return_retries=2,
                               correction=Correction(allow_fail=False))  # fmt: skip
     assert refused.ok
     gave_up = refused.turns[1]
@@ -239,8 +244,8 @@ async def test_a_correction_may_not_give_up_when_it_is_told_so() -> None:
 
 
 async def test_a_work_turn_may_still_give_up_when_corrections_may_not() -> None:
-    step = await AGENT.run(llm=scripted('{"fail": "no"}'), return_retries=2,
-                           correction=Correction(allow_fail=False))  # fmt: skip
+    step = await OFFERING.run(llm=scripted('{"fail": "no"}'), return_retries=2,
+                              correction=Correction(allow_fail=False))  # fmt: skip
     assert step.failure is not None and step.failure.reason is FailReason.EXPLICIT_FAIL
 
 
@@ -260,9 +265,17 @@ async def test_an_agent_that_may_not_fail_is_not_offered_it_and_a_fail_is_correc
     assert step.turns[0].error_type == "explicit_fail_refused"
 
 
-async def test_an_agent_offers_the_explicit_fail_unless_told_not_to() -> None:
+async def test_a_typed_agent_is_not_offered_the_explicit_fail_by_default() -> None:
+    llm = scripted('{"fail": "cannot"}', '{"value": 3}')
+    agent = SubAgent(name="calc", prompt="p", output=Answer, max_turns=1, return_retries=1)
+    step = await agent.run(llm=llm)
+    assert '{"fail"' not in llm.requests[0].messages[0].content
+    assert step.turns[0].error_type == "explicit_fail_refused"
+    assert step.ok  # the fail was corrected into an answer
+    offered = SubAgent(name="calc", prompt="p", output=Answer, max_turns=1,
+                       reply_policy=ReplyPolicy(allow_fail=True))  # fmt: skip
     llm = scripted('{"fail": "cannot"}')
-    step = await SubAgent(name="calc", prompt="p", output=Answer, max_turns=1).run(llm=llm)
+    step = await offered.run(llm=llm)
     assert '{"fail": "<why>"}' in llm.requests[0].messages[0].content
     assert step.failure is not None and step.failure.reason is FailReason.EXPLICIT_FAIL
 

@@ -24,6 +24,7 @@ from subagent import (
     MissingVariableError,
     ParserContractError,
     ParseResult,
+    ReplyPolicy,
     RetryPolicy,
     RunFailedError,
     ScriptedLLM,
@@ -182,7 +183,7 @@ def test_a_step_whose_output_has_no_json_form_equals_only_an_equal_step() -> Non
 
 
 def test_json_carries_ok_and_the_failure_reason_as_strings() -> None:
-    agent = SubAgent(name="a", prompt="p", output=Answer)
+    agent = SubAgent(name="a", prompt="p", output=Answer, reply_policy=ReplyPolicy(allow_fail=True))
     step = agent.run_sync(llm=ScriptedLLM(['{"fail": "no data"}']))
     data = step.model_dump(mode="json")
     assert data["ok"] is False

@@ -160,7 +160,8 @@ async def test_the_turn_that_returns_reports_what_is_left_after_it(
 
 async def test_explicit_fail_reports_the_turn_it_spent(wire: Wire) -> None:
     llm = ScriptedLLM([wire.answer('{"fail": "the data is not there"}')])
-    step = await wire.agent().run(llm=llm, max_turns=3, return_retries=1)
+    offering = wire.agent(reply_policy=ReplyPolicy(allow_fail=True))
+    step = await offering.run(llm=llm, max_turns=3, return_retries=1)
     assert (step.turns[0].work_remaining, step.turns[0].retries_remaining) == (2, 1)
 
 
@@ -246,7 +247,8 @@ async def test_explicit_fail_ends_the_run_in_any_phase_without_retry(
     llm = ScriptedLLM(
         [*script, wire.answer('{"fail": "the data is not there"}'), wire.answer(GOOD)]
     )
-    step = await wire.agent().run(llm=llm, max_turns=max_turns, return_retries=5)
+    offering = wire.agent(reply_policy=ReplyPolicy(allow_fail=True))
+    step = await offering.run(llm=llm, max_turns=max_turns, return_retries=5)
     assert step.failure is not None
     assert step.failure.reason is FailReason.EXPLICIT_FAIL
     assert step.failure.message == "the data is not there"

@@ -24,6 +24,7 @@ from subagent import (
     LLMRequest,
     LLMResponse,
     Message,
+    ReplyPolicy,
     RetryPolicy,
     RunEnded,
     RunEvent,
@@ -398,7 +399,13 @@ def lookup(key: str) -> int:
     raise LookupError(f"no entry for {key}")  # the exception's text quotes the model
 
 
-LEAKY = SubAgent(name="leaky", prompt="Answer {{question}}", output=Answer, tools=[lookup])
+LEAKY = SubAgent(
+    name="leaky",
+    prompt="Answer {{question}}",
+    output=Answer,
+    tools=[lookup],
+    reply_policy=ReplyPolicy(allow_fail=True),
+)
 
 
 async def _run_leaky_runs(traced: Traced) -> list[Step[Any]]:

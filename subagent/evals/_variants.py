@@ -178,7 +178,7 @@ def describe(value: object, depth: int = 0) -> Any:
 # Agent fields added after records were kept, each with when it leaves an agent's runs as
 # they were before it: then it is left out of the digest, so those records stay the
 # agent's (a resumed evaluation does not make them again). allow_fail: the fail offered,
-# as every agent offered it before (None offers it unless the output is plain text).
+# as every typed agent offered it before (today only allow_fail=True offers it).
 _LATER_FIELDS: dict[str, Callable[[SubAgent[Any]], bool]] = {
     "allow_fail": lambda agent: agent._parts.allow_fail,
     "hooks": lambda agent: not agent.hooks,

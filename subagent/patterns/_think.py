@@ -88,8 +88,8 @@ async def think_with_retry(
         The parsed value: the result's ``sections`` when set, else its ``data``.
 
     Raises:
-        ThinkError: No attempt parsed (or the model gave up, or the LLM failed); carries
-            every attempt.
+        ThinkError: No attempt parsed (or the LLM failed); carries every attempt. A reply
+            ``{"fail": ...}`` is corrected like any reply that does not parse.
         ConfigurationError: ``max_corrections`` is not an integer >= 0 (``max_retries``
             not one >= 1), both are given, or another argument is invalid.
         ParserContractError: The parser raised or broke its contract.
