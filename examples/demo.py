@@ -6,14 +6,15 @@ With ``SUBAGENT_LLM`` (e.g. ``openai:gpt-4o-mini``) or ``OPENAI_BASE_URL``/``OPE
 set, the agents run on that model (``OPENAI_API_KEY`` for the key). Otherwise the demo sets
 up and starts a small local model with subagent.local_model (the first time it builds
 llama-cpp-python and downloads the weights: several minutes), runs the agents on it, and
-stops it. Last it runs a contact extraction with a correction budget three ways: with
-correction turns like the first (``Correction()``), with correction turns sent as
-structured output (``Correction(output="json_schema")``), and with the defaults (the final
-turn and its correction under the output's schema, where the server has structured
-output). The 0.5B's first answer used to echo the schema instead of filling it; since the
-default prompt shows the output's shape beside the schema it answers right at once, and no
-correction turn runs. It prints one table row per turn: type, outcome, error, tokens,
-seconds.
+stops it. Last it tags a text with lowercase one-word keywords (a list output whose items
+have a pattern) with a correction budget, three ways: with correction turns like the
+first (``Correction()``), with correction turns sent as structured output
+(``Correction(output="json_schema")``), and with the defaults (for an output that is not an
+object, its corrections under the output's schema where the server has structured output).
+The 0.5B's first answer holds tags that are not one lowercase word (``"Lena Fischer"``,
+``"45"``); corrected like the first turn, it repeats it word for word and fails; under the
+schema, the correction is a valid list. It prints one table row per turn: type, outcome, error,
+tokens, seconds.
 
 Small local models get things wrong; that is the point of the demo: the runtime records the
 wrong answers, feeds back what was wrong, and ends either done or failed(budget_exhausted)
@@ -28,10 +29,10 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from subagent import Correction, OpenAIChat, RetryPolicy, Step, SubAgent, local_model
 
@@ -115,16 +116,11 @@ async def run_agents(llm: OpenAIChat) -> list[Step[Any]]:
     return [calc, step]
 
 
-class Contact(BaseModel):
-    """A person mentioned in a text (this docstring reaches the model)."""
+Tag = Annotated[str, Field(pattern=r"^[a-z]+$")]
+"""One keyword: one lowercase word."""
 
-    name: str
-    age: int
-    city: str
-
-
-CONTACT = SubAgent(name="contact", prompt="Extract the person's name, age and city:\n{{text}}",
-                   output=Contact)  # fmt: skip
+TAGS = SubAgent(name="tags", prompt="Tag this text with three keywords:\n{{text}}",
+                output=list[Tag])  # fmt: skip
 PERSON = "Lena Fischer, 45, teaches chemistry at a school in Leipzig."
 CORRECTIONS = {
     "like the first turn": Correction(),
@@ -132,20 +128,20 @@ CORRECTIONS = {
     "with the defaults": None,
 }
 """How the correction turn is sent: as the failed one was, under the output's schema, or as
-the library does by default (a typed object's final turn under its schema too)."""
+the library does by default (for a list, its corrections under its schema)."""
 
 
 async def run_corrections(llm: OpenAIChat) -> list[Step[Any]]:
-    """One extraction, corrected three ways: the correction budget at work (must_return,
+    """One tagging, corrected three ways: the correction budget at work (must_return,
     then a retry turn with the feedback), done or failed(budget_exhausted) within
     max_turns + return_retries calls."""
     options = run_options(llm)
     steps: list[Step[Any]] = []
     for how, correction in CORRECTIONS.items():
         started = time.perf_counter()
-        step = await CONTACT.run({"text": PERSON}, max_turns=1, return_retries=1,
-                                 correction=correction, **options)  # fmt: skip
-        title = f"contact, corrected {how}: {time.perf_counter() - started:.1f} s"
+        step = await TAGS.run({"text": PERSON}, max_turns=1, return_retries=1,
+                              correction=correction, **options)  # fmt: skip
+        title = f"tags, corrected {how}: {time.perf_counter() - started:.1f} s"
         print_table(title, step)
         steps.append(step)
     return steps

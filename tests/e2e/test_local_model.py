@@ -285,8 +285,9 @@ async def test_the_demos_correction_runs_follow_the_state_table_and_send_their_c
     # a correction turn of the second run is asked for under the output's schema
     for turn in structured.turns[1:]:
         assert (turn.corrected, turn.output_mode) == (True, "json_schema")
-    # by default, the final work turn too (the server has structured output)
-    for turn in default.turns:
+    # by default (a list, not an object) its corrections, the first attempt as it is
+    assert (default.turns[0].corrected, default.turns[0].output_mode) == (False, None)
+    for turn in default.turns[1:]:
         assert (turn.corrected, turn.output_mode) == (True, "json_schema")
 
 
