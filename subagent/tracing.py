@@ -72,17 +72,19 @@ except ImportError as exc:  # pragma: no cover - exercised in a test with the SD
     ) from exc
 
 from subagent._checks import check_seconds
-from subagent.observe import CAPTURE_CONTENT_ENV
+from subagent.observe import CAPTURE_CONTENT_ENV, STABILITY_OPT_IN_ENV, refresh_semconv
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
     "DEFAULT_SHUTDOWN_TIMEOUT",
     "PROJECT_NAME_ATTRIBUTE",
+    "STABILITY_OPT_IN_ENV",
     "ConsoleSummary",
     "OTLPTarget",
     "Tracing",
     "configure",
     "otlp_target",
+    "refresh_semconv",
     "summary_line",
 ]
 

@@ -4,6 +4,8 @@ The turn loop reports to one :class:`Observer` through nested scopes (run > turn
 tool); see :mod:`subagent.observe._observer`. Implementations:
 
 - ``_otel``: OpenTelemetry spans (the API only; the library never installs a provider).
+- ``_semconv``: which GenAI conventions the spans and metrics follow (chosen once, from
+  ``OTEL_SEMCONV_STABILITY_OPT_IN``), and where captured content goes.
 - ``_metrics``: OpenTelemetry metrics (GenAI conventions and subagent's own counters; the
   API only, recorded to the global meter provider once an application has set one).
 - ``_events``: the typed events (``RunStarted``, ``TurnStarted``, ``TurnEnded``,
@@ -76,19 +78,35 @@ from subagent.observe._partial import (
     PartialOutputReader,
     partial_output_reader,
 )
+from subagent.observe._semconv import (
+    CONVENTIONS_COMMIT,
+    DETAILS_EVENT,
+    LATEST_EXPERIMENTAL,
+    STABILITY_OPT_IN_ENV,
+    Capture,
+    SemConv,
+    active_semconv,
+    capture_mode,
+    refresh_semconv,
+)
 from subagent.observe._stream import DELTA_ROOM, EventQueue, StreamObserver
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
     "CONTENT_LIMIT",
+    "CONVENTIONS_COMMIT",
     "DELTA_ROOM",
+    "DETAILS_EVENT",
     "ERROR_TEXT_LIMIT",
+    "LATEST_EXPERIMENTAL",
     "NO_OBSERVER",
     "PARSE_EVERY",
     "PARSE_GROWTH",
     "PRUNED_LEVELS",
+    "STABILITY_OPT_IN_ENV",
     "UNKNOWN_TOOL",
     "CallRetried",
+    "Capture",
     "ChatScope",
     "EventHandler",
     "EventObserver",
@@ -103,6 +121,7 @@ __all__ = [
     "RunPaused",
     "RunScope",
     "RunStarted",
+    "SemConv",
     "SpanObserver",
     "StreamObserver",
     "TextDelta",
@@ -114,7 +133,9 @@ __all__ = [
     "TurnScope",
     "TurnStart",
     "TurnStarted",
+    "active_semconv",
     "capture_enabled",
+    "capture_mode",
     "check_callback",
     "combine",
     "current_traceparent",
@@ -122,6 +143,7 @@ __all__ = [
     "metrics_observer",
     "observer_for_run",
     "partial_output_reader",
+    "refresh_semconv",
     "refuse_awaitable",
     "span_observer",
 ]
@@ -135,10 +157,12 @@ def observer_for_run(
     on_text: Callable[[str], object] | None,
     events: EventQueue | None = None,
     tool_names: Container[str] = (),
+    nested: bool = False,
 ) -> Observer:
     """The observer of one run: its spans, its metrics, its callbacks, its event stream.
 
     With none of them, :data:`NO_OBSERVER`: the run pays nothing for observation.
+    ``nested`` says whether the run is nested in another run in this process.
     """
     # Checked here, inline, rather than in metrics_observer: with no meter provider ever set
     # (the common case) a run then pays one attribute read for metrics, not a call.
@@ -147,7 +171,7 @@ def observer_for_run(
         [
             EventObserver(agent, on_event) if on_event is not None else None,
             span_observer(agent, tracer_provider, llm, tool_names),
-            metrics_observer(agent, llm, tool_names) if metered else None,
+            metrics_observer(agent, llm, tool_names, nested=nested) if metered else None,
             TextObserver(on_text) if on_text is not None else None,
             StreamObserver(agent, events) if events is not None else None,
         ]
