@@ -112,11 +112,11 @@ class _Run:
             if self.live.pending is not None:  # the decisions are given: the turn goes on
                 advance(self.live.budget, Trigger.RESUMED)
         self.decisions = decisions
+        self.depth = current_depth() + 1  # how deep this run is nested (0: top level)
         self.observer = observer_for_run(
             parts.name, options.llm, options.tracer_provider, options.on_event, options.on_text,
-            events, parts.toolbox.tools,
+            events, parts.toolbox.tools, nested=self.depth > 0,
         )  # fmt: skip
-        self.depth = current_depth() + 1  # how deep this run is nested (0: top level)
         self.in_flight: tuple[list[ToolCall], list[ToolRun | None]] | None = None
         self._reply_usage = _NO_USAGE  # the turn under way's reply, for a RunContext
         self._started = 0.0

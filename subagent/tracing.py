@@ -72,6 +72,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a test with the SD
     ) from exc
 
 from subagent._checks import check_seconds
+from subagent.observe._semconv import refresh_semconv
 
 __all__ = [
     "PROJECT_NAME_ATTRIBUTE",
@@ -80,6 +81,7 @@ __all__ = [
     "Tracing",
     "configure",
     "otlp_target",
+    "refresh_semconv",
 ]
 
 PROJECT_NAME_ATTRIBUTE = "openinference.project.name"

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 from openai_server import ScriptedServer, running_server
-from support import Metered, Traced
+from support import Logged, Metered, Traced
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -33,6 +33,16 @@ def traced() -> Iterator[Traced]:
     recorder = Traced()
     yield recorder
     recorder.provider.shutdown()
+
+
+@pytest.fixture
+def logged() -> Iterator[Logged]:
+    """A global SDK logger provider recording events in memory, unset again afterwards."""
+    recorder = Logged()
+    try:
+        yield recorder
+    finally:
+        recorder.close()
 
 
 @pytest.fixture

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import opentelemetry._logs._internal as logs_state
 import opentelemetry.metrics._internal as metrics_state
 import pytest
 from anthropic_server import message, text
@@ -52,6 +53,10 @@ from opentelemetry import trace
 from opentelemetry.util._once import Once
 from sybil import Document, Example, Region, Sybil
 from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
+
+from subagent.observe import _semconv
+from subagent.observe._otel import CAPTURE_CONTENT_ENV
+from subagent.observe._semconv import STABILITY_OPT_IN_ENV
 
 __all__ = [
     "NOT_RUN",
@@ -245,7 +250,8 @@ def open_page(namespace: dict[str, Any]) -> None:
     block can reach a real provider or receiver. OpenTelemetry's global tracer and meter
     providers can be set once per process: the page gets fresh, unset ones (as
     OpenTelemetry's own test utilities reset them), and the session's are put back by
-    :func:`close_page`.
+    :func:`close_page`, as are the global logger provider, the GenAI conventions' version and
+    the content capture variable.
     """
     page = namespace["__file__"]
     with ExitStack() as stack:
@@ -263,6 +269,13 @@ def open_page(namespace: dict[str, Any]) -> None:
         patch.setattr(trace, "_TRACER_PROVIDER_SET_ONCE", Once())
         patch.setattr(metrics_state, "_METER_PROVIDER", None)
         patch.setattr(metrics_state, "_METER_PROVIDER_SET_ONCE", Once())
+        patch.setattr(logs_state, "_LOGGER_PROVIDER", None)
+        patch.setattr(logs_state, "_LOGGER_PROVIDER_SET_ONCE", Once())
+        # A block may opt in to other conventions; the page's end puts the choice back.
+        patch.setattr(_semconv, "_ACTIVE", _semconv.active_semconv())
+        for name in (STABILITY_OPT_IN_ENV, CAPTURE_CONTENT_ENV):  # recorded, even if unset
+            patch.setenv(name, "")
+            patch.delenv(name)
         server.script(*PAGE_REPLIES.get(_relative(page), ()))
         stack.callback(_check_all_replies_asked_for, page, server)
         _OPEN_PAGES[page] = stack.pop_all()

@@ -15,10 +15,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import opentelemetry._logs._internal as logs_state
 import opentelemetry.metrics._internal as metrics_state
 import pytest
-from opentelemetry import metrics
+from opentelemetry import _logs, metrics
 from opentelemetry.context import Context
+from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
@@ -29,7 +32,9 @@ from opentelemetry.util._once import Once
 from pydantic import BaseModel
 
 from subagent import SubAgent, Tool
+from subagent.observe import _semconv
 from subagent.observe._otel import CAPTURE_CONTENT_ENV
+from subagent.observe._semconv import STABILITY_OPT_IN_ENV, refresh_semconv
 from subagent.tools import SourceNotReadyError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,12 +172,55 @@ def run_example(
     return result.stdout
 
 
-def set_capture(monkeypatch: pytest.MonkeyPatch, on: bool) -> None:
-    """Turn message-content capture on or off for one test (read when a run starts)."""
-    if on:
-        monkeypatch.setenv(CAPTURE_CONTENT_ENV, "true")
-    else:
+def set_capture(monkeypatch: pytest.MonkeyPatch, on: bool | str) -> None:
+    """Turn message-content capture on or off for one test (read when a run starts).
+
+    ``True`` is the historical ``true``; a string is the variable's value (a capture mode).
+    """
+    if on is False:
         monkeypatch.delenv(CAPTURE_CONTENT_ENV, raising=False)
+    else:
+        monkeypatch.setenv(CAPTURE_CONTENT_ENV, "true" if on is True else on)
+
+
+def set_semconv(monkeypatch: pytest.MonkeyPatch, opt_in: str | None) -> None:
+    """Set ``OTEL_SEMCONV_STABILITY_OPT_IN`` (``None``: unset) and have runs follow it.
+
+    The choice is made once, at import; this makes it again, and ``monkeypatch`` puts the
+    import-time choice back.
+    """
+    if opt_in is None:
+        monkeypatch.delenv(STABILITY_OPT_IN_ENV, raising=False)
+    else:
+        monkeypatch.setenv(STABILITY_OPT_IN_ENV, opt_in)
+    monkeypatch.setattr(_semconv, "_ACTIVE", _semconv.active_semconv())
+    refresh_semconv()
+
+
+class Logged:
+    """An SDK logger provider with an in-memory exporter, installed as the global one.
+
+    Events (log records) go to the global logger provider only; :meth:`close` puts the
+    unset global back.
+    """
+
+    def __init__(self) -> None:
+        self._patch = pytest.MonkeyPatch()
+        self._patch.setattr(logs_state, "_LOGGER_PROVIDER", None)
+        self._patch.setattr(logs_state, "_LOGGER_PROVIDER_SET_ONCE", Once())
+        self.exporter = InMemoryLogRecordExporter()
+        self.provider = LoggerProvider(shutdown_on_exit=False)
+        self.provider.add_log_record_processor(SimpleLogRecordProcessor(self.exporter))
+        _logs.set_logger_provider(self.provider)
+
+    def events(self, name: str) -> list[ReadableLogRecord]:
+        """The log records emitted as event ``name``, in order."""
+        return [record for record in self.exporter.get_finished_logs()
+                if record.log_record.event_name == name]  # fmt: skip
+
+    def close(self) -> None:
+        self.provider.shutdown()
+        self._patch.undo()
 
 
 class ProcessLines:

@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
-from support import CALC, Answer, Metered, Traced, attrs
+from support import CALC, Answer, Metered, Traced, attrs, set_semconv
 
 from subagent import (
     ErrorKind,
@@ -28,11 +28,17 @@ from subagent.observe import observer_for_run
 from subagent.observe._metrics import (
     AGENT_DURATION,
     CORRECTIONS,
+    INFERENCE_DURATION,
+    INVOCATION_DURATION,
     OPERATION_DURATION,
     RUNS,
     TOKEN_USAGE,
     TOOL_DURATION,
     TURNS,
+    USAGE_CACHE_READ_TOKENS,
+    USAGE_CACHE_WRITE_TOKENS,
+    USAGE_INPUT_TOKENS,
+    USAGE_OUTPUT_TOKENS,
     metrics_observer,
 )
 from subagent.observe._observer import NO_OBSERVER
@@ -336,3 +342,65 @@ async def test_the_model_a_server_replies_with_never_makes_a_metric_series(
     assert sorted(chat["gen_ai.response.model"] for chat in chats) == sorted(
         f"served-{n}" for n in range(50)
     )
+
+
+# --- the latest conventions (OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental) ---
+
+
+async def test_the_latest_conventions_count_tokens_and_rename_the_durations(
+    metered: Metered, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_semconv(monkeypatch, "gen_ai_latest_experimental")
+    cached = Usage(input_tokens=100, output_tokens=7, cache_read_tokens=60, cache_write_tokens=30)
+    llm = ScriptedLLM(
+        [LLMResponse(text='{"value": "three"}', usage=cached), usage_reply('{"value": 3}', 130, 5)]
+    )
+    agent = SubAgent(name="s1", prompt="Compute {{question}}", output=Answer)
+    step = await agent.run({"question": "1+2"}, llm=llm, max_turns=1, return_retries=2)
+    assert step.ok
+
+    found = metered.collect()
+    assert {name: found[name].unit for name in found} == {
+        USAGE_INPUT_TOKENS: "{token}", USAGE_OUTPUT_TOKENS: "{token}",
+        USAGE_CACHE_READ_TOKENS: "{token}", USAGE_CACHE_WRITE_TOKENS: "{token}",
+        INFERENCE_DURATION: "s", INVOCATION_DURATION: "s",
+        RUNS: "{run}", TURNS: "{turn}", CORRECTIONS: "{turn}",
+    }  # fmt: skip
+    assert not {TOKEN_USAGE, OPERATION_DURATION, AGENT_DURATION} & set(found)  # not both
+
+    text = key(**CHAT, **{"gen_ai.token.modality": "text"})
+    assert {name: {k: p.value for k, p in metered.points(name).items()} for name in (
+        USAGE_INPUT_TOKENS, USAGE_OUTPUT_TOKENS, USAGE_CACHE_READ_TOKENS,
+        USAGE_CACHE_WRITE_TOKENS)} == {
+        USAGE_INPUT_TOKENS: {text: 230}, USAGE_OUTPUT_TOKENS: {text: 12},
+        USAGE_CACHE_READ_TOKENS: {text: 60}, USAGE_CACHE_WRITE_TOKENS: {text: 30},
+    }  # fmt: skip
+
+    (calls,) = metered.points(INFERENCE_DURATION).items()
+    assert calls[0] == key(**CHAT) and calls[1].count == 2
+    (run,) = metered.points(INVOCATION_DURATION).items()
+    assert run[0] == key(
+        **dotted(gen_ai__operation__name="invoke_agent", gen_ai__agent__name="s1",
+                 gen_ai__request__model="scripted", gen_ai__invocation__is_nested=False)
+    )  # fmt: skip
+    assert list(run[1].explicit_bounds)[:2] == [0.1, 0.2]
+
+
+async def test_the_latest_conventions_say_which_invocation_is_nested(
+    metered: Metered, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_semconv(monkeypatch, "gen_ai_latest_experimental")
+    inner = SubAgent(name="inner", prompt="Compute {{question}}", output=Answer)
+    outer = SubAgent(name="outer", prompt="Ask {{question}}", output=Answer,
+                     tools=[inner.as_tool(description="Compute.")])  # fmt: skip
+    llm = ScriptedLLM(
+        [
+            LLMResponse(tool_calls=[ToolCall(name="inner", arguments={"question": "1+2"})]),
+            '{"value": 3}',
+            '{"value": 3}',
+        ]
+    )
+    assert (await outer.run({"question": "1+2"}, llm=llm, max_turns=2)).ok
+    nested = {dict(k)["gen_ai.agent.name"]: dict(k)["gen_ai.invocation.is_nested"]
+              for k in metered.points(INVOCATION_DURATION)}  # fmt: skip
+    assert nested == {"outer": False, "inner": True}

@@ -14,7 +14,17 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind, StatusCode
-from support import CALC, Answer, Traced, attrs, parent_id, set_capture, span_id
+from support import (
+    CALC,
+    Answer,
+    Logged,
+    Traced,
+    attrs,
+    parent_id,
+    set_capture,
+    set_semconv,
+    span_id,
+)
 
 from subagent import (
     ConfigurationError,
@@ -50,6 +60,7 @@ from subagent.observe._otel import (
     _tracer_for,
     span_observer,
 )
+from subagent.observe._semconv import DETAILS_EVENT
 
 pytestmark = pytest.mark.anyio
 
@@ -951,3 +962,153 @@ async def test_a_raising_on_event_in_a_streamed_run_is_raised_by_result() -> Non
         with pytest.raises(CallbackBug) as raised:
             await run.result()
     assert len(raised.value.turns) == 1  # type: ignore[attr-defined]
+
+
+# --- the latest conventions and the details event ---
+
+LATEST = "gen_ai_latest_experimental"
+
+
+async def test_the_latest_conventions_rename_cache_writes_and_keep_the_run_span_lean(
+    traced: Traced, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_semconv(monkeypatch, LATEST)
+    cached = Usage(input_tokens=1200, output_tokens=5, cache_read_tokens=1000,
+                   cache_write_tokens=150)  # fmt: skip
+    step = await CALC.run({"question": "1+2"}, llm=ScriptedLLM([LLMResponse(
+        text='{"value": 3}', usage=cached)]), max_turns=3, return_retries=1,
+        tracer_provider=traced.provider)  # fmt: skip
+    assert step.ok
+    chat = attrs(traced.one("chat scripted"))
+    assert chat["gen_ai.usage.cache_write.input_tokens"] == 150
+    assert chat["gen_ai.usage.cache_read.input_tokens"] == 1000
+    assert "gen_ai.usage.cache_creation.input_tokens" not in chat
+    assert chat["gen_ai.provider.name"] == "scripted"  # on the inference span, as before
+    run = attrs(traced.one("invoke_agent calc"))
+    # Removed from the internal invoke_agent span: provider (#289) and cache sums (#469).
+    assert run == {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": "calc",
+        "subagent.max_turns": 3,
+        "subagent.return_retries": 1,
+        "subagent.outcome": "done",
+        "subagent.turns": 1,
+        "gen_ai.usage.input_tokens": 1200,
+        "gen_ai.usage.output_tokens": 5,
+    }
+
+
+async def test_captured_replies_carry_no_finish_reason_under_the_latest_conventions(
+    traced: Traced, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_semconv(monkeypatch, LATEST)
+    set_capture(monkeypatch, True)
+    await CALC.run({"question": "1+2"}, llm=ScriptedLLM(['{"value": 3}']),
+                   tracer_provider=traced.provider)  # fmt: skip
+    chat = attrs(traced.one("chat scripted"))
+    assert json.loads(chat["gen_ai.output.messages"]) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": '{"value": 3}'}]}
+    ]  # deprecated (#363): gen_ai.response.finish_reasons says it
+    assert chat["gen_ai.response.finish_reasons"] == ("stop",)
+
+
+@pytest.mark.parametrize("capture", [False, "NO_CONTENT", True, "SPAN_ONLY"])
+async def test_no_details_event_unless_capture_goes_to_events(
+    traced: Traced, logged: Logged, monkeypatch: pytest.MonkeyPatch, capture: bool | str
+) -> None:
+    set_capture(monkeypatch, capture)
+    await CALC.run({"question": "1+2"}, llm=ScriptedLLM(['{"value": 3}']),
+                   tracer_provider=traced.provider)  # fmt: skip
+    assert logged.exporter.get_finished_logs() == ()
+
+
+@pytest.mark.parametrize("opt_in", [None, LATEST])
+async def test_event_only_capture_puts_the_messages_on_the_details_event_not_on_spans(
+    traced: Traced, logged: Logged, monkeypatch: pytest.MonkeyPatch, opt_in: str | None
+) -> None:
+    set_semconv(monkeypatch, opt_in)
+    set_capture(monkeypatch, "EVENT_ONLY")
+    llm = ScriptedLLM(
+        [
+            LLMResponse(tool_calls=[ToolCall(name="add", arguments={"a": 1, "b": 2}, id="t1")],
+                        usage=usage(20, 4), model="scripted-1"),
+            '{"value": 3}',
+        ]
+    )  # fmt: skip
+    await CALC.run({"question": "secret 1+2"}, llm=llm, max_turns=2,
+                   tracer_provider=traced.provider)  # fmt: skip
+    assert _content_attributes(traced) == set()
+    assert not any("secret" in str(v) for span in traced.spans for v in attrs(span).values())
+
+    first, second = logged.events(DETAILS_EVENT)
+    chats = sorted(traced.named("chat scripted"), key=lambda span: span.start_time or 0)
+    for record, chat in zip((first, second), chats, strict=True):  # each in its chat span
+        assert chat.context is not None
+        assert record.log_record.span_id == chat.context.span_id
+        assert record.log_record.trace_id == chat.context.trace_id
+    details = dict(first.log_record.attributes or {})
+    assert details["gen_ai.operation.name"] == "chat"
+    assert details["gen_ai.provider.name"] == "scripted"
+    assert details["gen_ai.request.model"] == "scripted"
+    assert details["gen_ai.response.model"] == "scripted-1"
+    assert tuple(details["gen_ai.response.finish_reasons"]) == ("tool_calls",)
+    assert (details["gen_ai.usage.input_tokens"], details["gen_ai.usage.output_tokens"]) == (20, 4)
+    # Structured, not JSON strings: events must carry the messages in structured form.
+    sent = details["gen_ai.input.messages"]
+    assert [m["role"] for m in sent] == ["system", "user"]
+    assert list(sent[1]["parts"]) == [{"type": "text", "content": "Compute secret 1+2"}]
+    reply = {
+        "role": "assistant",
+        "parts": [{"type": "tool_call", "id": "t1", "name": "add", "arguments": {"a": 1, "b": 2}}],
+    }
+    if opt_in is None:  # the previous conventions keep the per-message finish reason
+        reply["finish_reason"] = "tool_calls"
+    assert _plain(details["gen_ai.output.messages"]) == [reply]
+    resent = dict(second.log_record.attributes or {})["gen_ai.input.messages"]
+    assert [m["role"] for m in resent][-3:] == ["assistant", "tool", "user"]
+    assert resent[-2]["parts"][0]["type"] == "tool_call_response"
+
+
+async def test_span_and_event_capture_records_the_messages_in_both_places(
+    traced: Traced, logged: Logged, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_semconv(monkeypatch, LATEST)
+    set_capture(monkeypatch, "span_and_event")
+    await CALC.run({"question": "1+2"}, llm=ScriptedLLM(['{"value": 3}']),
+                   tracer_provider=traced.provider)  # fmt: skip
+    chat = attrs(traced.one("chat scripted"))
+    (event,) = logged.events(DETAILS_EVENT)
+    details = dict(event.log_record.attributes or {})
+    assert json.loads(chat["gen_ai.input.messages"]) == _plain(details["gen_ai.input.messages"])
+    assert json.loads(chat["gen_ai.output.messages"]) == _plain(details["gen_ai.output.messages"])
+
+
+async def test_a_failed_call_has_a_details_event_with_its_error_and_no_output(
+    traced: Traced, logged: Logged, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_capture(monkeypatch, "EVENT_ONLY")
+    llm = ScriptedLLM([LLMError(ErrorKind.BAD_REQUEST, "no", status_code=400)])
+    step = await CALC.run({"question": "1+2"}, llm=llm, tracer_provider=traced.provider)
+    assert not step.ok
+    (event,) = logged.events(DETAILS_EVENT)
+    details = dict(event.log_record.attributes or {})
+    assert details["error.type"] == "bad_request"
+    assert "gen_ai.output.messages" not in details
+    assert [m["role"] for m in details["gen_ai.input.messages"]] == ["system", "user"]
+
+
+async def test_event_capture_without_a_logger_provider_costs_no_event(
+    traced: Traced, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    set_capture(monkeypatch, "EVENT_ONLY")
+    observer = span_observer("calc", traced.provider, ScriptedLLM())
+    assert observer is not None and observer._logger is None
+
+
+def _plain(value: Any) -> Any:
+    """A structured attribute value as plain lists and dicts (the SDK keeps tuples)."""
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value

@@ -4,6 +4,8 @@ The turn loop reports to one :class:`Observer` through nested scopes (run > turn
 tool); see :mod:`subagent.observe._observer`. Implementations:
 
 - ``_otel``: OpenTelemetry spans (the API only; the library never installs a provider).
+- ``_semconv``: which GenAI conventions the spans and metrics follow (chosen once, from
+  ``OTEL_SEMCONV_STABILITY_OPT_IN``), and where captured content goes.
 - ``_metrics``: OpenTelemetry metrics (GenAI conventions and subagent's own counters; the
   API only, recorded to the global meter provider once an application has set one).
 - ``_events``: the typed events (``RunStarted``, ``TurnStarted``, ``TurnEnded``,
@@ -80,10 +82,12 @@ def observer_for_run(
     on_text: Callable[[str], object] | None,
     events: EventQueue | None = None,
     tool_names: Container[str] = (),
+    nested: bool = False,
 ) -> Observer:
     """The observer of one run: its spans, its metrics, its callbacks, its event stream.
 
     With none of them, :data:`NO_OBSERVER`: the run pays nothing for observation.
+    ``nested`` says whether the run is nested in another run in this process.
     """
     # Checked here, inline, rather than in metrics_observer: with no meter provider ever set
     # (the common case) a run then pays one attribute read for metrics, not a call.
@@ -92,7 +96,7 @@ def observer_for_run(
         [
             EventObserver(agent, on_event) if on_event is not None else None,
             span_observer(agent, tracer_provider, llm, tool_names),
-            metrics_observer(agent, llm, tool_names) if metered else None,
+            metrics_observer(agent, llm, tool_names, nested=nested) if metered else None,
             TextObserver(on_text) if on_text is not None else None,
             StreamObserver(agent, events) if events is not None else None,
         ]

@@ -5,15 +5,18 @@ application has set it up (``subagent.tracing.configure()`` does); with none (th
 proxy or no-op provider), :func:`metrics_observer` returns ``None`` and the run pays nothing
 for metrics: not a clock read, not a dictionary.
 
-Instruments, after the GenAI semantic conventions (``semantic-conventions-genai``,
-``docs/gen-ai/gen-ai-metrics.md``) where they name one, under ``subagent.`` where they do
-not:
+Instruments, after the GenAI semantic conventions where they name one (the version
+:mod:`subagent.observe._semconv` chose at import), under ``subagent.`` where they do not:
 
-- ``gen_ai.client.token.usage`` (histogram, ``{token}``): input and output tokens of each
-  LLM call (``gen_ai.token.type``), when the server reported them.
-- ``gen_ai.client.operation.duration`` (histogram, ``s``): each LLM call, transport
-  retries included (the ``chat`` span's duration).
-- ``gen_ai.invoke_agent.duration`` (histogram, ``s``): each run (the ``invoke_agent`` span).
+- token usage of each LLM call, when the server reported it: by default the histogram
+  ``gen_ai.client.token.usage`` (``{token}``, by ``gen_ai.token.type``); with the latest
+  conventions the counters ``gen_ai.client.inference.usage.input_tokens``,
+  ``.output_tokens``, ``.cache_read.input_tokens`` and ``.cache_write.input_tokens``
+  (``{token}``, ``gen_ai.token.modality=text``).
+- ``gen_ai.client.operation.duration`` (latest: ``gen_ai.client.inference.duration``;
+  histogram, ``s``): each LLM call, transport retries included (the ``chat`` span).
+- ``gen_ai.invoke_agent.duration`` (latest: ``gen_ai.invocation.duration``, with
+  ``gen_ai.invocation.is_nested``; histogram, ``s``): each run (the ``invoke_agent`` span).
 - ``gen_ai.execute_tool.duration`` (histogram, ``s``): each tool call (``execute_tool``).
 - ``subagent.runs`` (counter, ``{run}``): runs by outcome and failure reason.
 - ``subagent.turns`` (counter, ``{turn}``): turns by type, outcome and error class.
@@ -54,33 +57,47 @@ from subagent.observe._observer import (
     TurnScope,
     TurnStart,
 )
-from subagent.observe._otel import UNKNOWN_TOOL
+from subagent.observe._otel import UNKNOWN_PROVIDER, UNKNOWN_TOOL
+from subagent.observe._semconv import LATEST, PREVIOUS, SemConv, active_semconv
 from subagent.records import Step, ToolResult, Turn, TurnType
 
 __all__ = [
     "AGENT_DURATION",
     "CORRECTIONS",
+    "INFERENCE_DURATION",
+    "INVOCATION_DURATION",
     "METER_PROVIDER_FROM_ENV",
     "OPERATION_DURATION",
     "RUNS",
     "TOKEN_USAGE",
     "TOOL_DURATION",
     "TURNS",
+    "USAGE_CACHE_READ_TOKENS",
+    "USAGE_CACHE_WRITE_TOKENS",
+    "USAGE_INPUT_TOKENS",
+    "USAGE_OUTPUT_TOKENS",
     "MetricsObserver",
     "metrics_observer",
 ]
 
 TOKEN_USAGE: Final = "gen_ai.client.token.usage"
-OPERATION_DURATION: Final = "gen_ai.client.operation.duration"
-AGENT_DURATION: Final = "gen_ai.invoke_agent.duration"
+"""The token usage histogram of the previous conventions (the default)."""
+OPERATION_DURATION: Final = PREVIOUS.inference_duration
+AGENT_DURATION: Final = PREVIOUS.invocation_duration
+INFERENCE_DURATION: Final = LATEST.inference_duration
+INVOCATION_DURATION: Final = LATEST.invocation_duration
+USAGE_INPUT_TOKENS: Final = "gen_ai.client.inference.usage.input_tokens"
+USAGE_OUTPUT_TOKENS: Final = "gen_ai.client.inference.usage.output_tokens"
+USAGE_CACHE_READ_TOKENS: Final = "gen_ai.client.inference.usage.cache_read.input_tokens"
+USAGE_CACHE_WRITE_TOKENS: Final = "gen_ai.client.inference.usage.cache_write.input_tokens"
 TOOL_DURATION: Final = "gen_ai.execute_tool.duration"
 RUNS: Final = "subagent.runs"
 TURNS: Final = "subagent.turns"
 CORRECTIONS: Final = "subagent.corrections"
 
 _METER_NAME = "subagent"
-UNKNOWN_PROVIDER: Final = "unknown"
-"""``gen_ai.provider.name`` (required on the client metrics) of a model that names none."""
+_MODALITY: Final = "text"
+"""``gen_ai.token.modality`` of the usage counters: subagent's messages are text only."""
 
 # Bucket boundaries the conventions advise for each histogram.
 _TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
@@ -91,8 +108,20 @@ _AGENT_BUCKETS = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 51.2, 102.4, 20
 
 
 @dataclass(frozen=True, slots=True)
+class _Usage:
+    """The latest conventions' token usage counters."""
+
+    input_tokens: Counter
+    output_tokens: Counter
+    cache_read: Counter
+    cache_write: Counter
+
+
+@dataclass(frozen=True, slots=True)
 class _Instruments:
-    token_usage: Histogram
+    semconv: SemConv
+    token_usage: Histogram | None  # the previous conventions
+    usage: _Usage | None  # the latest conventions
     operation_duration: Histogram
     agent_duration: Histogram
     tool_duration: Histogram
@@ -101,19 +130,44 @@ class _Instruments:
     corrections: Counter
 
 
-def _make_instruments(provider: MeterProvider) -> _Instruments:
+def _make_usage(meter: metrics.Meter) -> _Usage:
+    def counter(name: str, description: str) -> Counter:
+        return meter.create_counter(name, "{token}", description)
+
+    return _Usage(
+        input_tokens=counter(USAGE_INPUT_TOKENS,
+                             "The number of input (prompt) tokens used, including cached tokens."),
+        output_tokens=counter(USAGE_OUTPUT_TOKENS,
+                              "The number of output (completion) tokens used."),
+        cache_read=counter(USAGE_CACHE_READ_TOKENS,
+                           "The number of input tokens served from a provider-managed cache."),
+        cache_write=counter(USAGE_CACHE_WRITE_TOKENS,
+                            "The number of input tokens written to a provider-managed cache."),
+    )  # fmt: skip
+
+
+def _make_instruments(provider: MeterProvider, semconv: SemConv) -> _Instruments:
     meter = provider.get_meter(_METER_NAME, __version__)
-    return _Instruments(
-        token_usage=meter.create_histogram(
-            TOKEN_USAGE, "{token}", "Number of input and output tokens used.",
+    token_usage = None
+    if semconv.token_usage is not None:
+        token_usage = meter.create_histogram(
+            semconv.token_usage, "{token}", "Number of input and output tokens used.",
             explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
-        ),
+        )  # fmt: skip
+    return _Instruments(
+        semconv=semconv,
+        token_usage=token_usage,
+        usage=None if token_usage is not None else _make_usage(meter),
         operation_duration=meter.create_histogram(
-            OPERATION_DURATION, "s", "GenAI operation duration.",
+            semconv.inference_duration, "s",
+            "GenAI client inference operation duration." if semconv.latest
+            else "GenAI operation duration.",
             explicit_bucket_boundaries_advisory=_CALL_BUCKETS,
         ),
         agent_duration=meter.create_histogram(
-            AGENT_DURATION, "s", "The end-to-end duration of a single agent invocation.",
+            semconv.invocation_duration, "s",
+            "The end-to-end duration of an in-process GenAI agent invocation." if semconv.latest
+            else "The end-to-end duration of a single agent invocation.",
             explicit_bucket_boundaries_advisory=_AGENT_BUCKETS,
         ),
         tool_duration=meter.create_histogram(
@@ -150,12 +204,13 @@ def _instruments_for(provider: MeterProvider | None) -> _Instruments | None:
         provider = _global_meter_provider()
         if provider is None:
             return None  # nothing configured: metrics cost nothing
+    semconv = active_semconv()
     try:
         instruments = _INSTRUMENTS.get(provider)
     except TypeError:  # a provider that cannot be weakly referenced: not cached
-        return _make_instruments(provider)
-    if instruments is None:
-        instruments = _make_instruments(provider)
+        return _make_instruments(provider, semconv)
+    if instruments is None or instruments.semconv is not semconv:  # (or the choice changed)
+        instruments = _make_instruments(provider, semconv)
         _INSTRUMENTS[provider] = instruments
     return instruments
 
@@ -304,8 +359,19 @@ class _ChatMeter(_Timed):
         if not usage.known:
             return  # the conventions: no usage metric when the count is not available
         histogram = self._instruments.token_usage
-        histogram.record(usage.input_tokens, {**attributes, "gen_ai.token.type": "input"})
-        histogram.record(usage.output_tokens, {**attributes, "gen_ai.token.type": "output"})
+        if histogram is not None:  # the previous conventions
+            histogram.record(usage.input_tokens, {**attributes, "gen_ai.token.type": "input"})
+            histogram.record(usage.output_tokens, {**attributes, "gen_ai.token.type": "output"})
+            return
+        counters = self._instruments.usage
+        assert counters is not None
+        by_modality = {**attributes, "gen_ai.token.modality": _MODALITY}
+        counters.input_tokens.add(usage.input_tokens, by_modality)
+        counters.output_tokens.add(usage.output_tokens, by_modality)
+        if usage.cache_read_tokens:  # subsets of the input tokens, when reported
+            counters.cache_read.add(usage.cache_read_tokens, by_modality)
+        if usage.cache_write_tokens:
+            counters.cache_write.add(usage.cache_write_tokens, by_modality)
 
     def _record(self, elapsed: float) -> None:
         self._instruments.operation_duration.record(elapsed, self._attributes)
@@ -341,6 +407,7 @@ class MetricsObserver(Observer):
         instruments: _Instruments,
         llm: object,
         tool_names: Container[str] = (),
+        nested: bool = False,
     ):
         self._agent = agent
         self._instruments = instruments
@@ -364,6 +431,8 @@ class MetricsObserver(Observer):
             "gen_ai.agent.name": agent,
             "gen_ai.request.model": model,
         }
+        if instruments.semconv.latest:  # required on gen_ai.invocation.duration
+            self._run["gen_ai.invocation.is_nested"] = nested
         self._tool: dict[str, AttributeValue] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.agent.name": agent,
@@ -399,6 +468,7 @@ def metrics_observer(
     llm: object,
     tool_names: Container[str] = (),
     meter_provider: MeterProvider | None = None,
+    nested: bool = False,
 ) -> MetricsObserver | None:
     """The run's metrics observer, or ``None`` when no meter provider is configured.
 
@@ -409,6 +479,8 @@ def metrics_observer(
             :data:`~subagent.observe.UNKNOWN_TOOL` (the model's text never becomes an
             attribute value).
         meter_provider: The provider to record to; ``None`` for the global one.
+        nested: Whether the run is nested in another run in this process (an agent used
+            as a tool): ``gen_ai.invocation.is_nested`` under the latest conventions.
     """
     if (
         meter_provider is None
@@ -417,4 +489,6 @@ def metrics_observer(
     ):
         return None  # the common case, first: no provider was ever set, nothing to record
     instruments = _instruments_for(meter_provider)
-    return None if instruments is None else MetricsObserver(agent, instruments, llm, tool_names)
+    if instruments is None:
+        return None
+    return MetricsObserver(agent, instruments, llm, tool_names, nested)

@@ -19,6 +19,12 @@ when the block is left, by cancellation too. Every hook is on the run's path, so
 the least it can: one ``set_attributes`` call per span end, the chat span's per-run
 attributes computed once, and message content serialised only when
 :data:`CAPTURE_CONTENT_ENV` opts in.
+
+Names follow the conventions :mod:`subagent.observe._semconv` chose at import (the previous
+ones by default, the latest with ``OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental``).
+With content capture on events, each LLM call also emits a
+``gen_ai.client.inference.operation.details`` event (a log record, to the global logger
+provider) carrying its messages in structured form, correlated with the ``chat`` span.
 """
 
 from __future__ import annotations
@@ -32,8 +38,8 @@ from types import TracebackType
 from typing import Any
 
 import anyio
+from opentelemetry import _logs, trace
 from opentelemetry import context as otel_context
-from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import ProxyTracerProvider, Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
@@ -51,26 +57,34 @@ from subagent.observe._observer import (
     TurnScope,
     TurnStart,
 )
+from subagent.observe._semconv import (
+    CAPTURE_CONTENT_ENV,
+    DETAILS_EVENT,
+    SemConv,
+    active_semconv,
+    capture_mode,
+)
 from subagent.records import FailReason, Step, ToolResult, Turn, TurnOutcome
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
     "CONTENT_LIMIT",
     "ERROR_TEXT_LIMIT",
+    "UNKNOWN_PROVIDER",
     "UNKNOWN_TOOL",
     "SpanObserver",
     "capture_enabled",
     "span_observer",
 ]
 
-CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
-"""Set to ``true`` to record prompts, replies, tool arguments and results on spans."""
 UNKNOWN_TOOL = "unknown_tool"
 """The tool name traced for a call naming a tool the agent does not have (capture off)."""
 ERROR_TEXT_LIMIT = 1_000
 """Characters kept of an error text (``subagent.turn.error``, status descriptions)."""
 CONTENT_LIMIT = 16_384
 """Characters kept of one captured content attribute (valid JSON is kept valid)."""
+UNKNOWN_PROVIDER = "unknown"
+"""``gen_ai.provider.name`` (required on metrics and events) of a model that names none."""
 _PART_LIMIT = 4_096
 _TRACER_NAME = "subagent"
 _SETTINGS = (
@@ -115,8 +129,23 @@ def _tracer_for(provider: trace.TracerProvider | None) -> Tracer | None:
 
 
 def capture_enabled() -> bool:
-    """Whether :data:`CAPTURE_CONTENT_ENV` opts in to recording message content."""
-    return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() in ("true", "1", "yes")
+    """Whether :data:`CAPTURE_CONTENT_ENV` opts in to recording message content on spans."""
+    return capture_mode().on_spans
+
+
+# The API reads OTEL_PYTHON_LOGGER_PROVIDER from the environment while no global logger
+# provider is set; read once, at import, as for the tracer provider.
+_LOGGER_PROVIDER_FROM_ENV = "OTEL_PYTHON_LOGGER_PROVIDER" in os.environ
+
+
+def _details_logger() -> _logs.Logger | None:
+    """The library's logger on the global logger provider, or ``None`` when none is set."""
+    if not _LOGGER_PROVIDER_FROM_ENV and getattr(_logs._internal, "_LOGGER_PROVIDER", 0) is None:
+        return None  # the API's own record: nothing set yet
+    provider = _logs.get_logger_provider()
+    if isinstance(provider, _logs.NoOpLoggerProvider | _logs._internal.ProxyLoggerProvider):
+        return None
+    return provider.get_logger(_TRACER_NAME, __version__)
 
 
 def _is_cancellation(exc: BaseException | None) -> bool:
@@ -124,13 +153,13 @@ def _is_cancellation(exc: BaseException | None) -> bool:
 
 
 def _cache_attributes(
-    attributes: dict[str, AttributeValue], cache_read: int, cache_write: int
+    attributes: dict[str, Any], cache_read: int, cache_write: int, semconv: SemConv
 ) -> None:
     """The prompt-cache counts (part of the input tokens), when the provider reported any."""
     if cache_read:
         attributes["gen_ai.usage.cache_read.input_tokens"] = cache_read
     if cache_write:
-        attributes["gen_ai.usage.cache_creation.input_tokens"] = cache_write
+        attributes[semconv.cache_write_tokens] = cache_write
 
 
 def _fail(
@@ -189,11 +218,12 @@ def _parts(message: Message) -> list[dict[str, Any]]:
     return parts
 
 
-def _content_json(messages: list[dict[str, Any]]) -> str:
-    """Messages as semconv JSON, at most :data:`CONTENT_LIMIT` characters, valid JSON.
+def _kept(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """The messages that fit :data:`CONTENT_LIMIT` characters of JSON, and that JSON.
 
     Over the limit, the oldest messages after the first (the system prompt) are left out;
-    each message is serialised once.
+    each message is serialised once. The JSON is cut (no longer valid) only when the
+    first and the last message alone are over the limit.
     """
     encoded = [json.dumps(m, ensure_ascii=False, default=str) for m in messages]
     size = sum(len(item) for item in encoded) + len(encoded) + 1  # brackets and commas
@@ -201,25 +231,40 @@ def _content_json(messages: list[dict[str, Any]]) -> str:
     while size > CONTENT_LIMIT and len(encoded) - first_kept > 1:
         size -= len(encoded[first_kept]) + 1
         first_kept += 1
-    kept = encoded[:1] + encoded[first_kept:]
-    text = "[" + ",".join(kept) + "]"
-    return text if len(text) <= CONTENT_LIMIT else shorten(text, CONTENT_LIMIT)
+    text = "[" + ",".join(encoded[:1] + encoded[first_kept:]) + "]"
+    kept = messages[:1] + messages[first_kept:]
+    return kept, text if len(text) <= CONTENT_LIMIT else shorten(text, CONTENT_LIMIT)
 
 
-def input_messages_json(messages: Sequence[Message]) -> str:
-    """The request's messages in the GenAI semconv shape (``role`` + ``parts``)."""
-    return _content_json([{"role": m.role, "parts": _parts(m)} for m in messages])
+def _content_json(messages: list[dict[str, Any]]) -> str:
+    """Messages as semconv JSON, at most :data:`CONTENT_LIMIT` characters, valid JSON."""
+    return _kept(messages)[1]
 
 
-def output_messages_json(response: LLMResponse) -> str:
-    """The reply in the GenAI semconv shape, with its finish reason."""
+def _input_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    return [{"role": m.role, "parts": _parts(m)} for m in messages]
+
+
+def _output_messages(response: LLMResponse, finish_reason: bool) -> list[dict[str, Any]]:
     message = Message.model_construct(role="assistant", content=response.text,
                                       tool_calls=tuple(response.tool_calls))  # fmt: skip
     parts = _parts(message)
     if response.reasoning:  # sent apart from the text (reasoning_content)
         parts.insert(0, {"type": "reasoning", "content": shorten(response.reasoning, _PART_LIMIT)})
-    return _content_json([{"role": "assistant", "parts": parts,
-                           "finish_reason": response.stop_reason.value}])  # fmt: skip
+    reply: dict[str, Any] = {"role": "assistant", "parts": parts}
+    if finish_reason:  # deprecated by the latest conventions: gen_ai.response.finish_reasons
+        reply["finish_reason"] = response.stop_reason.value
+    return [reply]
+
+
+def input_messages_json(messages: Sequence[Message]) -> str:
+    """The request's messages in the GenAI semconv shape (``role`` + ``parts``)."""
+    return _content_json(_input_messages(messages))
+
+
+def output_messages_json(response: LLMResponse, finish_reason: bool = True) -> str:
+    """The reply in the GenAI semconv shape, with its finish reason unless told not to."""
+    return _content_json(_output_messages(response, finish_reason))
 
 
 # --- spans as observer scopes ---
@@ -265,7 +310,11 @@ class _SpanScope:
 
 
 class _RunSpan(_SpanScope):
-    __slots__ = ()
+    __slots__ = ("_semconv",)
+
+    def __init__(self, span: Span, capture: bool, semconv: SemConv):
+        super().__init__(span, capture)
+        self._semconv = semconv
 
     def finished(self, step: Step[Any]) -> None:
         self._described = True
@@ -288,7 +337,8 @@ class _RunSpan(_SpanScope):
         }
         if unreported:  # the sums are a lower bound
             attributes["subagent.usage.unreported_calls"] = unreported
-        _cache_attributes(attributes, cache_read, cache_write)
+        if self._semconv.run_cache_tokens:  # the latest conventions: on chat spans only
+            _cache_attributes(attributes, cache_read, cache_write, self._semconv)
         if paused:
             pending = step.pending
             attributes["subagent.paused"] = True
@@ -355,7 +405,35 @@ class _TurnSpan(_SpanScope):
 
 
 class _ChatSpan(_SpanScope):
-    __slots__ = ()
+    """The ``chat`` span; with content capture on events, the call's details event too.
+
+    ``details`` is the event's attributes known when the call starts (the request's, its
+    messages included), or ``None`` when no event is emitted.
+    """
+
+    __slots__ = ("_details", "_logger", "_semconv")
+
+    def __init__(
+        self,
+        span: Span,
+        capture: bool,
+        semconv: SemConv,
+        details: dict[str, Any] | None = None,
+        logger: _logs.Logger | None = None,
+    ):
+        super().__init__(span, capture)
+        self._semconv = semconv
+        self._details = details
+        self._logger = logger
+
+    def _emit_details(self, attributes: dict[str, Any]) -> None:
+        """Emit the call's details event, in the chat span's context."""
+        assert self._details is not None and self._logger is not None
+        self._logger.emit(
+            event_name=DETAILS_EVENT,
+            attributes={**self._details, **attributes},
+            context=trace.set_span_in_context(self._span),
+        )
 
     def retried(self, retry: TransportRetry) -> None:
         event: dict[str, AttributeValue] = {
@@ -383,16 +461,25 @@ class _ChatSpan(_SpanScope):
         attributes: dict[str, AttributeValue] = {
             "gen_ai.response.finish_reasons": (response.stop_reason.value,),
         }
+        semconv = self._semconv
         if usage.known:  # an unreported count is absent, not zero
             attributes["gen_ai.usage.input_tokens"] = usage.input_tokens
             attributes["gen_ai.usage.output_tokens"] = usage.output_tokens
-            _cache_attributes(attributes, usage.cache_read_tokens, usage.cache_write_tokens)
+            _cache_attributes(
+                attributes, usage.cache_read_tokens, usage.cache_write_tokens, semconv
+            )
         else:
             attributes["subagent.usage.unreported_calls"] = usage.unreported
         if response.model:
             attributes["gen_ai.response.model"] = response.model
-        if self._capture:
-            attributes["gen_ai.output.messages"] = output_messages_json(response)
+        if self._capture or self._details is not None:
+            output = _output_messages(response, semconv.message_finish_reason)
+            if self._capture:
+                attributes["gen_ai.output.messages"] = _content_json(output)
+            if self._details is not None:
+                event: dict[str, Any] = {**attributes, "gen_ai.output.messages": output}
+                event.pop("subagent.usage.unreported_calls", None)
+                self._emit_details(event)
         self._span.set_attributes(attributes)
 
     def _interrupted(self, span: Span, exc: BaseException) -> None:
@@ -404,6 +491,8 @@ class _ChatSpan(_SpanScope):
         else:
             _fail(span, attributes, *_exception_error(exc, self._capture))
         span.set_attributes(attributes)
+        if self._details is not None:  # the messages sent; no output to report
+            self._emit_details({"error.type": attributes["error.type"]})
 
 
 class _ToolSpan(_SpanScope):
@@ -433,7 +522,7 @@ class SpanObserver(Observer):
     """
 
     __slots__ = (
-        "_agent", "_capture", "_chats", "_llm", "_tool_names", "_tracer",
+        "_agent", "_capture", "_chats", "_llm", "_logger", "_semconv", "_tool_names", "_tracer",
     )  # fmt: skip
 
     def __init__(self, agent: str, tracer: Tracer, llm: object, tool_names: Container[str] = ()):
@@ -441,7 +530,11 @@ class SpanObserver(Observer):
         self._tracer = tracer
         self._llm = llm
         self._tool_names = tool_names
-        self._capture = capture_enabled()
+        mode = capture_mode()
+        self._capture = mode.on_spans
+        # Details events only with capture on events and a logger provider to take them.
+        self._logger = _details_logger() if mode.on_events else None
+        self._semconv = active_semconv()  # chosen once, at import: no per-span look-up
         # The chat span's name and attributes, by (model, settings): a run's work turns share
         # one pair, its correction turns may have their own (another model, temperature).
         self._chats: dict[tuple[int, int], tuple[str, dict[str, AttributeValue]]] = {}
@@ -461,7 +554,7 @@ class SpanObserver(Observer):
             "subagent.return_retries": return_retries,
         }
         provider = getattr(self._llm, "provider_name", None)
-        if provider:
+        if provider and self._semconv.run_provider:  # the latest: on chat spans only
             attributes["gen_ai.provider.name"] = str(provider)
         if resumed:
             attributes["subagent.resumed"] = True
@@ -470,7 +563,7 @@ class SpanObserver(Observer):
             f"invoke_agent {self._agent}", kind=SpanKind.INTERNAL, attributes=attributes,
             links=links,
         )  # fmt: skip
-        return _RunSpan(span, self._capture)
+        return _RunSpan(span, self._capture, self._semconv)
 
     def turn(self, start: TurnStart) -> TurnScope:
         type_name = start.type.value
@@ -527,11 +620,17 @@ class SpanObserver(Observer):
         name, attributes = self._chat_base(request, self._llm if llm is None else llm)
         if request.output is not None and request.output.mode != "text":
             attributes = {**attributes, "subagent.request.output_mode": request.output.mode}
-        if self._capture:
-            content = input_messages_json(request.messages)
-            attributes = {**attributes, "gen_ai.input.messages": content}
+        details: dict[str, Any] | None = None
+        if self._capture or self._logger is not None:
+            sent, content = _kept(_input_messages(request.messages))
+            if self._logger is not None:  # structured, as events require
+                provider = attributes.get("gen_ai.provider.name", UNKNOWN_PROVIDER)
+                details = {**attributes, "gen_ai.provider.name": provider,
+                           "gen_ai.input.messages": sent}  # fmt: skip
+            if self._capture:
+                attributes = {**attributes, "gen_ai.input.messages": content}
         span = self._tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
-        return _ChatSpan(span, self._capture)
+        return _ChatSpan(span, self._capture, self._semconv, details, self._logger)
 
     def tool(self, call: ToolCall) -> ToolScope:
         # A name the agent does not offer is the model's text: it goes on the span only
