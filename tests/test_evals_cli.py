@@ -139,6 +139,23 @@ def test_eval_report_prints_the_same_report_from_the_records_alone(
     assert data["recommendation"]["margin"] == 0.5 and data["recommendation"]["variant"] == "r1"
 
 
+def test_eval_report_html_writes_the_page_with_the_runs_outputs(
+    dataset: Path, variants: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "records.jsonl"
+    argv = ["eval", "run", str(dataset), "--agent", "evals_models:half_right",
+            "--variants", str(variants), "--out", str(out)]  # fmt: skip
+    assert run(argv, capsys)[0] == 0
+    page = tmp_path / "report.html"
+    status, printed, err = run(["eval", "report", str(out), "--html", str(page)], capsys)
+    assert status == 0 and f"html: {page}" in err and printed.startswith("## sums")
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>") and "<script" not in text
+    assert "<td>sum-39</td>" in text and "output: {&quot;value&quot;: 117}" in text
+    status, _, err = run(["eval", "report", str(out), "--html", str(tmp_path)], capsys)
+    assert status == 2 and "--html: cannot write" in err
+
+
 def test_eval_compare_exits_1_on_a_significant_regression_and_0_without(
     dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

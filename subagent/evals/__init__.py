@@ -22,7 +22,8 @@ What lives here:
   ``_compare``: comparisons with a baseline and the recommendation; ``_plot``: the plot
   (matplotlib, the ``evals`` extra, imported only when asked for).
 - ``_tracing``: each case run as a trace, its verdicts as ``gen_ai.evaluation.result``
-  events.
+  events; ``_spans``: a case run's spans captured for the judges that read them.
+- ``_html``: the report as one self-contained HTML page.
 - ``_cli``: ``subagent eval run / report / compare``.
 
 What it may import: batches and everything below them. Nothing in the library imports
@@ -41,10 +42,13 @@ from subagent.evals._judges import (
     EqualsExpected,
     FieldsMatch,
     FunctionJudge,
+    HasMatchingSpan,
     IsInstance,
     Judge,
     JudgeContext,
+    LLMJudge,
     MaxDuration,
+    RubricGrade,
     Verdict,
     VerdictRecord,
     judge,
@@ -52,12 +56,14 @@ from subagent.evals._judges import (
 from subagent.evals._outcomes import Outcome
 from subagent.evals._records import read_records
 from subagent.evals._report import CaseResult, Report, VariantResult
+from subagent.evals._spans import CapturedSpan
 from subagent.evals._systems import System, SystemReply, SystemRun
 from subagent.evals._variants import Variant, grid
 
 __all__ = [
     "AgentJudge",
     "AgentVerdict",
+    "CapturedSpan",
     "Case",
     "CaseResult",
     "Change",
@@ -67,13 +73,16 @@ __all__ = [
     "EqualsExpected",
     "FieldsMatch",
     "FunctionJudge",
+    "HasMatchingSpan",
     "IsInstance",
     "Judge",
     "JudgeContext",
+    "LLMJudge",
     "MaxDuration",
     "Outcome",
     "Recommendation",
     "Report",
+    "RubricGrade",
     "System",
     "SystemReply",
     "SystemRun",

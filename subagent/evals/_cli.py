@@ -96,6 +96,9 @@ def register(subparsers: Any) -> None:
     _output_arguments(report)
     report.add_argument("--plot", type=Path, metavar="FILE.png",
                         help="also draw success against cost (needs matplotlib)")  # fmt: skip
+    report.add_argument("--html", type=Path, metavar="FILE.html",
+                        help="also write the report as one self-contained HTML page, with "
+                        "each run's output (cut) per case")  # fmt: skip
     report.set_defaults(command=main, name="eval report", parser=report, eval_command=_report)
 
     compare = commands.add_parser(
@@ -299,6 +302,13 @@ def _report(args: argparse.Namespace) -> int:
             print(f"plot: {report.plot(args.plot)}", file=sys.stderr)
         except ImportError as exc:
             raise _Usage(f"--plot: {exc}") from None
+    if args.html is not None:
+        page = report.to_html(records=args.records, margin=args.margin)
+        try:
+            args.html.write_text(page, encoding="utf-8")
+        except OSError as exc:
+            raise _Usage(f"--html: cannot write {str(args.html)!r}: {exc}") from None
+        print(f"html: {args.html}", file=sys.stderr)
     return EXIT_DONE
 
 

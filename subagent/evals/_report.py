@@ -26,6 +26,7 @@ from subagent.evals._compare import (
     measure_of,
     recommend_variant,
 )
+from subagent.evals._html import report_html
 from subagent.evals._outcomes import Outcome, outcome_from_data
 from subagent.evals._records import read_records
 
@@ -219,6 +220,10 @@ class VariantResult(BaseModel):
 
     def row(self) -> str:
         """The variant as a row of the Markdown table."""
+        return "| " + " | ".join(self.cells()) + " |"
+
+    def cells(self) -> list[str]:
+        """The variant's cells in the report's table (Markdown's and HTML's)."""
         low, high = self.success_interval
         salvage = "-" if self.salvage_rate is None else (
             f"{self.salvaged}/{self.corrected} ({self.salvage_rate:.0%})"
@@ -229,14 +234,21 @@ class VariantResult(BaseModel):
         per_case = "-" if self.cost_per_case is None else f"{self.cost_per_case:.4g}"
         per_success = "-" if self.cost_per_success is None else f"{self.cost_per_success:.4g}"
         wall_success = "-" if self.wall_per_success_s is None else f"{self.wall_per_success_s:.2f}"
-        return (
-            f"| {self.variant} | {self.runs} | {self.success_rate:.1%} "
-            f"[{100 * low:.0f}-{100 * high:.0f}] | {self.valid_but_wrong} | {salvage} | "
-            f"{repeats} | {self.calls_per_case:.2f} | {self.prompt_tokens:,} | "
-            f"{self.completion_tokens:,} | {per_case} | {per_success} | "
-            f"{self.wall_per_case_s:.2f} / {wall_success} | "
-            f"{self.wall_p50_s:.2f} / {self.wall_p95_s:.2f} |"
-        )
+        return [
+            self.variant,
+            str(self.runs),
+            f"{self.success_rate:.1%} [{100 * low:.0f}-{100 * high:.0f}]",
+            str(self.valid_but_wrong),
+            salvage,
+            repeats,
+            f"{self.calls_per_case:.2f}",
+            f"{self.prompt_tokens:,}",
+            f"{self.completion_tokens:,}",
+            per_case,
+            per_success,
+            f"{self.wall_per_case_s:.2f} / {wall_success}",
+            f"{self.wall_p50_s:.2f} / {self.wall_p95_s:.2f}",
+        ]
 
 
 def _crash_kind(outcome: Outcome) -> str:
@@ -261,12 +273,13 @@ class CaseResult(BaseModel):
     correct: dict[str, bool]
 
 
-_HEADER = (
-    "| variant | runs | success [95% CI] | valid but wrong | salvaged | repeated corrections "
-    "| calls/case | prompt tokens | completion tokens | cost/case | cost/success "
-    "| wall s/case / per success | wall p50 / p95 s |\n"
-    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-)
+COLUMNS: Final = (
+    "variant", "runs", "success [95% CI]", "valid but wrong", "salvaged",
+    "repeated corrections", "calls/case", "prompt tokens", "completion tokens", "cost/case",
+    "cost/success", "wall s/case / per success", "wall p50 / p95 s",
+)  # fmt: skip
+"""The columns of the variants' table (:meth:`VariantResult.cells`)."""
+_HEADER = "| " + " | ".join(COLUMNS) + " |\n|" + " --- |" * len(COLUMNS)
 
 
 class Report:
@@ -511,6 +524,22 @@ class Report:
     ) -> str:
         """The report as JSON text (see :meth:`to_data`)."""
         return json.dumps(self.to_data(margin, alpha), indent=indent, ensure_ascii=False)
+
+    def to_html(
+        self,
+        records: str | Path | None = None,
+        margin: float = DEFAULT_MARGIN,
+        alpha: float = DEFAULT_ALPHA,
+    ) -> str:
+        """The report as one self-contained HTML page (no script, no external asset).
+
+        The variants' table, the recommendation, the judges' table (pass rate, mean score,
+        the judge's own tokens), and per case which variants got it right. With
+        ``records`` (the records file the report counts), each run's output and the
+        verdicts that failed it, cut at ``OUTPUT_CHARS`` (500) characters. Every text is
+        escaped; at most ``HTML_CASES`` (500) cases are listed.
+        """
+        return report_html(self, margin, alpha, records)
 
     def plot(self, path: str | Path) -> Path:
         """Draw success against cost per case, a point per variant, to ``path`` (PNG, SVG...).

@@ -3,7 +3,9 @@
 The runs go through :func:`subagent.stream_many` (its pool of workers, its progress bar,
 its usage limits for the whole evaluation), read lazily: memory holds the runs in flight,
 never every Step. Each finished run is judged inside its worker, inside its trace, then
-written as one record line at once. Runs already recorded (the same case digest, variant
+written as one record line at once. When a judge reads spans, each agent run traces
+through a :class:`~subagent.evals._spans.SpanRecorder` of its own, whose spans its judges
+see. Runs already recorded (the same case digest, variant
 digest and repetition) are skipped, so a killed evaluation resumes with what is missing.
 
 Runs made elsewhere (an older harness, another tool) join an evaluation's records through
@@ -33,8 +35,9 @@ from subagent.evals._outcomes import (
 )
 from subagent.evals._records import RecordWriter, read_records, record_line, run_line, slot_key
 from subagent.evals._report import Report, Tally
+from subagent.evals._spans import SpanRecorder
 from subagent.evals._systems import SystemRun
-from subagent.evals._tracing import CaseTracer
+from subagent.evals._tracing import CaseTracer, configured_provider
 from subagent.evals._variants import Plan, Planner, Variants
 from subagent.llm import Usage
 from subagent.records import FailReason, Failure, Step
@@ -114,6 +117,9 @@ class _CaseRunner:
         self.return_retries = 0
         self._judges = judges
         self._tracer = tracer
+        # Spans are captured only for a judge that reads them: otherwise a run is given
+        # the options it would have been given.
+        self._spans = any(getattr(one, "reads_spans", False) for one in judges)
 
     def check_options(self, **options: Any) -> None:
         """Nothing to check: each variant's options were checked when it was planned."""
@@ -128,9 +134,14 @@ class _CaseRunner:
             else:
                 agent = plan.agent_for(case)
                 work.ran_by = agent.name
-                step = await agent.run(case.context, messages=case.messages, **plan.options)
+                options, recorder = plan.options, None
+                if self._spans:
+                    recorder = SpanRecorder(configured_provider(options.get("tracer_provider")))
+                    options = {**options, "tracer_provider": recorder}
+                step = await agent.run(case.context, messages=case.messages, **options)
                 if step.ok and self._judges:
-                    judged = JudgeContext(case, step.output, step, plan.name)
+                    spans = None if recorder is None else recorder.spans()
+                    judged = JudgeContext(case, step.output, step, plan.name, spans=spans)
                     work.verdicts = await run_judges(self._judges, judged)
                 work.correct = step.ok and all(verdict.passed for verdict in work.verdicts)
             if span is not None:

@@ -27,13 +27,13 @@ from subagent._text import shorten
 from subagent.evals._judges import VerdictRecord
 from subagent.observe._otel import ERROR_TEXT_LIMIT, capture_enabled
 
-__all__ = ["EVALUATION_EVENT", "CaseTracer"]
+__all__ = ["EVALUATION_EVENT", "CaseTracer", "configured_provider"]
 
 EVALUATION_EVENT: Final = "gen_ai.evaluation.result"
 
 
-def _tracer(provider: Any) -> trace.Tracer | None:
-    """The evaluation's tracer from ``provider`` (default: the global one), if any is set."""
+def configured_provider(provider: Any) -> Any:
+    """``provider``, else the global one when one is configured, else ``None``."""
     if provider is None:
         unset = getattr(trace, "_TRACER_PROVIDER", False) is None
         if unset and "OTEL_PYTHON_TRACER_PROVIDER" not in os.environ:
@@ -41,6 +41,14 @@ def _tracer(provider: Any) -> trace.Tracer | None:
         provider = trace.get_tracer_provider()
         if isinstance(provider, ProxyTracerProvider | trace.NoOpTracerProvider):
             return None
+    return provider
+
+
+def _tracer(provider: Any) -> trace.Tracer | None:
+    """The evaluation's tracer from ``provider`` (default: the global one), if any is set."""
+    provider = configured_provider(provider)
+    if provider is None:
+        return None
     tracer: trace.Tracer = provider.get_tracer("subagent.evals", __version__)
     return tracer
 
