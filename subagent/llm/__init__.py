@@ -80,7 +80,6 @@ from subagent.llm._retry_policy import (
 )
 from subagent.llm._structured import strict_schema
 from subagent.llm._transport import (
-    DeltaHandler,
     TransportRetry,
 )
 
@@ -88,7 +87,6 @@ __all__ = [
     "LLM",
     "PROFILES",
     "AnthropicChat",
-    "DeltaHandler",
     "FallbackLLM",
     "LLMRequest",
     "LLMResponse",
