@@ -93,6 +93,16 @@ def test_run_exits_1_when_the_run_fails(
     assert len(model.requests) == 2
 
 
+def test_a_task_an_input_guardrail_refuses_prints_its_reason_and_exits_1(
+    model: ScriptedServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, _ = run(["run", "cli_agents:guarded", "--context",
+                          '{"question": "my homework"}'], capsys)  # fmt: skip
+    assert status == cli.EXIT_FAILED
+    assert out.splitlines()[1:] == ["failed (input_refused: no homework here) in 0 turns ()"]
+    assert model.requests == []
+
+
 def test_a_rows_error_is_its_first_field_error_not_the_heading_above_it(
     model: ScriptedServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
