@@ -32,7 +32,7 @@ from subagent._errors import (
     TemplateError,
 )
 from subagent._handle import AgentRun
-from subagent._hooks import Pause, RunHook, ToolBatch
+from subagent._hooks import InputGuardrail, Pause, RunHook, ToolBatch
 from subagent._limits import Price, UsageLimits
 from subagent._options import ResumeArguments
 from subagent._phases import Phase
@@ -133,6 +133,7 @@ __all__ = [
     "FallbackLLM",
     "FromExtras",
     "FunctionLLM",
+    "InputGuardrail",
     "InvalidStateError",
     "JSONParser",
     "LLMContractError",

@@ -2,8 +2,9 @@
 
 A run's extensions are hooks: the library's own (approval of tool calls, usage limits,
 ``on_state``) and yours (``SubAgent(hooks=[...])``, ``run(hooks=[...])``). A hook overrides
-the methods it needs, and the loop calls each method at one place of a turn::
+the methods it needs, and the loop calls each method at one place of a run::
 
+    before_run(messages, run)             once, before the first call -> a reason to refuse
     before_call(run)                      before the model is called -> a reason to end
     after_reply(response, model, run)     when its reply is in       -> a reason to end
     before_tools(batch, run)              before a turn's calls run  -> pause, or end
@@ -19,21 +20,23 @@ later breaks no hook. ``run`` (a :class:`~subagent.RunContext`) and ``state`` (t
 are), so a method no hook overrides costs the loop one truthiness test and nothing else.
 The order is fixed: approval, usage limits, the agent's hooks, the run's hooks, then
 ``on_state``; the loop calls each method in that order.
+
+:class:`InputGuardrail` is a hook made of one function: its ``before_run``.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from subagent._context import RunContext
 from subagent._errors import ConfigurationError, blame_user_code
-from subagent.llm import LLMResponse, ToolCall
+from subagent.llm import LLMResponse, Message, ToolCall
 from subagent.records import Decision, RunState, ToolResult, Turn
 
-__all__ = ["NO_HOOKS", "Hooks", "Pause", "RunHook", "ToolBatch"]
+__all__ = ["NO_HOOKS", "Hooks", "InputGuardrail", "Pause", "RunHook", "ToolBatch"]
 
 
 @dataclass(slots=True)
@@ -92,6 +95,8 @@ class RunHook:
 
     The arguments, by name:
 
+    - ``messages``: the task's messages as the run starts (its rendered prompt, or the
+      messages given, after any ``message_history``; no system message);
     - ``run``: the :class:`~subagent.RunContext` of the turn (the agent, turn number,
       phase, usage and tool calls so far, the run's deps);
     - ``response``: the model's :class:`~subagent.LLMResponse`;
@@ -106,6 +111,17 @@ class RunHook:
     """
 
     __slots__ = ()
+
+    def before_run(
+        self, *, messages: Sequence[Message], run: RunContext[Any]
+    ) -> str | Awaitable[str | None] | None:
+        """Once, before a run's first model call: why the task is refused (``None``: go on).
+
+        May be ``async``. A reason ends the run ``failed(input_refused)`` with it as the
+        message, before any model call and with no turn. Not called when a paused run
+        resumes (its task was checked when it started). ``run.turn`` is 0.
+        """
+        return None
 
     def before_call(self, *, run: RunContext[Any]) -> str | None:
         """Before each model call: why the run must end instead (``None``: go on).
@@ -150,6 +166,7 @@ def _overrides(hook: RunHook, name: str) -> bool:
 # Each seam's arguments, in the order the loop passes them. A thunk (a function of no
 # arguments) stands for ``run`` and ``state``: made only for a hook that asks for them.
 _ARGUMENTS: dict[str, tuple[str, ...]] = {
+    "before_run": ("messages", "run"),
     "before_call": ("run",),
     "after_reply": ("response", "model", "run"),
     "before_tools": ("batch", "run"),
@@ -204,7 +221,9 @@ def _caller(hook: RunHook, name: str) -> Callable[..., Any]:
         wanted = _wanted(method, f"{type(hook).__name__}.{name}", _ARGUMENTS[name])
         if len(_WANTED) < 1024:
             _WANTED[key] = wanted
-    where = f"the hook {type(hook).__name__}.{name}"
+    # An input guardrail is named by its check: a run may have several.
+    named = repr(hook) if isinstance(hook, InputGuardrail) else type(hook).__name__
+    where = f"the hook {named}.{name}"
 
     def call(*values: Any) -> Any:
         kwargs = {argument: values[index]() if made else values[index]
@@ -214,7 +233,25 @@ def _caller(hook: RunHook, name: str) -> Callable[..., Any]:
         except Exception as exc:
             raise blame_user_code(exc, where) from None
 
-    return call
+    if name != "before_run":
+        return call
+
+    async def screen(*values: Any) -> str | None:
+        answer = call(*values)
+        if inspect.isawaitable(answer):
+            try:
+                answer = await answer
+            except Exception as exc:
+                raise blame_user_code(exc, where) from None
+        if answer is None or isinstance(answer, str):
+            return answer
+        refused = TypeError(
+            f"{where} returned {answer!r}: return why the task is refused (a str), or None "
+            f"to let the run go on"
+        )
+        raise blame_user_code(refused, where)
+
+    return screen
 
 
 class Hooks:
@@ -225,8 +262,8 @@ class Hooks:
             for an argument its seam does not give (found when the run starts).
     """
 
-    __slots__ = ("after_reply", "after_tools", "after_turn", "before_call", "before_tools",
-                 "user_code")  # fmt: skip
+    __slots__ = ("after_reply", "after_tools", "after_turn", "before_call", "before_run",
+                 "before_tools", "user_code")  # fmt: skip
 
     def __init__(self, hooks: Sequence[RunHook] = ()):
         for hook in hooks:
@@ -238,6 +275,7 @@ class Hooks:
         def bound(name: str) -> tuple[Callable[..., Any], ...]:
             return tuple(_caller(hook, name) for hook in hooks if _overrides(hook, name))
 
+        self.before_run = bound("before_run")  # each an async function
         self.before_call = bound("before_call")
         self.after_reply = bound("after_reply")
         self.before_tools = bound("before_tools")
@@ -249,10 +287,70 @@ class Hooks:
 
     def __bool__(self) -> bool:
         return bool(
-            self.before_call or self.after_reply or self.before_tools or self.after_tools
-            or self.after_turn or self.user_code
+            self.before_run or self.before_call or self.after_reply or self.before_tools
+            or self.after_tools or self.after_turn or self.user_code
         )  # fmt: skip
 
 
 NO_HOOKS = Hooks()
 """The hooks of a run that has none (shared)."""
+
+
+class InputGuardrail(RunHook):
+    """A check of a run's task before the model sees it: a hook made of one function.
+
+    ``check`` is called once per run, before its first model call, with the keyword
+    arguments it names (as a hook's methods are): ``messages``, the task's messages, and
+    ``run``, the run's :class:`~subagent.RunContext` (its ``deps``). It returns why the task
+    is refused, or ``None`` to let the run go on; it may be ``async`` (a check that asks a
+    cheaper model). A refusal ends the run ``failed(input_refused)``, the reason its
+    message, with no model call and no turn. A check that raises is raised out of the run
+    as it is. Give it to the agent (``SubAgent(hooks=[...])``) or to one run
+    (``run(hooks=[...])``), like any hook; several run in their order, the first refusal
+    ends the run.
+
+    Args:
+        check: ``(messages, run) -> str | None``, or ``async``; it names only the
+            arguments it uses (``**kwargs`` takes both).
+
+    Raises:
+        ConfigurationError: ``check`` is not callable, or asks for an argument other than
+            ``messages`` and ``run`` (field ``hooks``).
+
+    Attributes:
+        check: The function, as given.
+
+    Example::
+
+        def no_homework(messages):
+            if "homework" in messages[-1].content:
+                return "homework is not what this agent is for"
+            return None
+
+        agent = SubAgent(..., hooks=[InputGuardrail(no_homework)])
+    """
+
+    __slots__ = ("_names", "check")
+
+    def __init__(self, check: Callable[..., str | Awaitable[str | None] | None]) -> None:
+        if not callable(check):
+            raise ConfigurationError("hooks", f"InputGuardrail needs a function, got {check!r}")
+        wanted = _wanted(check, f"InputGuardrail({_name_of(check)})", _ARGUMENTS["before_run"])
+        self.check = check
+        self._names = tuple(argument for _, argument, _ in wanted)
+
+    def before_run(
+        self, *, messages: Sequence[Message], run: RunContext[Any]
+    ) -> str | Awaitable[str | None] | None:
+        """The check's answer about the task (see the class)."""
+        given = {"messages": messages, "run": run}
+        return self.check(**{name: given[name] for name in self._names})
+
+    def __repr__(self) -> str:
+        return f"InputGuardrail({_name_of(self.check)})"
+
+
+def _name_of(function: Callable[..., Any]) -> str:
+    """A function's name as written (``Screen.check``, ``no_homework``, ``<lambda>``)."""
+    name = getattr(function, "__qualname__", None)
+    return repr(function) if not isinstance(name, str) else name.rpartition("<locals>.")[2]

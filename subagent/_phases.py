@@ -67,7 +67,9 @@ class Trigger(StrEnum):
     work turn as any tool turn does). ``LIMIT_REACHED``: a usage limit (tokens, tool calls,
     cost) was reached before a call, or crossed by a reply or by the tool calls it asked for.
     ``SERVER_LOST``: a tool turn in ``normal`` found a tool's source gone (an MCP server
-    whose process died); the calls' results are kept, and the run ends.
+    whose process died); the calls' results are kept, and the run ends. ``INPUT_REFUSED``:
+    a hook's ``before_run`` (an input guardrail) refused the task before the first model
+    call; no turn was taken, and none is spent.
     """
 
     RETURNED = "returned"
@@ -81,6 +83,7 @@ class Trigger(StrEnum):
     RESUMED = "resumed"
     LIMIT_REACHED = "limit_reached"
     SERVER_LOST = "server_lost"
+    INPUT_REFUSED = "input_refused"
 
 
 ACTIVE_PHASES = (Phase.NORMAL, Phase.MUST_RETURN, Phase.RETRY)
@@ -256,6 +259,7 @@ def _rows() -> tuple[Row, ...]:
                             _ABORTED))  # fmt: skip
     rows += _limit_rows()
     rows += _lost_rows()
+    rows += _refused_rows()
     return tuple(rows)
 
 
@@ -273,6 +277,18 @@ def _lost_rows() -> list[Row]:
     return [
         Row(Trigger.SERVER_LOST, Phase.NORMAL, Phase.FAILED, None, (_spend_work,),
             FailReason.TOOL_SERVER_LOST, "tool server lost / tool_server_lost"),
+    ]  # fmt: skip
+
+
+def _refused_rows() -> list[Row]:
+    """A task refused before the first call ends the run from the phase it starts in.
+
+    No turn was taken, so none is spent.
+    """
+    return [
+        Row(Trigger.INPUT_REFUSED, phase, Phase.FAILED, None, (), FailReason.INPUT_REFUSED,
+            "task refused / input_refused")
+        for phase in (Phase.NORMAL, Phase.MUST_RETURN)
     ]  # fmt: skip
 
 

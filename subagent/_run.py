@@ -6,9 +6,9 @@ call the model (``_call``: transport retries inside the turn), judge the reply
 (``_judge``), run the tool calls it asks for (``_tool_stage``), then apply the verdict: its
 trigger moves the state table and the next turn gets what it needs (``_feedback``). One
 builder records the turn, however it ended (``_turns``). A paused turn, resumed, goes
-through the same tool stage. Extensions (approval, usage limits, ``on_state``) are hooks
-called at fixed places (``_hooks``); whoever listens is told through the run's
-:class:`~subagent.observe.Observer`, scope by scope.
+through the same tool stage. Extensions (approval, usage limits, ``on_state``, input
+guardrails) are hooks called at fixed places (``_hooks``); whoever listens is told through
+the run's :class:`~subagent.observe.Observer`, scope by scope.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Coroutine, Mapping
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -79,8 +80,8 @@ def execute_run(
 
 
 class _Run:
-    __slots__ = ("_reply_usage", "_started", "_stop", "decisions", "depth", "hooks", "in_flight",
-                 "live", "observer", "options", "parts")  # fmt: skip
+    __slots__ = ("_reply_usage", "_started", "_stop", "_task", "decisions", "depth", "hooks",
+                 "in_flight", "live", "observer", "options", "parts")  # fmt: skip
 
     def __init__(
         self,
@@ -97,6 +98,8 @@ class _Run:
         self.options = options
         self.hooks = options.hooks
         self._stop = stop
+        # The task as given, for the hooks that check it before the first call (none: None).
+        self._task = tuple(opening) if state is None and self.hooks.before_run else None
         if state is None:
             budget = Budget.start(options.max_turns, options.return_retries)
             task = None
@@ -131,6 +134,8 @@ class _Run:
                                live.resumed, live.traceparent) as run:  # fmt: skip
             try:
                 if options.mission_timeout is None and self._stop is None:
+                    if self._task is not None:
+                        await self._screen()
                     budget = live.budget
                     while budget.active:  # the common case, inline: no frame of its own
                         await self._turn()
@@ -170,6 +175,8 @@ class _Run:
         mission, stop = self.options.mission_timeout, self._stop
         with stop if stop is not None else anyio.CancelScope() as stopping:
             with anyio.move_on_after(math.inf if mission is None else mission) as timer:
+                if self._task is not None:
+                    await self._screen()
                 while self.live.budget.active:
                     await self._turn()
         if timer.cancelled_caught:
@@ -187,6 +194,20 @@ class _Run:
         last = live.turns[-1] if live.turns else None
         if last is not None and last.error_type == "cancelled":
             live.turns[-1] = ended_by(last, message)
+
+    async def _screen(self) -> None:
+        """The hooks' check of the task before the first call: a refusal ends the run."""
+        task, self._task = self._task, None
+        assert task is not None
+        for check in self.hooks.before_run:
+            reason = await check(task, self._opening_context)
+            if reason is not None:
+                self._abort(Trigger.INPUT_REFUSED, reason, None)
+                return
+
+    def _opening_context(self) -> RunContext[Any]:
+        """The :class:`RunContext` before the first turn (turn 0)."""
+        return replace(self.run_context(), turn=0)
 
     # --- one turn, in stages ---
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from subagent import LLMRequest, LLMResponse, SubAgent, Tool, ToolCall
+from subagent import InputGuardrail, LLMRequest, LLMResponse, Message, SubAgent, Tool, ToolCall
 
 
 class Answer(BaseModel):
@@ -25,6 +25,16 @@ answer = SubAgent(name="answer", prompt="Answer {{question}}", output=Answer, ma
 
 own_model = SubAgent(name="own_model", prompt="Answer {{question}}", output=Answer,
                      llm=FortyTwo())  # fmt: skip
+
+
+def no_homework(messages: list[Message]) -> str | None:
+    """Refuses a task about homework."""
+    return "no homework here" if "homework" in messages[-1].content else None
+
+
+guarded = SubAgent(name="guarded", prompt="Answer {{question}}", output=Answer, max_turns=1,
+                   hooks=[InputGuardrail(no_homework)])  # fmt: skip
+"""An input guardrail: a question about homework fails ``input_refused`` (exit status 1)."""
 
 NOT_AN_AGENT = 3
 

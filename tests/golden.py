@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +35,10 @@ from support import Traced
 from subagent import (
     Decision,
     ErrorKind,
+    InputGuardrail,
     LLMError,
     LLMResponse,
+    Message,
     ParseResult,
     ReplyPolicy,
     RetryPolicy,
@@ -536,6 +538,20 @@ async def limit_after_reply(r: Recorder) -> None:
 async def limit_before_tools(r: Recorder) -> None:
     limits = UsageLimits(max_tool_calls=1)
     await run(r, agent(), [calls(ADD, ("add", {"a": 2, "b": 2})), GOOD], usage_limits=limits)
+
+
+# --- input guardrails ------------------------------------------------------------------
+
+
+def no_homework(messages: Sequence[Message]) -> str | None:
+    """An input guardrail: a task about homework is refused."""
+    return "no homework here" if "homework" in messages[-1].content else None
+
+
+@scenario
+async def input_refused_before_any_call(r: Recorder) -> None:
+    subagent = agent(prompt="Do my homework: 1 + 2", hooks=[InputGuardrail(no_homework)])
+    await run(r, subagent, [GOOD])
 
 
 # --- approval and resume ---------------------------------------------------------------

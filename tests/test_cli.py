@@ -94,6 +94,16 @@ def test_run_exits_1_when_the_run_fails(
     assert len(model.requests) == 2
 
 
+def test_a_task_an_input_guardrail_refuses_prints_its_reason_and_exits_1(
+    model: ScriptedServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, _ = run(["run", "cli_agents:guarded", "--context",
+                          '{"question": "my homework"}'], capsys)  # fmt: skip
+    assert status == _status.EXIT_FAILED
+    assert out.splitlines()[1:] == ["failed (input_refused: no homework here) in 0 turns ()"]
+    assert model.requests == []
+
+
 def test_a_rows_error_is_its_first_field_error_not_the_heading_above_it(
     model: ScriptedServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -944,8 +954,9 @@ def test_matching_results_to_a_reordered_input_grows_linearly() -> None:
 
     def seconds(size: int) -> float:
         """The best of three, without the collector: the matching's own growth."""
-        inputs = [cli.Input(n + 1, {}, f"key {n}") for n in range(size)]
-        results = [cli.Result(size - 1 - n, f"key {n}", step) for n in range(size)]  # reversed
+        inputs = [_batch_files.Input(n + 1, {}, f"key {n}") for n in range(size)]
+        # reversed
+        results = [_batch_files.Result(size - 1 - n, f"key {n}", step) for n in range(size)]
         best = math.inf
         for _ in range(3):
             gc.collect()

@@ -2,7 +2,8 @@
 
 A hook's methods are called with the keyword arguments they name, in one documented order
 (approval, usage limits, the agent's hooks, the run's hooks, on_state); a hook that raises
-is raised as itself with the run's turns.
+is raised as itself with the run's turns. An input guardrail (``before_run``) checks the
+task before the first model call; a refusal ends the run ``failed(input_refused)``.
 """
 
 from __future__ import annotations
@@ -10,18 +11,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 import pytest
+from opentelemetry.trace import StatusCode
 from pydantic import BaseModel
+from support import Traced, attrs
 
 from subagent import (
     ConfigurationError,
     Correction,
     FailReason,
+    InputGuardrail,
     LLMResponse,
+    Message,
     RunContext,
     RunHook,
     RunState,
     ScriptedLLM,
+    Step,
     SubAgent,
     Tool,
     ToolBatch,
@@ -234,3 +242,206 @@ async def test_a_resumed_run_takes_hooks_of_its_own() -> None:
                               hooks=[Recorder("resumed", log)])  # fmt: skip
     assert done.output == Answer(x=1)
     assert log[0] == "resumed before_tools ['deploy']"
+
+
+# --- before_run: input guardrails --------------------------------------------------------
+
+
+def no_homework(messages: Sequence[Message]) -> str | None:
+    """Refuses a task that asks for homework."""
+    return "homework is not what this agent is for" if "homework" in messages[-1].content else None
+
+
+def helper(**fields: Any) -> SubAgent[Answer]:
+    fields.setdefault("max_turns", 2)
+    return SubAgent(name="helper", prompt="{{question}}", output=Answer, **fields)
+
+
+async def test_a_refused_task_fails_input_refused_with_the_reason_and_no_model_call() -> None:
+    llm = ScriptedLLM(['{"x": 1}'])
+    step = await helper(hooks=[InputGuardrail(no_homework)]).run(
+        {"question": "Do my homework"}, llm=llm
+    )
+    assert step.failure is not None and step.failure.reason is FailReason.INPUT_REFUSED
+    assert step.failure.message == "homework is not what this agent is for"
+    assert llm.requests == [] and step.turns == []
+    assert not step.retryable
+    assert step.summary() == (
+        "failed (input_refused: homework is not what this agent is for) in 0 turns ()"
+    )
+
+
+async def test_a_refused_runs_step_loads_back_from_its_json() -> None:
+    step = await helper(hooks=[InputGuardrail(no_homework)]).run(
+        {"question": "homework, please"}, llm=ScriptedLLM([])
+    )
+    again = Step[Answer].model_validate_json(step.model_dump_json())
+    assert again == step
+    assert again.failure is not None and again.failure.reason is FailReason.INPUT_REFUSED
+
+
+async def test_a_passing_guardrail_leaves_the_run_as_it_was() -> None:
+    plain = ScriptedLLM(['{"x": 1}'])
+    guarded = ScriptedLLM(['{"x": 1}'])
+    without = await helper().run({"question": "1?"}, llm=plain)
+    with_it = await helper(hooks=[InputGuardrail(no_homework)]).run({"question": "1?"},
+                                                                   llm=guarded)  # fmt: skip
+    assert with_it.output == without.output == Answer(x=1)
+    assert guarded.requests == plain.requests
+    assert [t.model_dump(exclude={"duration_s"}) for t in with_it.turns] == [
+        t.model_dump(exclude={"duration_s"}) for t in without.turns
+    ]
+
+
+async def test_an_async_guardrail_is_awaited_and_may_refuse() -> None:
+    seen: list[str] = []
+
+    async def moderated(messages: Sequence[Message]) -> str | None:
+        await anyio.lowlevel.checkpoint()  # a moderation model would be asked here
+        seen.append(messages[-1].content)
+        return "flagged" if "flag" in messages[-1].content else None
+
+    agent = helper(hooks=[InputGuardrail(moderated)])
+    refused = await agent.run({"question": "flag me"}, llm=ScriptedLLM([]))
+    passed = await agent.run({"question": "2?"}, llm=ScriptedLLM(['{"x": 2}']))
+    assert refused.failure is not None and refused.failure.reason is FailReason.INPUT_REFUSED
+    assert refused.failure.message == "flagged"
+    assert passed.output == Answer(x=2)
+    assert seen == ["flag me", "2?"]
+
+
+async def test_a_guardrail_sees_the_task_as_given_and_the_runs_deps_at_turn_0() -> None:
+    seen: list[Any] = []
+
+    def check(messages: Sequence[Message], run: RunContext[Any]) -> None:
+        seen.append(([(m.role, m.content) for m in messages], run.deps, run.turn, run.agent))
+
+    # max_turns=1: the must_return notice joins the task the model sees, not the one checked.
+    agent = helper(hooks=[InputGuardrail(check)], max_turns=1)
+    llm = ScriptedLLM(['{"x": 3}'])
+    await agent.run({"question": "3?"}, llm=llm, deps="the deps")
+    assert seen == [([("user", "3?")], "the deps", 0, "helper")]
+    assert llm.requests[0].messages[-1].content != "3?"
+
+
+async def test_the_agents_guardrails_run_first_and_the_first_refusal_ends_the_run() -> None:
+    log: list[str] = []
+
+    def named(label: str, refuse: bool) -> InputGuardrail:
+        def check(messages: Sequence[Message]) -> str | None:
+            log.append(label)
+            return f"{label} refused" if refuse else None
+
+        return InputGuardrail(check)
+
+    agent = helper(hooks=[named("agent", False)])
+    step = await agent.run({"question": "1?"}, llm=ScriptedLLM([]),
+                           hooks=[named("run", True), named("later", True)])  # fmt: skip
+    assert log == ["agent", "run"]
+    assert step.failure is not None and step.failure.message == "run refused"
+
+
+async def test_a_guardrail_given_to_one_run_checks_that_run_only() -> None:
+    agent = helper()
+    refused = await agent.run({"question": "homework"}, llm=ScriptedLLM([]),
+                              hooks=[InputGuardrail(no_homework)])  # fmt: skip
+    answered = await agent.run({"question": "homework"}, llm=ScriptedLLM(['{"x": 4}']))
+    assert refused.failure is not None and refused.failure.reason is FailReason.INPUT_REFUSED
+    assert answered.output == Answer(x=4)
+
+
+class Screen(RunHook):
+    """A hook of one's own on the same point: async, asking for what it uses."""
+
+    async def before_run(self, *, run: RunContext[Any]) -> str | None:
+        await anyio.lowlevel.checkpoint()
+        return None if run.deps == "allowed" else "not allowed"
+
+
+async def test_before_run_is_a_seam_any_hook_may_override_async() -> None:
+    agent = helper(hooks=[Screen()])
+    refused = await agent.run({"question": "1?"}, llm=ScriptedLLM([]), deps="other")
+    passed = await agent.run({"question": "1?"}, llm=ScriptedLLM(['{"x": 1}']), deps="allowed")
+    assert refused.failure is not None and refused.failure.message == "not allowed"
+    assert passed.ok
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+async def test_a_guardrail_that_raises_is_raised_as_itself(asynchronous: bool) -> None:
+    def broken(messages: Sequence[Message]) -> str | None:
+        raise KeyError("moderation service down")
+
+    async def broken_async(messages: Sequence[Message]) -> str | None:
+        await anyio.lowlevel.checkpoint()
+        raise KeyError("moderation service down")
+
+    llm = ScriptedLLM([])
+    agent = helper(hooks=[InputGuardrail(broken_async if asynchronous else broken)])
+    with pytest.raises(KeyError, match="moderation service down") as raised:
+        await agent.run({"question": "1?"}, llm=llm)
+    assert raised.value.turns == ()  # type: ignore[attr-defined]
+    assert "raised by the hook InputGuardrail(" in "".join(raised.value.__notes__)
+    assert llm.requests == []
+
+
+async def test_a_guardrail_answering_neither_a_reason_nor_none_is_a_type_error() -> None:
+    agent = helper(hooks=[InputGuardrail(lambda messages: True)])
+    with pytest.raises(TypeError, match=r"InputGuardrail\(<lambda>\).before_run returned True: "
+                       r"return why the task is refused"):  # fmt: skip
+        await agent.run({"question": "1?"}, llm=ScriptedLLM([]))
+
+
+def test_a_guardrail_asking_for_an_argument_it_is_not_given_is_refused_at_once() -> None:
+    def check(messages: Sequence[Message], user: str) -> None:
+        return None
+
+    with pytest.raises(ConfigurationError, match=r"asks for \['user'\]") as refused:
+        InputGuardrail(check)
+    assert refused.value.field == "hooks"
+    with pytest.raises(ConfigurationError, match="needs a function"):
+        InputGuardrail("no homework")  # type: ignore[arg-type]
+
+
+async def test_a_resumed_run_does_not_check_its_task_again() -> None:
+    checked: list[int] = []
+
+    def count(messages: Sequence[Message]) -> None:
+        checked.append(len(messages))
+
+    agent = SubAgent(name="ops", prompt="Ship", output=Answer, max_turns=3,
+                     tools=[Tool(deploy, requires_approval=True, run_in_thread=False)],
+                     hooks=[InputGuardrail(count)])  # fmt: skip
+    paused = await agent.run(llm=ScriptedLLM([
+        LLMResponse(tool_calls=[ToolCall(id="c1", name="deploy", arguments={"env": "a"})])
+    ]))  # fmt: skip
+    assert paused.state is not None
+    done = await agent.resume(paused.state, {"c1": True}, llm=ScriptedLLM(['{"x": 1}']))
+    assert done.ok
+    assert checked == [1]
+
+
+async def test_a_guardrail_runs_within_the_runs_mission_timeout() -> None:
+    async def never_answers(messages: Sequence[Message]) -> None:
+        await anyio.Event().wait()
+
+    step = await helper(hooks=[InputGuardrail(never_answers)]).run(
+        {"question": "1?"}, llm=ScriptedLLM([]), mission_timeout=0.001
+    )
+    assert step.failure is not None and step.failure.reason is FailReason.TIMEOUT
+    refused = await helper(hooks=[InputGuardrail(no_homework)]).run(
+        {"question": "homework"}, llm=ScriptedLLM([]), mission_timeout=60
+    )
+    assert refused.failure is not None and refused.failure.reason is FailReason.INPUT_REFUSED
+
+
+async def test_a_refused_run_is_traced_failed_with_its_reason(traced: Traced) -> None:
+    await helper(hooks=[InputGuardrail(no_homework)]).run(
+        {"question": "homework"}, llm=ScriptedLLM([]), tracer_provider=traced.provider
+    )
+    run = traced.one("invoke_agent helper")
+    attributes = attrs(run)
+    assert attributes["subagent.outcome"] == "failed"
+    assert attributes["subagent.failure.reason"] == "input_refused"
+    assert attributes["error.type"] == "input_refused"
+    assert run.status.status_code is StatusCode.ERROR
+    assert traced.names() == ["invoke_agent helper"]  # no turn, no chat span

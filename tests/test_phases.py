@@ -148,6 +148,7 @@ def test_table_covers_every_trigger_from_every_active_phase() -> None:
         Trigger.NEEDS_APPROVAL: {Phase.NORMAL},
         Trigger.RESUMED: {Phase.PAUSED},
         Trigger.SERVER_LOST: {Phase.NORMAL},
+        Trigger.INPUT_REFUSED: {Phase.NORMAL, Phase.MUST_RETURN},  # where a run starts
     }
     for trigger in Trigger:
         sources = {row.source for row in TABLE if row.trigger is trigger}
@@ -226,3 +227,26 @@ def test_no_tool_server_is_lost_where_tools_never_run(phase: Phase) -> None:
 def test_the_chart_shows_the_lost_server_row_from_normal_only() -> None:
     lost = [line for line in mermaid_chart().splitlines() if "tool_server_lost" in line]
     assert lost == ["    normal --> failed: tool server lost / tool_server_lost"]
+
+
+@pytest.mark.parametrize("phase", [Phase.NORMAL, Phase.MUST_RETURN])
+def test_a_refused_task_fails_from_the_phase_a_run_starts_in_spending_nothing(
+    phase: Phase,
+) -> None:
+    budget = Budget(phase.value, 2, 3, 3)
+    assert advance(budget, Trigger.INPUT_REFUSED) is Phase.FAILED
+    assert budget.failure_reason is FailReason.INPUT_REFUSED
+    assert (budget.work_remaining, budget.retries_remaining) == (2, 3)  # no turn was taken
+
+
+def test_no_task_is_refused_once_corrections_began() -> None:
+    from transitions import MachineError
+
+    with pytest.raises(MachineError):
+        advance(Budget(Phase.RETRY.value, 2, 2, 2), Trigger.INPUT_REFUSED)
+
+
+def test_the_chart_shows_the_refused_task_row_from_the_starting_phases() -> None:
+    refused = [line for line in mermaid_chart().splitlines() if "input_refused" in line]
+    assert refused == ["    normal --> failed: task refused / input_refused",
+                       "    must_return --> failed: task refused / input_refused"]  # fmt: skip

@@ -195,8 +195,19 @@ def test_fail_reason_compares_equal_to_its_string() -> None:
     assert FailReason.BUDGET_EXHAUSTED == "budget_exhausted"
     assert {reason.value for reason in FailReason} == {
         "budget_exhausted", "explicit_fail", "llm_error", "timeout", "cancelled", "error",
-        "worker_lost", "usage_limit", "tool_server_lost",
+        "worker_lost", "usage_limit", "tool_server_lost", "input_refused",
     }  # fmt: skip
+
+
+def test_a_stored_input_refused_failure_loads_back_and_is_not_retryable() -> None:
+    text = (
+        '{"agent": "a", "max_turns": 2, "return_retries": 0, "turns": [], "failure": '
+        '{"reason": "input_refused", "message": "no homework here"}}'
+    )
+    step = Step[Answer].model_validate_json(text)
+    assert step.failure == Failure(reason=FailReason.INPUT_REFUSED, message="no homework here")
+    assert not step.retryable and not step.ok
+    assert Step[Answer].model_validate_json(step.model_dump_json()) == step
 
 
 def test_raise_for_failure_returns_a_successful_step() -> None:

@@ -26,16 +26,6 @@ runs raised (a bug to fix, said in one line, not a traceback); 4 when a run paus
 approval and none failed; 130 when interrupted.
 """
 
-from subagent.cli._batch_files import (
-    Input,
-    Plan,
-    Result,
-)
 from subagent.cli._main import main
 
-__all__ = [
-    "Input",
-    "Plan",
-    "Result",
-    "main",
-]
+__all__ = ["main"]

@@ -46,7 +46,10 @@ class FailReason(StrEnum):
     not ``retryable``: the same run would spend the same. ``tool_server_lost``: a tool's
     source (an MCP server) went away during one of the run's tool calls; the turn keeps
     the calls' results as the model would have read them, and the run ends there.
-    ``retryable``: a restarted server may serve the same run.
+    ``retryable``: a restarted server may serve the same run. ``input_refused``: a hook's
+    ``before_run`` (an :class:`~subagent.InputGuardrail`) refused the task before the first
+    model call; the message is its reason, the run has no turns; not ``retryable``: the same
+    task would be refused again.
     """
 
     BUDGET_EXHAUSTED = "budget_exhausted"
@@ -58,6 +61,7 @@ class FailReason(StrEnum):
     WORKER_LOST = "worker_lost"
     USAGE_LIMIT = "usage_limit"
     TOOL_SERVER_LOST = "tool_server_lost"
+    INPUT_REFUSED = "input_refused"
 
 
 class TurnType(StrEnum):
