@@ -18,13 +18,14 @@ import html
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from subagent._text import shorten
 from subagent.evals._records import read_records
 
-if TYPE_CHECKING:
-    from subagent.evals._report import Report
+# A Report, typed loosely: the report module imports this one (Report.to_html), and the
+# evals room keeps its modules free of cycles, type-only imports included.
+Report = Any
 
 __all__ = ["HTML_CASES", "OUTPUT_CHARS", "report_html"]
 
@@ -114,24 +115,27 @@ def _cell(outcome: Any, detail: str | None) -> str:
 
 
 def report_html(
-    report: Report, margin: float, alpha: float, records: str | Path | None = None
+    report: Report,
+    columns: Sequence[str],
+    margin: float,
+    alpha: float,
+    records: str | Path | None = None,
 ) -> str:
     """The HTML page of ``report`` (see the module).
 
     Args:
         report: The report.
+        columns: The variants' table's columns (the report's own).
         margin: The recommendation's margin.
         alpha: The recommendation's significance level.
         records: The records file the report counts, for the runs' outputs and the
             verdicts' reasons in the per-case table; ``None``: the marks only.
     """
-    from subagent.evals._report import COLUMNS
-
     title = f"{report.dataset}: evaluation"
     runs = f"{len(report.outcomes)} runs; cost measured in {report.measure}."
     parts = [f"<h1>{_e(title)}</h1>", f"<p>{_e(runs)}</p>"]
     parts.append("<h2>Variants</h2>")
-    parts.append(_table(COLUMNS, (v.cells() for v in report.variants)))
+    parts.append(_table(columns, (v.cells() for v in report.variants)))
     crashed = report.crashed
     if crashed:
         parts.append(

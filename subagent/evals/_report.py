@@ -539,7 +539,7 @@ class Report:
         verdicts that failed it, cut at ``OUTPUT_CHARS`` (500) characters. Every text is
         escaped; at most ``HTML_CASES`` (500) cases are listed.
         """
-        return report_html(self, margin, alpha, records)
+        return report_html(self, COLUMNS, margin, alpha, records)
 
     def plot(self, path: str | Path) -> Path:
         """Draw success against cost per case, a point per variant, to ``path`` (PNG, SVG...).
