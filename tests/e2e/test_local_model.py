@@ -236,8 +236,8 @@ def test_the_demo_runs_its_agents_on_the_model_from_the_environment(
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert f"at {qwen.base_url} (from the environment)" in out
-    assert "== calc" in out and "== extract" in out and "== contact, corrected as structured" in out
-    assert "== contact, corrected with the defaults" in out
+    assert "== calc" in out and "== extract" in out and "== tags, corrected as structured" in out
+    assert "== tags, corrected with the defaults" in out
     # each run's table ends with its Step summary: done or failed, never an llm_error
     # (a failure's summary quotes the last error, which may run over several lines)
     summary = re.compile(r"^(done in \d+ turns? \(|failed \()")
