@@ -318,7 +318,7 @@ def fingerprint(agent: AgentDefinition[Any, Any]) -> dict[str, str]:
 
 
 _PART_HINTS = {
-    "output": "output type or parser, validators, parser_kwargs",
+    "output": "output type or parser (and its keyword arguments), validators",
     "tools": "tool names, descriptions, schemas, which need approval, the approval policy",
     "prompts": "the task prompt, template overrides, instructions",
     "protocol": "native or react",
