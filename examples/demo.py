@@ -62,8 +62,10 @@ def print_table(title: str, step: Step[Any]) -> None:
     print(f"\n== {title}")
     print(f"{'turn':>4}  {'type':<11} {'outcome':<8} {'tok in':>6} {'tok out':>7} {'s':>6}  error")
     for turn in step.turns:
-        error = (turn.error or "").strip().splitlines()
-        short = error[0][:60] if error else ""
+        # feedback lists its findings as "- field: problem" lines under a heading: show the first
+        lines = [line.strip() for line in (turn.error or "").strip().splitlines()]
+        findings = [line[2:] for line in lines if line.startswith("- ")]
+        short = (findings or lines or [""])[0][:60]
         if turn.tool_calls and not short:
             short = "called " + ", ".join(call.name for call in turn.tool_calls)
         print(
