@@ -24,7 +24,6 @@ from typing import Any, NamedTuple, cast
 from subagent._approval import approval_rule
 from subagent._checks import check_int
 from subagent._context import takes_run_context
-from subagent._conversation import CONTEXT_POLICIES, ContextPolicy
 from subagent._correction import Correction, auto_output, default_correction
 from subagent._definition import AgentDefinition
 from subagent._errors import ConfigurationError, StateMismatchError, TemplateError
@@ -49,7 +48,6 @@ __all__ = [
     "build",
     "check_limits",
     "check_llm",
-    "check_policy",
     "check_state",
     "current_approval",
     "fingerprint",
@@ -92,7 +90,7 @@ def build(agent: AgentDefinition[Any, Any]) -> Built:
     parser, parser_kwargs = parser_and_kwargs(agent.output)
     contract = build_contract(parser, parser_kwargs,
                               max_reply_chars=reply_policy.max_reply_chars)  # fmt: skip
-    protocol = _check_protocol(tool_policy.protocol)
+    protocol = PROTOCOLS[tool_policy.protocol]  # checked by the ToolPolicy
     allow_fail = may_fail(agent)
     tool_parts = _ToolParts(agent, templates, protocol, contract, allow_fail)
     schema = contract.json_schema
@@ -356,18 +354,6 @@ def _qualified(value: object) -> str:
 # --- checks of single values ---------------------------------------------------------------
 
 
-def check_policy(value: object) -> ContextPolicy:
-    """A context policy, checked.
-
-    Raises:
-        ConfigurationError: It is not one of :data:`CONTEXT_POLICIES`.
-    """
-    for policy in CONTEXT_POLICIES:
-        if value == policy:
-            return policy
-    raise ConfigurationError("context_policy", f"must be one of {CONTEXT_POLICIES}, got {value!r}")
-
-
 def check_limits(name: str, value: object) -> None:
     """Refuse anything but a :class:`~subagent.UsageLimits` (or ``None``)."""
     if value is not None and not isinstance(value, UsageLimits):
@@ -436,10 +422,3 @@ def _check_output(output: object) -> None:
         f"{article(type(output).__name__)} instance (pass its class: "
         f"output={type(output).__name__})",
     )
-
-
-def _check_protocol(value: object) -> ReplyProtocol:
-    protocol = PROTOCOLS.get(value) if isinstance(value, str) else None
-    if protocol is None:
-        raise ConfigurationError("protocol", f"must be one of {sorted(PROTOCOLS)}, got {value!r}")
-    return protocol

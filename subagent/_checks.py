@@ -10,7 +10,18 @@ import math
 
 from subagent._errors import ConfigurationError
 
-__all__ = ["check_int", "check_number", "check_seconds"]
+__all__ = ["check_bool", "check_int", "check_number", "check_seconds"]
+
+
+def check_bool(name: str, value: object) -> bool:
+    """``value`` if it is a ``bool``.
+
+    Raises:
+        ConfigurationError: Otherwise, naming the field and the value.
+    """
+    if not isinstance(value, bool):
+        raise ConfigurationError(name, f"must be a bool, got {value!r}")
+    return value
 
 
 def check_int(name: str, value: object, minimum: int) -> int:

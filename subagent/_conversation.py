@@ -15,14 +15,34 @@ import json
 from collections.abc import Iterable
 from typing import Literal
 
+from subagent._errors import ConfigurationError
 from subagent._text import fence
 from subagent.llm import Message
 from subagent.records._messages import with_content
 
-__all__ = ["CONTEXT_POLICIES", "ContextPolicy", "Conversation", "quoted_attempt", "with_notice"]
+__all__ = [
+    "CONTEXT_POLICIES",
+    "ContextPolicy",
+    "Conversation",
+    "check_policy",
+    "quoted_attempt",
+    "with_notice",
+]
 
 ContextPolicy = Literal["collapse", "accumulate", "quote"]
 CONTEXT_POLICIES: tuple[ContextPolicy, ...] = ("collapse", "accumulate", "quote")
+
+
+def check_policy(value: object) -> ContextPolicy:
+    """A context policy, checked.
+
+    Raises:
+        ConfigurationError: It is not one of :data:`CONTEXT_POLICIES`.
+    """
+    for policy in CONTEXT_POLICIES:
+        if value == policy:
+            return policy
+    raise ConfigurationError("context_policy", f"must be one of {CONTEXT_POLICIES}, got {value!r}")
 
 
 def with_notice(messages: list[Message], notice: Message) -> list[Message]:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from subagent._checks import check_bool
 from subagent._errors import ConfigurationError
 from subagent._phases import Phase
 from subagent.llm import LLM
@@ -104,10 +105,7 @@ class Correction:
             raise ConfigurationError(
                 "correction.when", f"must be one of {CORRECTION_WHEN}, got {self.when!r}"
             )
-        if not isinstance(self.allow_fail, bool):
-            raise ConfigurationError(
-                "correction.allow_fail", f"must be a bool, got {self.allow_fail!r}"
-            )
+        check_bool("correction.allow_fail", self.allow_fail)
         object.__setattr__(self, "settings", dict(self.settings))
         if self.json_schema is None:
             return

@@ -26,13 +26,12 @@ from subagent._build import (
     article,
     check_limits,
     check_llm,
-    check_policy,
     run_parts,
     type_name,
 )
 from subagent._checks import check_int, check_seconds
 from subagent._context import RunContext, takes_run_context
-from subagent._conversation import ContextPolicy
+from subagent._conversation import ContextPolicy, check_policy
 from subagent._correction import Correction, auto_output
 from subagent._definition import AgentDefinition
 from subagent._errors import ConfigurationError

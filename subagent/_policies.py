@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
 
-from subagent._checks import check_int, check_seconds
-from subagent._conversation import CONTEXT_POLICIES, ContextPolicy
+from subagent._checks import check_bool, check_int, check_seconds
+from subagent._conversation import ContextPolicy, check_policy
 from subagent._errors import ConfigurationError
 from subagent.parsers._contract import DEFAULT_MAX_REPLY_CHARS
 from subagent.protocols import PROTOCOLS, ProtocolName
@@ -34,11 +34,6 @@ __all__ = [
 ]
 
 AgentT = TypeVar("AgentT")
-
-
-def _check_flag(name: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise ConfigurationError(name, f"must be a bool, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +82,7 @@ class ToolPolicy:
                 "protocol", f"must be one of {sorted(PROTOCOLS)}, got {self.protocol!r}"
             )
         for flag in ("parallel_tool_calls", "prune_unknown_args", "keep_tool_schemas"):
-            _check_flag(flag, getattr(self, flag))
+            check_bool(flag, getattr(self, flag))
         check_int("max_tool_result_chars", self.max_tool_result_chars, 1)
         check_int("max_tool_calls_per_turn", self.max_tool_calls_per_turn, 1)
         if self.approval is not None and not callable(self.approval):
@@ -130,16 +125,12 @@ class ReplyPolicy:
     allow_fail: bool | None = None
 
     def __post_init__(self) -> None:
-        if self.context_policy not in CONTEXT_POLICIES:
-            raise ConfigurationError(
-                "context_policy",
-                f"must be one of {CONTEXT_POLICIES}, got {self.context_policy!r}",
-            )
-        _check_flag("correct_cut_replies", self.correct_cut_replies)
+        check_policy(self.context_policy)
+        check_bool("correct_cut_replies", self.correct_cut_replies)
         if self.max_reply_chars is not None:
             check_int("max_reply_chars", self.max_reply_chars, 1)
         if self.allow_fail is not None:
-            _check_flag("allow_fail", self.allow_fail)
+            check_bool("allow_fail", self.allow_fail)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,14 +252,11 @@ def flat_fields(agent: object) -> dict[str, Any]:
     What a digest of the agent reads, so that the records did not change the digest of
     an agent that sets the same values.
     """
-    fields: dict[str, Any] = {}
-    for field in dataclasses.fields(agent):  # type: ignore[arg-type]
-        if not field.init:
-            continue
-        value = getattr(agent, field.name)
-        if field.name in _RECORDS:
-            continue
-        fields[field.name] = value
+    fields: dict[str, Any] = {
+        field.name: getattr(agent, field.name)
+        for field in dataclasses.fields(agent)  # type: ignore[arg-type]
+        if field.init and field.name not in _RECORDS
+    }
     for keyword, (record, name) in MOVED_KEYWORDS.items():
         fields[keyword] = getattr(getattr(agent, record), name)
     output: Any = fields.get("output")

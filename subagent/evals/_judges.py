@@ -25,6 +25,7 @@ from pydantic_core import to_jsonable_python
 from typing_extensions import TypeVar
 
 from subagent._agent import SubAgent
+from subagent._checks import check_bool
 from subagent._errors import ConfigurationError
 from subagent._text import shorten
 from subagent.evals._cases import Case
@@ -247,8 +248,7 @@ class Contains(Judge):
     """
 
     def __init__(self, value: Any = _MISSING, case_sensitive: bool = True):
-        if not isinstance(case_sensitive, bool):
-            raise ConfigurationError("case_sensitive", f"must be a bool, got {case_sensitive!r}")
+        check_bool("case_sensitive", case_sensitive)
         self.value = value
         self.case_sensitive = case_sensitive
         self.name = "contains"
