@@ -19,6 +19,7 @@ from subagent import (
     LLMRequest,
     LLMResponse,
     ScriptedLLM,
+    Step,
     SubAgent,
     ToolCall,
     ToolSourceLostError,
@@ -286,7 +287,8 @@ async def test_metric_attributes_carry_no_content_and_no_ids(metered: Metered) -
                 assert secret not in str(value) and "call-XYZ" not in str(value), metric.name
 
 
-async def test_a_nested_agent_records_under_its_own_name(metered: Metered) -> None:
+async def run_nested() -> Step[Answer]:
+    """An outer agent whose tool is an inner agent, each answering once."""
     inner = SubAgent(name="inner", prompt="Compute {{question}}", output=Answer)
     outer = SubAgent(name="outer", prompt="Ask {{question}}", output=Answer,
                      tools=[inner.as_tool(description="Compute.")])  # fmt: skip
@@ -297,8 +299,11 @@ async def test_a_nested_agent_records_under_its_own_name(metered: Metered) -> No
             '{"value": 3}',
         ]
     )
-    step = await outer.run({"question": "1+2"}, llm=llm, max_turns=2)
-    assert step.ok
+    return await outer.run({"question": "1+2"}, llm=llm, max_turns=2)
+
+
+async def test_a_nested_agent_records_under_its_own_name(metered: Metered) -> None:
+    assert (await run_nested()).ok
     assert counts(metered, RUNS) == {
         key(**dotted(gen_ai__agent__name="outer", subagent__outcome="done")): 1,
         key(**dotted(gen_ai__agent__name="inner", subagent__outcome="done")): 1,
@@ -390,17 +395,7 @@ async def test_the_latest_conventions_say_which_invocation_is_nested(
     metered: Metered, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     set_semconv(monkeypatch, "gen_ai_latest_experimental")
-    inner = SubAgent(name="inner", prompt="Compute {{question}}", output=Answer)
-    outer = SubAgent(name="outer", prompt="Ask {{question}}", output=Answer,
-                     tools=[inner.as_tool(description="Compute.")])  # fmt: skip
-    llm = ScriptedLLM(
-        [
-            LLMResponse(tool_calls=[ToolCall(name="inner", arguments={"question": "1+2"})]),
-            '{"value": 3}',
-            '{"value": 3}',
-        ]
-    )
-    assert (await outer.run({"question": "1+2"}, llm=llm, max_turns=2)).ok
+    assert (await run_nested()).ok
     nested = {dict(k)["gen_ai.agent.name"]: dict(k)["gen_ai.invocation.is_nested"]
               for k in metered.points(INVOCATION_DURATION)}  # fmt: skip
     assert nested == {"outer": False, "inner": True}
